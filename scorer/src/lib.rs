@@ -1,1 +1,5 @@
-//! placeholder
+//! Loadstar's scorer: ingests agents' load reports into a live node store, scores nodes for
+//! pods with real-load policies, serves the `loadstar.v1` gRPC API, and schedules pods.
+pub mod framework;
+pub mod policy;
+pub mod snapshot;

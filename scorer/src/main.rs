@@ -1,0 +1,4 @@
+//! `loadstar-scorer` binary entry point.
+fn main() {
+    println!("loadstar-scorer {}", loadstar_common::VERSION);
+}

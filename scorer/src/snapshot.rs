@@ -1,0 +1,391 @@
+//! The read-only view of the cluster that filters and scores run against: one [`NodeView`]
+//! per node (agent load, Kubernetes node facts, pods and in-flight estimates) and the
+//! [`PodInfo`] being placed. Heavy parts are behind `Arc`s so a snapshot of thousands of
+//! nodes is built by cloning pointers, and the scheduler can change one node's allocation
+//! without copying the others.
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use loadstar_common::model::{LoadSummary, NodeCapacity, ResourceKind, ResourceList};
+use loadstar_common::window::WindowSummary;
+
+/// Owner (controller) of a pod, for spreading.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Owner {
+    /// Kind, e.g. `ReplicaSet`.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+}
+
+/// A taint effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaintEffect {
+    /// Do not schedule pods that do not tolerate it.
+    NoSchedule,
+    /// Prefer not to schedule pods that do not tolerate it.
+    PreferNoSchedule,
+    /// Do not schedule, and evict running pods that do not tolerate it.
+    NoExecute,
+}
+
+impl TaintEffect {
+    /// Parses the Kubernetes spelling.
+    pub fn parse(s: &str) -> Option<TaintEffect> {
+        match s {
+            "NoSchedule" => Some(TaintEffect::NoSchedule),
+            "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
+            "NoExecute" => Some(TaintEffect::NoExecute),
+            _ => None,
+        }
+    }
+}
+
+/// A node taint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    /// Key.
+    pub key: String,
+    /// Value (may be empty).
+    pub value: String,
+    /// Effect.
+    pub effect: TaintEffect,
+}
+
+/// A pod toleration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Toleration {
+    /// Key; empty with `exists` tolerates every key.
+    pub key: String,
+    /// True for operator `Exists`, false for `Equal`.
+    pub exists: bool,
+    /// Value for `Equal`.
+    pub value: String,
+    /// Effect; `None` matches every effect.
+    pub effect: Option<TaintEffect>,
+}
+
+/// Operator of a node selector requirement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectorOp {
+    /// Label value is one of `values`.
+    In,
+    /// Label value is none of `values` (or the label is absent).
+    NotIn,
+    /// Label is present.
+    Exists,
+    /// Label is absent.
+    DoesNotExist,
+    /// Label value, as an integer, is greater than the single value.
+    Gt,
+    /// Label value, as an integer, is less than the single value.
+    Lt,
+}
+
+/// One requirement of a node selector term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectorRequirement {
+    /// Label key.
+    pub key: String,
+    /// Operator.
+    pub op: SelectorOp,
+    /// Values.
+    pub values: Vec<String>,
+}
+
+/// A node selector term: all requirements must hold.
+pub type SelectorTerm = Vec<SelectorRequirement>;
+
+/// A host port a container asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostPort {
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// Host IP; empty or `0.0.0.0` means all.
+    pub host_ip: String,
+    /// Port number.
+    pub port: u16,
+}
+
+/// The pod being placed.
+#[derive(Debug, Clone, Default)]
+pub struct PodInfo {
+    /// metadata.uid (or a synthetic id for described pods).
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Controlling owner.
+    pub owner: Option<Owner>,
+    /// Effective requests as kube-scheduler computes them: sum of containers, max with each
+    /// init container, plus overhead.
+    pub requests: ResourceList,
+    /// Effective limits, computed the same way.
+    pub limits: ResourceList,
+    /// Requests for scoring with upstream's non-zero defaults (100m CPU / 200 MiB memory per
+    /// container that requests none), used by Least/Most/BalancedAllocation.
+    pub nonzero_cpu_millis: i64,
+    /// See [`PodInfo::nonzero_cpu_millis`].
+    pub nonzero_memory_bytes: i64,
+    /// spec.nodeSelector.
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node affinity terms (ORed); empty means none.
+    pub required_affinity: Vec<SelectorTerm>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Host ports of its containers.
+    pub host_ports: Vec<HostPort>,
+    /// spec.priority.
+    pub priority: i32,
+}
+
+/// Default CPU request upstream assumes for scoring a container without one (millicores).
+pub const DEFAULT_NONZERO_CPU_MILLIS: i64 = 100;
+/// Default memory request upstream assumes for scoring a container without one (bytes).
+pub const DEFAULT_NONZERO_MEMORY_BYTES: i64 = 200 * 1024 * 1024;
+
+/// A GPU's live state from the agent.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GpuState {
+    /// NVML index.
+    pub index: u32,
+    /// Compute utilisation ratio.
+    pub utilization: f64,
+    /// Memory in use, bytes.
+    pub memory_used_bytes: u64,
+    /// Memory in total, bytes.
+    pub memory_total_bytes: u64,
+    /// Compute processes on it.
+    pub process_count: u32,
+    /// False when NVML reported an error for it.
+    pub healthy: bool,
+}
+
+/// Measured usage of a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MeasuredPod {
+    /// CPU, millicores.
+    pub cpu_millis: f64,
+    /// Working set, bytes.
+    pub memory_bytes: f64,
+}
+
+/// What the node's agent last reported, validated.
+#[derive(Debug, Clone, Default)]
+pub struct AgentNode {
+    /// Capacity (computeS).
+    pub capacity: NodeCapacity,
+    /// Windowed utilisation (computeL), ratios.
+    pub load: LoadSummary,
+    /// memory.available, bytes.
+    pub memory_available_bytes: u64,
+    /// nodefs.available ratio.
+    pub nodefs_available_ratio: Option<f64>,
+    /// nodefs.inodesFree ratio.
+    pub nodefs_inodes_free_ratio: Option<f64>,
+    /// GPUs.
+    pub gpus: Vec<GpuState>,
+    /// Measured usage per pod UID.
+    pub pods: HashMap<String, MeasuredPod>,
+    /// Report interval, seconds.
+    pub interval_seconds: f64,
+    /// When the report was received.
+    pub received_at: Option<Instant>,
+    /// Last time the node was seen under eviction pressure (by the store's thresholds).
+    pub last_pressure_at: Option<Instant>,
+}
+
+/// What Kubernetes says about the node.
+#[derive(Debug, Clone, Default)]
+pub struct KubeNode {
+    /// status.allocatable.
+    pub allocatable: ResourceList,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// spec.unschedulable.
+    pub unschedulable: bool,
+    /// Ready condition is True.
+    pub ready: bool,
+}
+
+/// A pod bound or assumed on a node.
+#[derive(Debug, Clone, Default)]
+pub struct PodOnNode {
+    /// UID.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Owner.
+    pub owner: Option<Owner>,
+    /// Host ports.
+    pub host_ports: Vec<HostPort>,
+}
+
+/// An estimate of a recently placed pod's usage, counted until the agent measures the pod.
+#[derive(Debug, Clone)]
+pub struct Inflight {
+    /// Pod UID.
+    pub uid: String,
+    /// Estimated CPU, millicores.
+    pub cpu_millis: i64,
+    /// Estimated memory, bytes.
+    pub memory_bytes: i64,
+    /// When it was added.
+    pub added_at: Instant,
+}
+
+/// Requests placed on a node: pods bound or assumed there, and in-flight estimates.
+#[derive(Debug, Clone, Default)]
+pub struct NodeAllocation {
+    /// Sum of effective requests of the pods on the node (incl. `pods` = count).
+    pub requested: ResourceList,
+    /// Sum of non-zero CPU requests (upstream scoring convention), millicores.
+    pub nonzero_cpu_millis: i64,
+    /// Sum of non-zero memory requests, bytes.
+    pub nonzero_memory_bytes: i64,
+    /// The pods.
+    pub pods: Vec<PodOnNode>,
+    /// In-flight usage estimates.
+    pub inflight: Vec<Inflight>,
+}
+
+/// Everything known about one node at snapshot time.
+#[derive(Debug, Clone)]
+pub struct NodeView {
+    /// Node name.
+    pub name: Arc<str>,
+    /// Latest agent report (None: no agent has reported).
+    pub agent: Option<Arc<AgentNode>>,
+    /// Kubernetes facts (None: not known to Kubernetes, e.g. standalone mode).
+    pub kube: Option<Arc<KubeNode>>,
+    /// Requests and estimates placed on it.
+    pub alloc: Arc<NodeAllocation>,
+    /// True when the agent report is older than the stale threshold, or absent.
+    pub stale: bool,
+    /// Seconds since the latest report (None: never).
+    pub report_age_seconds: Option<f64>,
+}
+
+impl NodeView {
+    /// Allocatable resources: Kubernetes' when known, else derived from the agent's capacity
+    /// (CPUs × 1000 m, memory, 110 pods, GPU count), else zero.
+    pub fn allocatable(&self) -> ResourceList {
+        if let Some(k) = &self.kube {
+            return k.allocatable.clone();
+        }
+        match &self.agent {
+            Some(a) => ResourceList {
+                cpu_millis: i64::from(a.capacity.logical_cpus) * 1000,
+                memory_bytes: i64::try_from(a.capacity.memory_bytes).unwrap_or(i64::MAX),
+                pods: 110,
+                gpus: a.capacity.gpus.len() as i64,
+                ..Default::default()
+            },
+            None => ResourceList::default(),
+        }
+    }
+
+    /// Node labels (empty without Kubernetes).
+    pub fn labels(&self) -> Option<&BTreeMap<String, String>> {
+        self.kube.as_ref().map(|k| &k.labels)
+    }
+
+    /// In-flight estimates the agent does not measure yet: (CPU millicores, memory bytes).
+    pub fn unmeasured_inflight(&self) -> (i64, i64) {
+        let measured = self.agent.as_ref().map(|a| &a.pods);
+        self.alloc
+            .inflight
+            .iter()
+            .filter(|e| measured.is_none_or(|m| !m.contains_key(&e.uid)))
+            .fold((0, 0), |(c, m), e| (c + e.cpu_millis, m + e.memory_bytes))
+    }
+}
+
+/// Utilisation of one resource as the scoring policies see it: the window's statistics plus
+/// in-flight estimates (CPU and memory), as ratios of capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Usage {
+    /// Window mean (+ in-flight).
+    pub mean: f64,
+    /// Window population standard deviation.
+    pub stddev: f64,
+    /// Window p95 (+ in-flight).
+    pub p95: f64,
+    /// Window max (+ in-flight).
+    pub max: f64,
+    /// Latest sample (+ in-flight).
+    pub latest: f64,
+    /// Samples behind the window.
+    pub count: u64,
+}
+
+impl Usage {
+    /// From a window summary, shifted by `extra` (a ratio of capacity).
+    pub fn from_window(w: &WindowSummary, latest: f64, extra: f64) -> Usage {
+        Usage {
+            mean: w.mean + extra,
+            stddev: w.stddev,
+            p95: w.p95 + extra,
+            max: w.max + extra,
+            latest: latest + extra,
+            count: w.count,
+        }
+    }
+}
+
+/// The whole cluster at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterSnapshot {
+    /// Nodes sorted by name.
+    pub nodes: Vec<NodeView>,
+    /// Name → index into `nodes`.
+    pub index: HashMap<Arc<str>, usize>,
+    /// Store generation the snapshot reflects.
+    pub generation: u64,
+}
+
+impl ClusterSnapshot {
+    /// Builds a snapshot from node views (sorted here).
+    pub fn new(mut nodes: Vec<NodeView>, generation: u64) -> ClusterSnapshot {
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        ClusterSnapshot {
+            nodes,
+            index,
+            generation,
+        }
+    }
+
+    /// The node with this name.
+    pub fn get(&self, name: &str) -> Option<&NodeView> {
+        self.index.get(name).map(|&i| &self.nodes[i])
+    }
+}
+
+/// Converts a ratio delta of `amount` over `capacity` (0 when capacity is 0).
+pub fn ratio_of(amount: f64, capacity: f64) -> f64 {
+    if capacity > 0.0 { amount / capacity } else { 0.0 }
+}
+
+/// The measured resources CPU/memory used by in-flight accounting.
+pub fn inflight_extra(node: &NodeView, kind: ResourceKind) -> f64 {
+    let Some(agent) = &node.agent else { return 0.0 };
+    let (cpu, mem) = node.unmeasured_inflight();
+    match kind {
+        ResourceKind::Cpu => ratio_of(cpu as f64, f64::from(agent.capacity.logical_cpus) * 1000.0),
+        ResourceKind::Memory => ratio_of(mem as f64, agent.capacity.memory_bytes as f64),
+        _ => 0.0,
+    }
+}
