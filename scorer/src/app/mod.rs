@@ -1,0 +1,180 @@
+//! The scorer's run modes (`serve`, `standalone`, …) and what they share: logging setup,
+//! shutdown signals, and starting the gRPC and HTTP servers with a bounded drain.
+pub mod serve;
+pub mod standalone;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::metrics::{self, Metrics, Readiness};
+use crate::server::{self, ServerParts};
+
+/// How long in-flight calls may drain after a shutdown signal.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Errors of the run modes.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// A listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config is invalid.
+    #[error("config {path}: {message}")]
+    Config {
+        /// Where it came from.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The gRPC server failed.
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+    /// Another failure, with context.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Installs the `tracing` subscriber (`RUST_LOG`, default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// A shutdown signal: resolves on SIGTERM or Ctrl-C, and can be triggered by hand.
+#[derive(Debug, Clone)]
+pub struct Shutdown {
+    tx: watch::Sender<bool>,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Shutdown {
+    /// A new, untriggered signal.
+    pub fn new() -> Shutdown {
+        Shutdown {
+            tx: watch::channel(false).0,
+        }
+    }
+
+    /// Triggers it when the process receives SIGTERM or SIGINT.
+    pub fn on_signals(&self) {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            info!("shutdown signal received");
+            let _ = tx.send(true);
+        });
+    }
+
+    /// Triggers it.
+    pub fn trigger(&self) {
+        let _ = self.tx.send(true);
+    }
+
+    /// Resolves once triggered.
+    pub fn wait(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.tx.subscribe();
+        async move {
+            let _ = rx.wait_for(|v| *v).await;
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the process");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Binds a TCP listener with a clear error.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| AppError::Bind { addr, source })
+}
+
+/// Runs the gRPC server on `grpc` and the metrics/health server on `http` (if any) until
+/// `shutdown` triggers; in-flight gRPC calls then get [`DRAIN_TIMEOUT`] to finish.
+pub async fn run_servers(
+    grpc: TcpListener,
+    http: Option<TcpListener>,
+    parts: ServerParts,
+    ready: Arc<Readiness>,
+    shutdown: Shutdown,
+) -> Result<(), AppError> {
+    let metrics: Arc<Metrics> = parts.metrics.clone();
+    if let Some(http) = http {
+        let wait = shutdown.wait();
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            if let Err(e) = metrics::serve_http(http, metrics, ready, wait).await {
+                warn!(error = %e, "metrics server failed");
+            }
+        });
+    }
+    let sweeper = {
+        let store = parts.store.clone();
+        let metrics = parts.metrics.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tick.tick().await;
+                store.sweep(std::time::Instant::now());
+                metrics.nodes.set(store.len() as i64);
+            }
+        })
+    };
+    ready.set(true);
+    let wait = shutdown.wait();
+    let server = server::serve(grpc, parts, wait);
+    tokio::pin!(server);
+    let result = tokio::select! {
+        r = &mut server => r.map_err(AppError::from),
+        _ = async {
+            shutdown.wait().await;
+            tokio::time::sleep(DRAIN_TIMEOUT).await;
+        } => {
+            warn!(timeout = ?DRAIN_TIMEOUT, "gRPC drain timed out; exiting with calls in flight");
+            Ok(())
+        }
+    };
+    sweeper.abort();
+    result
+}

@@ -1,0 +1,168 @@
+//! `loadstar-scorer standalone`: the scorer with an in-process agent sampling this machine —
+//! no Kubernetes, no separate agent — serving real scores for this node. The README's first
+//! command.
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use loadstar_agent::sampler::{Sampler, SamplerConfig};
+use tracing::{info, warn};
+
+use crate::app::{AppError, Shutdown, bind, run_servers};
+use crate::config::ScorerConfig;
+use crate::metrics::{Metrics, Readiness};
+use crate::server::ServerParts;
+use crate::service::scorer::Profiles;
+use crate::store::{NodeStore, StoreConfig};
+
+/// Flags of `standalone`.
+#[derive(Debug, Args)]
+pub struct StandaloneArgs {
+    /// gRPC listen address (port 0 picks a free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub listen: SocketAddr,
+    /// HTTP listen address for /metrics, /healthz and /readyz (omit to disable).
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Profiles config (YAML); the embedded default when absent.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Sampling interval of the in-process agent, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval_seconds: f64,
+    /// Node name to report this machine as (default: NODE_NAME, else the hostname).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long)]
+    pub exit_after_seconds: Option<f64>,
+}
+
+/// Reads the config file, or the embedded default.
+pub fn load_config(path: Option<&Path>) -> Result<ScorerConfig, AppError> {
+    match path {
+        None => Ok(ScorerConfig::embedded_default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| AppError::Config {
+                path: p.display().to_string(),
+                message: e.to_string(),
+            })?;
+            ScorerConfig::from_yaml(&text).map_err(|e| AppError::Config {
+                path: p.display().to_string(),
+                message: e.to_string(),
+            })
+        }
+    }
+}
+
+/// Builds the profiles of a config.
+pub fn build_profiles(config: &ScorerConfig, path: Option<&Path>) -> Result<Arc<Profiles>, AppError> {
+    let list = config.build_profiles().map_err(|e| AppError::Config {
+        path: path.map_or("<embedded default>".into(), |p| p.display().to_string()),
+        message: e.to_string(),
+    })?;
+    Ok(Arc::new(Profiles::new(list)))
+}
+
+/// Builds the node store with the config's staleness and eviction settings.
+pub fn build_store(config: &ScorerConfig) -> Arc<NodeStore> {
+    let thresholds = config.eviction_thresholds();
+    Arc::new(NodeStore::new(StoreConfig {
+        stale_after: config.stale_after(),
+        pressure: Some(Arc::new(move |agent| {
+            crate::policy::eviction::under_pressure(agent, &thresholds).is_some()
+        })),
+        ..StoreConfig::default()
+    }))
+}
+
+/// Runs `standalone` until Ctrl-C (or `--exit-after-seconds`).
+pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
+    let config = load_config(args.config.as_deref())?;
+    let store = build_store(&config);
+    let profiles = build_profiles(&config, args.config.as_deref())?;
+    let mut sampler_config = SamplerConfig {
+        interval: Duration::from_secs_f64(args.interval_seconds.clamp(0.05, 3600.0)),
+        ..SamplerConfig::default()
+    };
+    if let Some(n) = &args.node_name {
+        sampler_config.node_name = n.clone();
+    }
+    let node_name = sampler_config.node_name.clone();
+    let interval = sampler_config.interval;
+    let mut sampler =
+        Sampler::new(sampler_config).map_err(|e| AppError::Other(format!("agent: {e}")))?;
+    let grpc = bind(args.listen).await?;
+    let addr = grpc
+        .local_addr()
+        .map_err(|e| AppError::Other(format!("listener address: {e}")))?;
+    let http = match args.metrics_listen {
+        Some(a) => Some(bind(a).await?),
+        None => None,
+    };
+    let shutdown = Shutdown::new();
+    shutdown.on_signals();
+    // The in-process agent: sample, then store, exactly as a report over the wire would be.
+    {
+        let store = store.clone();
+        let stop = shutdown.wait();
+        tokio::spawn(async move {
+            let sample_loop = async {
+                let mut tick = tokio::time::interval(interval);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let report = sampler.sample();
+                    for e in &report.collector_errors {
+                        warn!(collector = %e.collector, error = %e.message, "collector failed");
+                    }
+                    if let Err(e) = store.apply_report(report, Instant::now()) {
+                        warn!(error = %e, "in-process report rejected");
+                    }
+                }
+            };
+            tokio::select! {
+                _ = sample_loop => {}
+                _ = stop => {}
+            }
+        });
+    }
+    if let Some(secs) = args.exit_after_seconds {
+        let s = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs_f64(secs.max(0.0))).await;
+            s.trigger();
+        });
+    }
+    print_banner(&addr, &node_name, &profiles);
+    info!(%addr, node = %node_name, "standalone scorer started");
+    let metrics = Metrics::new();
+    let parts = ServerParts {
+        store,
+        profiles,
+        metrics,
+        resolver: None,
+        binder: None,
+        desired_interval_seconds: 0.0,
+    };
+    run_servers(grpc, http, parts, Arc::new(Readiness::default()), shutdown).await
+}
+
+fn print_banner(addr: &SocketAddr, node: &str, profiles: &Profiles) {
+    let names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+    println!(
+        "loadstar-scorer {} standalone: serving gRPC on {addr}\n\
+         in-process agent reports this machine as node {node:?}; profiles: {}\n\
+         try (in another terminal):\n  \
+         grpcurl -plaintext {addr} list\n  \
+         grpcurl -plaintext {addr} loadstar.v1.Scorer/ListNodes\n  \
+         grpcurl -plaintext -d '{{\"node_name\":\"{node}\"}}' {addr} loadstar.v1.Scorer/GetNode\n  \
+         grpcurl -plaintext -d '{{\"description\":{{\"name\":\"web\",\"requests\":{{\"cpu\":\"500m\",\"memory\":\"256Mi\"}}}}}}' {addr} loadstar.v1.Scorer/Score\n  \
+         grpcurl -plaintext {addr} describe loadstar.v1.NodeReport\n\
+         Ctrl-C stops it.",
+        loadstar_common::VERSION,
+        names.join(", ")
+    );
+}
