@@ -2,6 +2,7 @@
 //! pods with real-load policies, serves the `loadstar.v1` gRPC API, and schedules pods.
 pub mod framework;
 pub mod ingest;
+pub mod kube;
 pub mod metrics;
 pub mod policy;
 pub mod server;

@@ -1,0 +1,356 @@
+//! The scheduling queue: pending pods ordered by priority (higher first), then creation time,
+//! then arrival; pods that could not be placed back off (1 s doubling to 10 s, as upstream)
+//! and are retried early when the cluster changes in a way that may help them (a node added
+//! or changed, a pod deleted). Pure and synchronous: the caller passes the time; the async
+//! wrapper [`SchedulingQueue`] adds waiting.
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// First backoff after a failed attempt (upstream `podInitialBackoffSeconds`).
+pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest backoff (upstream `podMaxBackoffSeconds`).
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Backoff after `attempts` failed attempts: 1 s doubling, at most 10 s.
+pub fn backoff(attempts: u32) -> Duration {
+    let shift = attempts.saturating_sub(1).min(16);
+    INITIAL_BACKOFF.saturating_mul(1 << shift).min(MAX_BACKOFF)
+}
+
+/// A pod waiting to be scheduled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedPod {
+    /// `namespace/name`.
+    pub key: String,
+    /// spec.priority.
+    pub priority: i32,
+    /// Creation time, Unix seconds.
+    pub created_unix: i64,
+    /// Failed attempts so far.
+    pub attempts: u32,
+    /// When it first entered the queue (for the scheduling latency metric).
+    pub enqueued_at: Instant,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct HeapEntry {
+    priority: i32,
+    created_unix: i64,
+    seq: u64,
+    key: String,
+}
+
+impl Ord for HeapEntry {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // BinaryHeap is a max-heap: "greater" pops first.
+        self.priority
+            .cmp(&o.priority)
+            .then(o.created_unix.cmp(&self.created_unix))
+            .then(o.seq.cmp(&self.seq))
+    }
+}
+
+impl PartialOrd for HeapEntry {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// In the active heap with this sequence number.
+    Active(u64),
+    /// Backing off until this time (entry in the backoff heap with this sequence number).
+    Backoff(Instant, u64),
+    /// Handed to the scheduler; not in any queue.
+    InFlight,
+}
+
+#[derive(Debug)]
+struct Entry {
+    pod: QueuedPod,
+    state: State,
+}
+
+/// The queue's state. All methods take the current time where it matters.
+#[derive(Debug, Default)]
+pub struct Queue {
+    heap: BinaryHeap<HeapEntry>,
+    backoff: BinaryHeap<Reverse<(Instant, u64, String)>>,
+    pods: HashMap<String, Entry>,
+    seq: u64,
+}
+
+impl Queue {
+    fn push_active(&mut self, key: &str) {
+        self.seq += 1;
+        let seq = self.seq;
+        if let Some(e) = self.pods.get_mut(key) {
+            e.state = State::Active(seq);
+            self.heap.push(HeapEntry {
+                priority: e.pod.priority,
+                created_unix: e.pod.created_unix,
+                seq,
+                key: key.to_string(),
+            });
+        }
+    }
+
+    /// Adds a pending pod, or updates its priority if it is already known (a pod being
+    /// scheduled or backing off keeps its state). Returns true when it was new.
+    pub fn add(&mut self, key: &str, priority: i32, created_unix: i64, now: Instant) -> bool {
+        if let Some(e) = self.pods.get_mut(key) {
+            if e.pod.priority != priority {
+                e.pod.priority = priority;
+                if let State::Active(_) = e.state {
+                    self.push_active(key);
+                }
+            }
+            return false;
+        }
+        self.pods.insert(
+            key.to_string(),
+            Entry {
+                pod: QueuedPod {
+                    key: key.to_string(),
+                    priority,
+                    created_unix,
+                    attempts: 0,
+                    enqueued_at: now,
+                },
+                state: State::Active(0),
+            },
+        );
+        self.push_active(key);
+        true
+    }
+
+    /// Forgets a pod (deleted, bound elsewhere, no longer ours).
+    pub fn remove(&mut self, key: &str) -> bool {
+        // Its heap entry, if any, is skipped when popped.
+        self.pods.remove(key).is_some()
+    }
+
+    /// Whether the queue knows the pod (in any state).
+    pub fn contains(&self, key: &str) -> bool {
+        self.pods.contains_key(key)
+    }
+
+    /// Number of pods known.
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    /// Moves pods whose backoff expired to the active heap.
+    fn promote(&mut self, now: Instant) -> Option<Instant> {
+        while let Some(Reverse((at, seq, key))) = self.backoff.peek() {
+            let current = self
+                .pods
+                .get(key)
+                .is_some_and(|e| e.state == State::Backoff(*at, *seq));
+            if current && *at > now {
+                return Some(*at);
+            }
+            let Some(Reverse((_, _, key))) = self.backoff.pop() else {
+                break;
+            };
+            if current {
+                self.push_active(&key);
+            }
+        }
+        None
+    }
+
+    /// The next pod to schedule, marking it in flight; `Err(Some(t))` when none is ready
+    /// before `t`, `Err(None)` when nothing waits at all.
+    pub fn pop(&mut self, now: Instant) -> Result<QueuedPod, Option<Instant>> {
+        let next_backoff = self.promote(now);
+        while let Some(top) = self.heap.pop() {
+            if let Some(e) = self.pods.get_mut(&top.key) {
+                if e.state == State::Active(top.seq) {
+                    e.state = State::InFlight;
+                    return Ok(e.pod.clone());
+                }
+            }
+        }
+        Err(next_backoff)
+    }
+
+    /// The pod could not be placed: back off.
+    pub fn requeue_backoff(&mut self, key: &str, now: Instant) {
+        if let Some(e) = self.pods.get_mut(key) {
+            e.pod.attempts = e.pod.attempts.saturating_add(1);
+            self.seq += 1;
+            let at = now + backoff(e.pod.attempts);
+            e.state = State::Backoff(at, self.seq);
+            self.backoff.push(Reverse((at, self.seq, key.to_string())));
+        }
+    }
+
+    /// A pod handed out is put back without penalty (e.g. leadership was lost).
+    pub fn requeue_now(&mut self, key: &str) {
+        if self.pods.get(key).is_some_and(|e| e.state == State::InFlight) {
+            self.push_active(key);
+        }
+    }
+
+    /// The pod is done (bound): forget it.
+    pub fn done(&mut self, key: &str) {
+        self.pods.remove(key);
+    }
+
+    /// Something changed that may make waiting pods schedulable: retry them now.
+    pub fn retry_all(&mut self) -> usize {
+        let waiting: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, e)| matches!(e.state, State::Backoff(..)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &waiting {
+            self.push_active(k);
+        }
+        waiting.len()
+    }
+}
+
+/// The queue shared by the cache (producer) and the scheduler loop (consumer).
+#[derive(Debug, Default)]
+pub struct SchedulingQueue {
+    inner: Mutex<Queue>,
+    notify: Notify,
+}
+
+impl SchedulingQueue {
+    /// An empty queue.
+    pub fn new() -> SchedulingQueue {
+        SchedulingQueue::default()
+    }
+
+    /// Runs `f` on the queue state; wakes the consumer afterwards.
+    pub fn with<T>(&self, f: impl FnOnce(&mut Queue) -> T) -> T {
+        let out = f(&mut self.inner.lock().unwrap_or_else(|p| p.into_inner()));
+        self.notify.notify_one();
+        out
+    }
+
+    /// Waits for the next pod to schedule.
+    pub async fn pop(&self) -> QueuedPod {
+        loop {
+            let notified = self.notify.notified();
+            let next = self
+                .inner
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop(Instant::now());
+            match next {
+                Ok(p) => return p,
+                Err(Some(at)) => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                Err(None) => notified.await,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_ten_seconds() {
+        let secs: Vec<u64> = (1..=6).map(|a| backoff(a).as_secs()).collect();
+        assert_eq!(secs, vec![1, 2, 4, 8, 10, 10]);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn pops_by_priority_then_creation_then_arrival() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.add("ns/low-old", 0, 100, now);
+        q.add("ns/high-new", 10, 300, now);
+        q.add("ns/high-old", 10, 200, now);
+        q.add("ns/low-new-a", 0, 400, now);
+        q.add("ns/low-new-b", 0, 400, now);
+        let order: Vec<String> = std::iter::from_fn(|| q.pop(now).ok().map(|p| p.key)).collect();
+        assert_eq!(
+            order,
+            vec![
+                "ns/high-old",
+                "ns/high-new",
+                "ns/low-old",
+                "ns/low-new-a",
+                "ns/low-new-b"
+            ]
+        );
+        assert_eq!(q.pop(now), Err(None));
+    }
+
+    #[test]
+    fn failed_pods_back_off_and_retry_early_on_events() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.add("ns/p", 0, 1, now);
+        let p = q.pop(now).expect("ready");
+        assert_eq!(p.attempts, 0);
+        // Re-adding a pod in flight (a watch update) does not queue it twice.
+        assert!(!q.add("ns/p", 0, 1, now));
+        assert_eq!(q.pop(now), Err(None));
+        q.requeue_backoff("ns/p", now);
+        assert_eq!(q.pop(now), Err(Some(now + Duration::from_secs(1))));
+        let p = q.pop(now + Duration::from_secs(1)).expect("after backoff");
+        assert_eq!(p.attempts, 1);
+        q.requeue_backoff("ns/p", now);
+        assert_eq!(q.pop(now), Err(Some(now + Duration::from_secs(2))));
+        assert_eq!(q.retry_all(), 1);
+        assert_eq!(q.pop(now).expect("early retry").attempts, 2);
+        q.done("ns/p");
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn removed_pods_are_skipped_and_priority_updates_apply() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.add("ns/a", 0, 1, now);
+        q.add("ns/b", 0, 2, now);
+        assert!(q.remove("ns/a"));
+        q.add("ns/c", 0, 3, now);
+        q.add("ns/c", 5, 3, now);
+        assert_eq!(q.pop(now).expect("c").key, "ns/c");
+        assert_eq!(q.pop(now).expect("b").key, "ns/b");
+        assert_eq!(q.pop(now), Err(None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn async_pop_waits_for_backoff_and_adds() {
+        let q = std::sync::Arc::new(SchedulingQueue::new());
+        q.with(|s| s.add("ns/a", 0, 1, Instant::now()));
+        let a = q.pop().await;
+        q.with(|s| s.requeue_backoff(&a.key, Instant::now()));
+        let start = Instant::now();
+        let again = q.pop().await;
+        assert_eq!(again.key, "ns/a");
+        assert!(start.elapsed() >= Duration::from_secs(1));
+        let q2 = q.clone();
+        let waiter = tokio::spawn(async move { q2.pop().await.key });
+        tokio::task::yield_now().await;
+        q.with(|s| s.add("ns/b", 0, 2, Instant::now()));
+        assert_eq!(waiter.await.expect("join"), "ns/b");
+    }
+}

@@ -1,0 +1,537 @@
+//! The scheduling loop: pop the next pending pod, evaluate its profile on a snapshot that
+//! already counts every earlier assumption, assume the pod onto the best node (requests and
+//! an in-flight usage estimate), and bind it asynchronously with bounded concurrency. A
+//! failed bind forgets the assumption and requeues the pod; a 409 (bound elsewhere) is
+//! dropped quietly. Successes get a `Scheduled` Event; pods that fit nowhere get a
+//! `FailedScheduling` Event and a `PodScheduled=False, reason=Unschedulable` condition whose
+//! message is the profile's summary. Only the leader binds.
+//!
+//! Also the `Scheduler.Bind` gRPC path ([`Binder`]): place (or place on a named node) and
+//! bind a pod by reference.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use loadstar_common::pb;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::Instant;
+use tonic::Status;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::api::{ApiError, EventType, KubeApi, PodEvent, REASON_FAILED, REASON_SCHEDULED};
+use super::cache::ClusterCache;
+use super::convert::PodFacts;
+use super::leader::Leadership;
+use super::queue::{QueuedPod, SchedulingQueue};
+use crate::metrics::{Metrics, ResultLabel};
+use crate::service::Binder;
+use crate::service::scorer::{Profiles, to_response};
+use crate::snapshot::{ClusterSnapshot, PodInfo};
+use crate::store::NodeStore;
+
+/// Estimates a placed pod's usage (CPU millicores, memory bytes) until the agent measures it.
+pub type Estimator = Arc<dyn Fn(&PodInfo) -> (i64, i64) + Send + Sync>;
+
+/// Scheduler settings; see [`SchedulerConfig::default`].
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Bindings in flight at most.
+    pub bind_concurrency: usize,
+    /// Events and status patches in flight at most.
+    pub write_concurrency: usize,
+    /// The loop's own snapshot is rebuilt from the store when older than this (and the store
+    /// changed); its own assumptions are patched in immediately.
+    pub snapshot_refresh: Duration,
+    /// How long shutdown waits for bindings in flight.
+    pub drain_timeout: Duration,
+}
+
+impl Default for SchedulerConfig {
+    /// 64 bindings and 16 writes in flight, snapshots refreshed every 100 ms, 10 s drain.
+    fn default() -> Self {
+        SchedulerConfig {
+            bind_concurrency: 64,
+            write_concurrency: 16,
+            snapshot_refresh: Duration::from_millis(100),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A write that does not block scheduling.
+#[derive(Debug)]
+enum Write {
+    Event(PodEvent),
+    Unschedulable {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+}
+
+/// Result labels of the binds metric.
+const BOUND: &str = "bound";
+const CONFLICT: &str = "conflict";
+const GONE: &str = "gone";
+const ERROR: &str = "error";
+
+/// The scheduler. Share it in an `Arc`.
+#[derive(Debug)]
+pub struct Scheduler {
+    cache: Arc<ClusterCache>,
+    queue: Arc<SchedulingQueue>,
+    store: Arc<NodeStore>,
+    profiles: Arc<Profiles>,
+    metrics: Arc<Metrics>,
+    api: KubeApi,
+    leader: watch::Receiver<Leadership>,
+    estimate: EstimatorBox,
+    config: SchedulerConfig,
+    binds: Arc<Semaphore>,
+    writes: mpsc::Sender<Write>,
+    write_rx: Mutex<Option<mpsc::Receiver<Write>>>,
+    /// The last failure message reported per pod, so retries do not repeat Events.
+    reported: Mutex<HashMap<String, String>>,
+}
+
+/// Debug-printable wrapper of the estimator.
+struct EstimatorBox(Estimator);
+
+impl std::fmt::Debug for EstimatorBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Estimator")
+    }
+}
+
+/// The loop's snapshot: rebuilt from the store now and then, patched with each assumption.
+struct LocalSnapshot {
+    snap: ClusterSnapshot,
+    built: Instant,
+    epoch: u64,
+    fresh: bool,
+}
+
+enum Outcome {
+    Bound,
+    Requeue,
+}
+
+impl Scheduler {
+    /// A scheduler over the cache, queue and store, binding through `api` while `leader`
+    /// says so.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cache: Arc<ClusterCache>,
+        queue: Arc<SchedulingQueue>,
+        store: Arc<NodeStore>,
+        profiles: Arc<Profiles>,
+        metrics: Arc<Metrics>,
+        api: KubeApi,
+        leader: watch::Receiver<Leadership>,
+        estimate: Estimator,
+        config: SchedulerConfig,
+    ) -> Scheduler {
+        let (tx, rx) = mpsc::channel(8192);
+        Scheduler {
+            binds: Arc::new(Semaphore::new(config.bind_concurrency.max(1))),
+            cache,
+            queue,
+            store,
+            profiles,
+            metrics,
+            api,
+            leader,
+            estimate: EstimatorBox(estimate),
+            config,
+            writes: tx,
+            write_rx: Mutex::new(Some(rx)),
+            reported: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn is_leader(&self) -> bool {
+        self.leader.borrow().is_leader
+    }
+
+    fn count(&self, result: &str) {
+        self.metrics
+            .binds
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    fn write(&self, w: Write) {
+        if let Err(e) = self.writes.try_send(w) {
+            debug!(error = %e, "event/status queue full; dropping a write");
+        }
+    }
+
+    fn failed(&self, facts: &PodFacts, message: String) {
+        let key = facts.key();
+        {
+            let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+            if reported.get(&key) == Some(&message) {
+                return;
+            }
+            if reported.len() > 50_000 {
+                reported.clear();
+            }
+            reported.insert(key, message.clone());
+        }
+        info!(pod = %facts.key(), reason = %message, "pod is unschedulable");
+        self.write(Write::Event(PodEvent {
+            namespace: facts.namespace.clone(),
+            name: facts.name.clone(),
+            uid: facts.uid.clone(),
+            type_: EventType::Warning,
+            reason: REASON_FAILED,
+            message: message.clone(),
+        }));
+        self.write(Write::Unschedulable {
+            namespace: facts.namespace.clone(),
+            name: facts.name.clone(),
+            message,
+        });
+    }
+
+    fn scheduled(&self, namespace: &str, name: &str, uid: &str, node: &str) {
+        let key = format!("{namespace}/{name}");
+        self.reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        self.write(Write::Event(PodEvent {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: uid.to_string(),
+            type_: EventType::Normal,
+            reason: REASON_SCHEDULED,
+            message: format!("Successfully assigned {key} to {node}"),
+        }));
+    }
+
+    /// Sends Events and status patches with bounded concurrency until the scheduler is dropped.
+    fn spawn_writer(self: &Arc<Self>) {
+        let Some(mut rx) = self
+            .write_rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let api = self.api.clone();
+        let slots = Arc::new(Semaphore::new(self.config.write_concurrency.max(1)));
+        tokio::spawn(async move {
+            while let Some(w) = rx.recv().await {
+                let Ok(permit) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let api = api.clone();
+                tokio::spawn(async move {
+                    let r = match &w {
+                        Write::Event(ev) => api.event(ev).await,
+                        Write::Unschedulable {
+                            namespace,
+                            name,
+                            message,
+                        } => api.mark_unschedulable(namespace, name, message).await,
+                    };
+                    match r {
+                        Ok(()) | Err(ApiError::NotFound { .. }) => {}
+                        Err(e) => warn!(error = %e, "could not record scheduling outcome"),
+                    }
+                    drop(permit);
+                });
+            }
+        });
+    }
+
+    fn refresh(&self, local: &mut Option<LocalSnapshot>, force: bool) {
+        let epoch = self.cache.node_epoch();
+        let stale = match local.as_ref() {
+            None => true,
+            Some(l) => {
+                force && !l.fresh
+                    || l.epoch != epoch
+                    || (l.built.elapsed() >= self.config.snapshot_refresh
+                        && self.store.generation() != l.snap.generation)
+            }
+        };
+        if stale {
+            *local = Some(LocalSnapshot {
+                snap: (*self.store.snapshot_now()).clone(),
+                built: Instant::now(),
+                epoch,
+                fresh: true,
+            });
+        }
+    }
+
+    /// Runs the loop until `shutdown` resolves, then waits (bounded) for bindings in flight.
+    pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        self.spawn_writer();
+        let mut synced = self.cache.synced();
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = synced.wait_for(|s| s.all()) => {}
+        }
+        info!("caches synced; scheduler ready");
+        let mut leader = self.leader.clone();
+        let mut rng = SmallRng::from_rng(&mut rand::rng());
+        let mut local: Option<LocalSnapshot> = None;
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                r = leader.wait_for(|l| l.is_leader) => if r.is_err() { break },
+            }
+            let pod = tokio::select! {
+                _ = &mut shutdown => break,
+                _ = leader.wait_for(|l| !l.is_leader) => continue,
+                p = self.queue.pop() => p,
+            };
+            if !self.is_leader() {
+                self.queue.with(|q| q.requeue_now(&pod.key));
+                continue;
+            }
+            let Ok(permit) = self.binds.clone().acquire_owned().await else {
+                break;
+            };
+            let span = info_span!(
+                "schedule",
+                pod = %pod.key,
+                attempt = pod.attempts,
+                node = tracing::field::Empty
+            );
+            {
+                let _enter = span.enter();
+                self.schedule_one(pod, permit, &mut local, &mut rng, &span);
+            }
+        }
+        info!("scheduler stopping: waiting for bindings in flight");
+        let all = u32::try_from(self.config.bind_concurrency.max(1)).unwrap_or(u32::MAX);
+        match tokio::time::timeout(self.config.drain_timeout, self.binds.acquire_many(all)).await {
+            Ok(_) => info!("bindings drained"),
+            Err(_) => warn!(timeout = ?self.config.drain_timeout, "bindings still in flight at shutdown"),
+        }
+    }
+
+    fn schedule_one(
+        self: &Arc<Self>,
+        pod: QueuedPod,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        local: &mut Option<LocalSnapshot>,
+        rng: &mut SmallRng,
+        span: &tracing::Span,
+    ) {
+        let Some(facts) = self.cache.pod(&pod.key) else {
+            self.queue.with(|q| q.done(&pod.key));
+            return;
+        };
+        if facts.node_name.is_some() || facts.deleting {
+            self.queue.with(|q| q.done(&pod.key));
+            return;
+        }
+        let info = match &facts.info {
+            Ok(i) => i,
+            Err(e) => {
+                self.failed(&facts, e.to_string());
+                self.queue
+                    .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
+                return;
+            }
+        };
+        let Ok(profile) = self.profiles.get(&facts.scheduler_name) else {
+            self.queue.with(|q| q.done(&pod.key));
+            return;
+        };
+        // A retried pod sees a snapshot at least as new as the event that woke it.
+        self.refresh(local, pod.attempts > 0);
+        let Some(l) = local.as_mut() else { return };
+        l.fresh = false;
+        let ev = profile.evaluate(&l.snap, info, None, 1, rng);
+        let Some(best) = ev.best() else {
+            self.failed(&facts, ev.summary());
+            self.queue
+                .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
+            return;
+        };
+        let index = best.index;
+        let node = l.snap.nodes[index].name.clone();
+        let estimate = (self.estimate.0)(info);
+        match self.cache.assume(info, &node, estimate) {
+            Ok(alloc) => l.snap.nodes[index].alloc = alloc,
+            Err(e) => {
+                debug!(error = %e, "pod already placed; not binding it again");
+                self.queue
+                    .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
+                return;
+            }
+        }
+        span.record("node", &*node);
+        debug!(node = %node, score = best.total, "assumed");
+        let this = self.clone();
+        let bind_span = span.clone();
+        tokio::spawn(
+            async move {
+                let outcome = this
+                    .bind_assumed(&facts, &node, pod.enqueued_at)
+                    .await;
+                match outcome {
+                    Outcome::Bound => this.queue.with(|q| q.done(&pod.key)),
+                    Outcome::Requeue => this
+                        .queue
+                        .with(|q| q.requeue_backoff(&pod.key, Instant::now())),
+                }
+                drop(permit);
+            }
+            .instrument(bind_span),
+        );
+    }
+
+    /// Binds an assumed pod; forgets the assumption unless bound.
+    async fn bind_assumed(&self, facts: &PodFacts, node: &str, enqueued_at: Instant) -> Outcome {
+        if !self.is_leader() {
+            // Lost the lease between assuming and binding: leave it to the new leader.
+            self.cache.forget(&facts.uid);
+            return Outcome::Requeue;
+        }
+        match self
+            .api
+            .bind(&facts.namespace, &facts.name, &facts.uid, node)
+            .await
+        {
+            Ok(()) => {
+                self.count(BOUND);
+                self.metrics
+                    .scheduling_latency
+                    .observe(enqueued_at.elapsed().as_secs_f64());
+                debug!(node, "bound");
+                self.scheduled(&facts.namespace, &facts.name, &facts.uid, node);
+                Outcome::Bound
+            }
+            Err(ApiError::Conflict { message, .. }) => {
+                self.count(CONFLICT);
+                debug!(node, %message, "already bound elsewhere; dropping");
+                self.cache.forget(&facts.uid);
+                Outcome::Bound
+            }
+            Err(ApiError::NotFound { .. }) => {
+                self.count(GONE);
+                self.cache.forget(&facts.uid);
+                Outcome::Bound
+            }
+            Err(e) => {
+                self.count(ERROR);
+                warn!(error = %e, node, "binding failed; will retry");
+                self.cache.forget(&facts.uid);
+                Outcome::Requeue
+            }
+        }
+    }
+}
+
+fn api_status(e: ApiError) -> Status {
+    match e {
+        ApiError::Conflict { .. } => Status::already_exists(e.to_string()),
+        ApiError::NotFound { .. } => Status::not_found(e.to_string()),
+        _ => Status::unavailable(e.to_string()),
+    }
+}
+
+#[tonic::async_trait]
+impl Binder for Scheduler {
+    async fn bind(&self, request: pb::BindRequest) -> Result<pb::BindResponse, Status> {
+        let leadership = self.leader.borrow().clone();
+        if !leadership.is_leader {
+            return Err(Status::unavailable(match leadership.holder {
+                Some(h) => format!("this scorer is not the leader; the leader is {h}"),
+                None => "this scorer is not the leader and no leader is known yet".to_string(),
+            }));
+        }
+        if !self.cache.synced().borrow().all() {
+            return Err(Status::unavailable(
+                "the cluster cache has not finished its first list yet; retry shortly",
+            ));
+        }
+        let r = request.pod.unwrap_or_default();
+        let ns = if r.namespace.is_empty() {
+            "default".to_string()
+        } else {
+            r.namespace
+        };
+        let key = format!("{ns}/{}", r.name);
+        let span = info_span!("bind_request", pod = %key);
+        async move {
+            let facts = self
+                .cache
+                .pod(&key)
+                .ok_or_else(|| Status::not_found(format!("pod {key} is not in the cluster")))?;
+            if let Some(n) = &facts.node_name {
+                return Err(Status::failed_precondition(format!(
+                    "pod {key} is already bound to node {n}"
+                )));
+            }
+            let info = facts
+                .info
+                .as_ref()
+                .map_err(|e| Status::failed_precondition(e.to_string()))?;
+            let profile_name = if !request.profile.is_empty() {
+                request.profile.as_str()
+            } else if self.profiles.contains(&facts.scheduler_name) {
+                facts.scheduler_name.as_str()
+            } else {
+                ""
+            };
+            let profile = self.profiles.get(profile_name)?.clone();
+            let snap = self.store.snapshot_now();
+            let candidates = if request.node_name.is_empty() {
+                None
+            } else {
+                let i = snap.index.get(request.node_name.as_str()).ok_or_else(|| {
+                    Status::not_found(format!("node {:?} is not known", request.node_name))
+                })?;
+                Some(vec![*i])
+            };
+            let mut rng = SmallRng::from_rng(&mut rand::rng());
+            let ev = profile.evaluate(&snap, info, candidates.as_deref(), 0, &mut rng);
+            let decision = to_response(&profile, &snap, &ev);
+            let Some(best) = ev.best() else {
+                self.failed(&facts, ev.summary());
+                return Err(Status::failed_precondition(ev.summary()));
+            };
+            let node = snap.nodes[best.index].name.clone();
+            self.cache
+                .assume(info, &node, (self.estimate.0)(info))
+                .map_err(|e| Status::aborted(e.to_string()))?;
+            self.cache.bump_epoch();
+            let started = Instant::now();
+            match self.api.bind(&ns, &facts.name, &facts.uid, &node).await {
+                Ok(()) => {
+                    self.count(BOUND);
+                    self.metrics
+                        .scheduling_latency
+                        .observe(started.elapsed().as_secs_f64());
+                    self.scheduled(&ns, &facts.name, &facts.uid, &node);
+                    self.queue.with(|q| q.done(&key));
+                    Ok(pb::BindResponse {
+                        node_name: node.to_string(),
+                        decision: Some(decision),
+                    })
+                }
+                Err(e) => {
+                    self.count(ERROR);
+                    self.cache.forget(&facts.uid);
+                    Err(api_status(e))
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
