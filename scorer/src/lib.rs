@@ -7,5 +7,6 @@ pub mod metrics;
 pub mod policy;
 pub mod server;
 pub mod service;
+pub mod sim;
 pub mod snapshot;
 pub mod store;
