@@ -1,4 +1,30 @@
-//! `loadstar-scorer` binary entry point (modes are being wired in).
-fn main() {
-    println!("loadstar-scorer {}", loadstar_common::VERSION);
+//! `loadstar-scorer`: parses the command line and runs one mode; the work lives in the library.
+use clap::{Parser, Subcommand};
+use loadstar_scorer::app;
+
+/// Loadstar scorer: real-load-aware node scores over gRPC, and a Kubernetes scheduler.
+#[derive(Debug, Parser)]
+#[command(name = "loadstar-scorer", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run with an in-process agent sampling this machine; no Kubernetes needed.
+    Standalone(app::standalone::StandaloneArgs),
+    /// Run the central service: agents stream to it, clients score with it.
+    Serve(app::serve::ServeArgs),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    app::init_logging();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Standalone(args) => app::standalone::run(args).await?,
+        Command::Serve(args) => app::serve::run(args).await?,
+    }
+    Ok(())
 }

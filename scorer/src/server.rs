@@ -91,11 +91,18 @@ pub async fn serve(
     };
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
+    // Long-lived streams end when shutdown starts, so the drain is not held open by them.
+    let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        shutdown.await;
+        let _ = closing_tx.send(true);
+    };
     let ingest = IngestService::new(
         parts.store.clone(),
         parts.metrics.clone(),
         parts.desired_interval_seconds,
-    );
+    )
+    .with_closing(closing.clone());
     Server::builder()
         .add_service(health_service)
         .add_service(reflection_v1)
@@ -105,7 +112,7 @@ pub async fn serve(
                 .max_decoding_message_size(MAX_MESSAGE_BYTES),
         )
         .add_service(
-            pb::scorer_server::ScorerServer::new(parts.scorer_service())
+            pb::scorer_server::ScorerServer::new(parts.scorer_service().with_closing(closing))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES),
         )
         .add_service(pb::scheduler_server::SchedulerServer::new(

@@ -58,7 +58,10 @@ pub fn load_config(path: Option<&Path>) -> Result<ScorerConfig, AppError> {
 }
 
 /// Builds the profiles of a config.
-pub fn build_profiles(config: &ScorerConfig, path: Option<&Path>) -> Result<Arc<Profiles>, AppError> {
+pub fn build_profiles(
+    config: &ScorerConfig,
+    path: Option<&Path>,
+) -> Result<Arc<Profiles>, AppError> {
     let list = config.build_profiles().map_err(|e| AppError::Config {
         path: path.map_or("<embedded default>".into(), |p| p.display().to_string()),
         message: e.to_string(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use loadstar_common::pb;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -20,6 +20,7 @@ pub struct IngestService {
     store: Arc<NodeStore>,
     metrics: Arc<Metrics>,
     desired_interval_seconds: f64,
+    closing: Option<watch::Receiver<bool>>,
 }
 
 impl IngestService {
@@ -34,7 +35,15 @@ impl IngestService {
             store,
             metrics,
             desired_interval_seconds,
+            closing: None,
         }
+    }
+
+    /// Ends agent streams when `closing` turns true, so agents move to another replica and
+    /// a graceful shutdown is not held open by them.
+    pub fn with_closing(mut self, closing: watch::Receiver<bool>) -> Self {
+        self.closing = Some(closing);
+        self
     }
 
     /// Handles one report of a stream whose first node was `stream_node`.
@@ -111,8 +120,17 @@ impl pb::ingest_server::Ingest for IngestService {
             async move {
                 this.metrics.ingest_streams.inc();
                 let mut node: Option<String> = None;
+                let closed = crate::service::scorer::closed(this.closing.clone());
+                tokio::pin!(closed);
                 loop {
-                    match inbound.message().await {
+                    let next = tokio::select! {
+                        m = inbound.message() => m,
+                        _ = &mut closed => {
+                            info!("scorer shutting down; ending agent stream");
+                            break;
+                        }
+                    };
+                    match next {
                         Ok(Some(report)) => {
                             let ack = this.handle(&mut node, report);
                             if let Some(n) = &node {

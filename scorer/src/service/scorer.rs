@@ -10,7 +10,7 @@ use loadstar_common::pb;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, debug, info_span};
@@ -118,6 +118,19 @@ pub struct ScorerService {
     profiles: Arc<Profiles>,
     metrics: Arc<Metrics>,
     resolver: Option<Arc<dyn PodResolver>>,
+    closing: Option<watch::Receiver<bool>>,
+}
+
+/// Resolves when `closing` turns true (never, without a signal).
+pub(crate) async fn closed(closing: Option<watch::Receiver<bool>>) {
+    match closing {
+        Some(mut rx) => {
+            if rx.wait_for(|c| *c).await.is_err() {
+                // The server is gone without signalling: treat as closed.
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
 
 impl ScorerService {
@@ -134,7 +147,15 @@ impl ScorerService {
             profiles,
             metrics,
             resolver,
+            closing: None,
         }
+    }
+
+    /// Ends server streams (`WatchNodes`) when `closing` turns true, so a graceful shutdown
+    /// is not held open by watchers.
+    pub fn with_closing(mut self, closing: watch::Receiver<bool>) -> Self {
+        self.closing = Some(closing);
+        self
     }
 
     async fn pod_of(&self, req: &pb::ScoreRequest) -> Result<PodInfo, Status> {
@@ -254,7 +275,8 @@ impl pb::scorer_server::Scorer for ScorerService {
         let store = self.store.clone();
         let mut changes = store.subscribe();
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(async move {
+        let closing = self.closing.clone();
+        let task = tokio::spawn(async move {
             let initial = |tx: mpsc::Sender<Result<pb::NodeEvent, Status>>| {
                 let store = store.clone();
                 let wanted = wanted.clone();
@@ -310,6 +332,10 @@ impl pb::scorer_server::Scorer for ScorerService {
                     Err(RecvError::Closed) => return,
                 }
             }
+        });
+        tokio::spawn(async move {
+            closed(closing).await;
+            task.abort();
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
