@@ -435,7 +435,7 @@ impl<'a> Simulation<'a> {
     }
 
     fn sample_and_report(&mut self, t: f64) -> Result<(), EngineError> {
-        let report_now = self.step % self.report_every == 0;
+        let report_now = self.step.is_multiple_of(self.report_every);
         let at = self.instant(t);
         let measure_delay = self.settings.measure_delay_s;
         let max_age = Duration::from_secs_f64(self.settings.inflight.max_age_seconds);

@@ -355,6 +355,8 @@ impl Recorder {
         for (i, t) in truths.iter().enumerate() {
             let u = ratios(&t.sample);
             let mut any = false;
+            // r indexes five parallel per-resource tables.
+            #[allow(clippy::needless_range_loop)]
             for r in 0..5 {
                 if r == 4 && !self.gpu_node[i] {
                     continue;
@@ -627,5 +629,36 @@ impl Recorder {
             values,
         };
         (summary, series, heatmap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::cluster::{Cluster, NodeMix};
+
+    #[test]
+    fn fragmentation_and_stranded_gpus() {
+        let cluster = Cluster::generate(4, &NodeMix::parse("gpu8").expect("mix"), 1).expect("c");
+        let trace = Trace::new(Vec::new()).expect("trace");
+        let settings = SimSettings::default();
+        let mut r = Recorder::new("p", &cluster, &trace, &settings, 2);
+        r.record_nodes(0, &[NodeTruth::default(); 4]);
+        // 4 free GPUs, one on each node: a 2-GPU pod is fragmented, all 4 GPUs stranded; a
+        // 5-GPU pod is not fragmented (not enough GPUs in the whole cluster).
+        r.record_queue(0, 2, &[2, 5], &[1, 1, 1, 1]);
+        r.record_nodes(1, &[NodeTruth::default(); 4]);
+        // A 1-GPU pod pending with free [0, 0, 0, 0]: nothing fragmented or stranded.
+        r.record_queue(1, 1, &[1], &[0, 0, 0, 0]);
+        let (s, series, _) = r.finish(&[]);
+        let g = s.gpu.expect("gpu cluster");
+        assert_eq!(g.gpus, 32);
+        assert_eq!(g.fragmented_pods_max, 1);
+        assert_eq!(g.stranded_gpus_max, 4);
+        assert!((g.stranded_gpus_mean - 2.0).abs() < 1e-12);
+        assert!((g.fragmented_pod_minutes - 5.0 / 60.0).abs() < 1e-12);
+        assert!((g.allocated_mean - (28.0 / 32.0 + 1.0) / 2.0).abs() < 1e-12);
+        assert_eq!(series.fragmented, vec![1.0, 0.0]);
+        assert_eq!(series.stranded, vec![4.0, 0.0]);
     }
 }

@@ -29,7 +29,7 @@ pub enum PlotError {
 }
 
 /// Most heatmap cells drawn in an SVG (keeps files well under 1 MiB).
-pub const SVG_MAX_CELLS: usize = 6000;
+pub const SVG_MAX_CELLS: usize = 3000;
 
 const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
@@ -96,12 +96,15 @@ fn write_figure<F: Figure>(dir: &Path, name: &str, fig: &F) -> Result<Vec<PathBu
     Ok(vec![svg, png])
 }
 
+/// One panel: its caption, the series it plots and a scale factor.
+type Panel = (String, fn(&RunSeries) -> &[f64], f64);
+
 /// Several line panels over time, one line per profile.
 struct Lines<'a> {
     title: String,
     profiles: Vec<&'a str>,
     series: &'a [RunSeries],
-    panels: Vec<(String, fn(&RunSeries) -> &[f64], f64)>,
+    panels: Vec<Panel>,
     cols: usize,
 }
 
@@ -198,7 +201,7 @@ impl Figure for Heat<'_> {
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, _svg: bool) -> DrawResult {
-        let (main, legend) = root.split_horizontally(920);
+        let (main, legend) = root.split_horizontally(890);
         let n = self.map.nodes.len();
         let t_end = (self.map.duration_s / 60.0).max(1.0);
         let mut chart = ChartBuilder::on(&main)
@@ -206,7 +209,7 @@ impl Figure for Heat<'_> {
             .caption(&self.title, ("sans-serif", 18))
             .x_label_area_size(35)
             .y_label_area_size(70)
-            .build_cartesian_2d(0.0..t_end, 0.0..n as f64)
+            .build_cartesian_2d(0.0..t_end, -0.5..n as f64 - 0.5)
             .map_err(err)?;
         let names = self.map.nodes.clone();
         chart
@@ -215,7 +218,14 @@ impl Figure for Heat<'_> {
             .x_desc("minutes")
             .y_desc("node")
             .y_labels(n.min(20))
-            .y_label_formatter(&|y| names.get(*y as usize).cloned().unwrap_or_default())
+            .y_label_formatter(&|y| {
+                let i = y.round();
+                if (y - i).abs() < 1e-6 && i >= 0.0 {
+                    names.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
             .draw()
             .map_err(err)?;
         let src = self.map.columns.max(1);
@@ -229,8 +239,8 @@ impl Figure for Heat<'_> {
                 let v = vals.iter().map(|x| f64::from(*x)).sum::<f64>() / vals.len().max(1) as f64;
                 Rectangle::new(
                     [
-                        (c as f64 * width, row as f64),
-                        ((c + 1) as f64 * width, row as f64 + 1.0),
+                        (c as f64 * width, row as f64 - 0.5),
+                        ((c + 1) as f64 * width, row as f64 + 0.5),
                     ],
                     heat_color(v).filled(),
                 )
@@ -241,14 +251,15 @@ impl Figure for Heat<'_> {
         let mut bar = ChartBuilder::on(&legend)
             .margin_top(40)
             .margin_bottom(45)
-            .margin_right(30)
-            .y_label_area_size(35)
+            .margin_right(40)
+            .y_label_area_size(45)
             .build_cartesian_2d(0.0..1.0, 0.0..100.0)
             .map_err(err)?;
         bar.configure_mesh()
             .disable_mesh()
             .disable_x_axis()
-            .y_desc("CPU %")
+            .y_labels(6)
+            .y_label_style(("sans-serif", 12))
             .draw()
             .map_err(err)?;
         bar.draw_series((0..50).map(|k| {
@@ -292,15 +303,15 @@ impl Figure for Balance<'_> {
             .caption(&self.title, ("sans-serif", 18))
             .x_label_area_size(35)
             .y_label_area_size(50)
-            .build_cartesian_2d(0.0..n as f64, 0.0..y_max)
+            .build_cartesian_2d(-0.5..n as f64 - 0.5, 0.0..y_max)
             .map_err(err)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(n)
             .x_label_formatter(&|x| {
-                let i = (*x - 0.5).round();
-                if (x - 0.5 - i).abs() < 1e-6 && i >= 0.0 {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
                     names.get(i as usize).cloned().unwrap_or_default()
                 } else {
                     String::new()
@@ -314,7 +325,7 @@ impl Figure for Balance<'_> {
             let c = color(j);
             chart
                 .draw_series(r.per_node.iter().enumerate().map(|(i, x)| {
-                    let x0 = i as f64 + 0.1 + j as f64 * bw;
+                    let x0 = i as f64 - 0.4 + j as f64 * bw;
                     Rectangle::new([(x0, 0.0), (x0 + bw * 0.9, x.h.unwrap_or(0.0))], c.filled())
                 }))
                 .map_err(err)?
@@ -323,7 +334,7 @@ impl Figure for Balance<'_> {
         }
         chart
             .draw_series(LineSeries::new(
-                [(0.0, 1.0), (n as f64, 1.0)],
+                [(-0.5, 1.0), (n as f64 - 0.5, 1.0)],
                 BLACK.stroke_width(1),
             ))
             .map_err(err)?;
@@ -361,7 +372,7 @@ pub fn write_all(
     let mut files = Vec::new();
     let profiles: Vec<&str> = cmp.results.iter().map(|r| r.profile.as_str()).collect();
     let pct = 100.0;
-    let mut panels: Vec<(String, fn(&RunSeries) -> &[f64], f64)> = vec![
+    let mut panels: Vec<Panel> = vec![
         (
             format!("{} utilisation stddev across nodes (%)", RESOURCES[0]),
             |s| &s.std[0],

@@ -460,7 +460,7 @@ impl Trace {
     /// Generates `count` pods of `mix` arriving uniformly at random over
     /// `[0, arrival_window_s)`, deterministically for `seed`.
     pub fn generate(count: usize, mix: &TraceMix, arrival_window_s: f64, seed: u64) -> Trace {
-        let mut rng = StdRng::seed_from_u64(seed ^ 0x7472_6163_65);
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x0074_7261_6365);
         let weights: Vec<f64> = mix.entries.iter().map(|(_, w)| *w).collect();
         let counts = super::cluster::largest_remainder(count, &weights);
         let mut classes: Vec<TraceClass> = Vec::with_capacity(count);
