@@ -1,15 +1,33 @@
-//! `loadstar-scorer serve`: the production mode — agents stream to it, clients score with it.
-//! (The Kubernetes scheduler plugs in here.)
+//! `loadstar-scorer serve`: the production mode — agents stream to it, clients score with it,
+//! and, with a Kubernetes connection (`--kubeconfig` or in-cluster), it schedules the pods
+//! whose `schedulerName` names one of its profiles, as the Lease's leader.
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use tracing::info;
 
-use crate::app::{AppError, Shutdown, bind, run_servers};
+use crate::app::{AppError, DRAIN_TIMEOUT, Shutdown, bind, run_servers};
+use crate::kube::client::RateLimit;
+use crate::kube::leader::LeaderConfig;
+use crate::kube::runtime::{self, KubeOptions};
+use crate::kube::scheduler::SchedulerConfig;
 use crate::metrics::{Metrics, Readiness};
 use crate::server::ServerParts;
+use crate::service::{Binder, PodResolver};
+
+/// Whether to connect to Kubernetes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KubernetesMode {
+    /// When `--kubeconfig` is given or the process runs in a cluster.
+    Auto,
+    /// Always (fails without a configuration).
+    On,
+    /// Never: scoring service only.
+    Off,
+}
 
 /// Flags of `serve`.
 #[derive(Debug, Args)]
@@ -26,6 +44,63 @@ pub struct ServeArgs {
     /// Interval asked of agents in acks, seconds (0: no preference).
     #[arg(long, default_value_t = 0.0)]
     pub desired_interval_seconds: f64,
+    /// Connect to Kubernetes and schedule pods.
+    #[arg(long, value_enum, default_value = "auto", env = "LOADSTAR_KUBERNETES")]
+    pub kubernetes: KubernetesMode,
+    /// Kubeconfig file (default: the in-cluster service account).
+    #[arg(long, env = "LOADSTAR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Client-side request rate to the API server (per client, as kube-scheduler).
+    #[arg(long, default_value_t = 50.0)]
+    pub kube_api_qps: f64,
+    /// Client-side burst to the API server.
+    #[arg(long, default_value_t = 100)]
+    pub kube_api_burst: u32,
+    /// Elect a leader on a Lease; only the leader binds.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the Lease (default: POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_elect_namespace: String,
+    /// Name of the Lease.
+    #[arg(long, default_value = "loadstar-scorer")]
+    pub leader_elect_name: String,
+    /// This replica's identity (default: POD_NAME, else hostname plus a random suffix).
+    #[arg(long, env = "POD_NAME")]
+    pub leader_elect_identity: Option<String>,
+    /// Lease duration, seconds.
+    #[arg(long, default_value_t = 15.0)]
+    pub leader_elect_lease_duration: f64,
+    /// Renew deadline, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub leader_elect_renew_deadline: f64,
+    /// Retry period, seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub leader_elect_retry_period: f64,
+    /// Bindings in flight at most.
+    #[arg(long, default_value_t = 64)]
+    pub bind_concurrency: usize,
+}
+
+fn secs(v: f64, what: &str) -> Result<Duration, AppError> {
+    if v.is_finite() && v > 0.0 && v < 86_400.0 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(AppError::Other(format!(
+            "--{what} must be a positive number of seconds, got {v}"
+        )))
+    }
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "loadstar".into());
+    format!("{host}_{:08x}", rand::random::<u32>())
+}
+
+fn in_cluster() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
 }
 
 /// Runs `serve` until SIGTERM.
@@ -34,12 +109,79 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
     let store = crate::app::standalone::build_store(&config);
     let profiles = crate::app::standalone::build_profiles(&config, args.config.as_deref())?;
     let metrics = Metrics::new();
+    let shutdown = Shutdown::new();
+    shutdown.on_signals();
+    let want_kube = match args.kubernetes {
+        KubernetesMode::On => true,
+        KubernetesMode::Off => false,
+        KubernetesMode::Auto => args.kubeconfig.is_some() || in_cluster(),
+    };
+    let mut resolver: Option<Arc<dyn PodResolver>> = None;
+    let mut binder: Option<Arc<dyn Binder>> = None;
+    let mut kube = None;
+    if want_kube {
+        let identity = args
+            .leader_elect_identity
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(default_identity);
+        let leader = if args.leader_elect {
+            Some(LeaderConfig {
+                lease_duration: secs(
+                    args.leader_elect_lease_duration,
+                    "leader-elect-lease-duration",
+                )?,
+                renew_deadline: secs(
+                    args.leader_elect_renew_deadline,
+                    "leader-elect-renew-deadline",
+                )?,
+                retry_period: secs(args.leader_elect_retry_period, "leader-elect-retry-period")?,
+                ..LeaderConfig::new(
+                    &args.leader_elect_namespace,
+                    &args.leader_elect_name,
+                    &identity,
+                )
+            })
+        } else {
+            None
+        };
+        let inflight = config.inflight().clone();
+        let options = KubeOptions {
+            kubeconfig: args.kubeconfig.clone(),
+            rate_limit: RateLimit {
+                qps: args.kube_api_qps,
+                burst: args.kube_api_burst,
+            },
+            leader,
+            identity: identity.clone(),
+            component: "loadstar-scorer".into(),
+            scheduler: SchedulerConfig {
+                bind_concurrency: args.bind_concurrency.max(1),
+                drain_timeout: DRAIN_TIMEOUT,
+                ..SchedulerConfig::default()
+            },
+        };
+        let rt = runtime::start(
+            options,
+            store.clone(),
+            profiles.clone(),
+            metrics.clone(),
+            Arc::new(move |pod| crate::policy::inflight::estimate(pod, &inflight)),
+            shutdown.wait(),
+        )
+        .await
+        .map_err(|e| AppError::Other(e.to_string()))?;
+        info!(%identity, leader_elect = args.leader_elect, "Kubernetes scheduler started");
+        resolver = Some(rt.cache.clone());
+        binder = Some(rt.scheduler.clone());
+        kube = Some(rt);
+    }
     let parts = ServerParts {
         store,
         profiles,
         metrics,
-        resolver: None,
-        binder: None,
+        resolver,
+        binder,
         desired_interval_seconds: args.desired_interval_seconds,
     };
     let grpc = bind(args.listen).await?;
@@ -47,7 +189,17 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
     info!(grpc = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(),
           http = %http.local_addr().map(|a| a.to_string()).unwrap_or_default(),
           "loadstar-scorer serving");
-    let shutdown = Shutdown::new();
-    shutdown.on_signals();
-    run_servers(grpc, Some(http), parts, Arc::new(Readiness::default()), shutdown).await
+    let result = run_servers(
+        grpc,
+        Some(http),
+        parts,
+        Arc::new(Readiness::default()),
+        shutdown,
+    )
+    .await;
+    if let Some(rt) = kube {
+        // Stop taking pods, drain bindings, release the Lease.
+        rt.join(DRAIN_TIMEOUT + Duration::from_secs(5)).await;
+    }
+    result
 }

@@ -299,8 +299,7 @@ mod tests {
         assert_eq!(e["type"], "Warning");
         assert_eq!(e["firstTimestamp"], "2023-11-14T22:13:20Z");
         // It parses as a k8s Event.
-        let parsed: k8s_openapi::api::core::v1::Event =
-            serde_json::from_value(e).expect("event");
+        let parsed: k8s_openapi::api::core::v1::Event = serde_json::from_value(e).expect("event");
         assert_eq!(parsed.reason.as_deref(), Some(REASON_FAILED));
         let p = unschedulable_patch("why", now);
         assert_eq!(p["status"]["conditions"][0]["reason"], "Unschedulable");

@@ -100,7 +100,9 @@ fn add_to(a: &mut NodeAllocation, p: &Placement, pod: PodOnNode) {
     a.requested.add(&p.requests);
     a.requested.pods = a.requested.pods.saturating_add(1);
     a.nonzero_cpu_millis = a.nonzero_cpu_millis.saturating_add(p.nonzero_cpu_millis);
-    a.nonzero_memory_bytes = a.nonzero_memory_bytes.saturating_add(p.nonzero_memory_bytes);
+    a.nonzero_memory_bytes = a
+        .nonzero_memory_bytes
+        .saturating_add(p.nonzero_memory_bytes);
     a.pods.retain(|q| q.uid != pod.uid);
     a.pods.push(pod);
 }
@@ -323,8 +325,14 @@ impl ClusterCache {
         if facts.node_name.is_some() || facts.deleting {
             self.queue.with(|q| q.done(&key));
         } else if self.profiles.contains(&facts.scheduler_name) {
-            self.queue
-                .with(|q| q.add(&key, facts.priority, facts.created_unix, tokio::time::Instant::now()));
+            self.queue.with(|q| {
+                q.add(
+                    &key,
+                    facts.priority,
+                    facts.created_unix,
+                    tokio::time::Instant::now(),
+                )
+            });
         }
     }
 
@@ -508,11 +516,13 @@ mod tests {
         assert_eq!(a.requested.cpu_millis, 500);
         assert_eq!(a.requested.pods, 1);
         assert_eq!(a.pods.len(), 1);
-        assert_eq!(a.nonzero_memory_bytes, crate::snapshot::DEFAULT_NONZERO_MEMORY_BYTES);
+        assert_eq!(
+            a.nonzero_memory_bytes,
+            crate::snapshot::DEFAULT_NONZERO_MEMORY_BYTES
+        );
         // Only the loadstar pod is queued.
         let keys: Vec<String> = queue.with(|q| {
-            std::iter::from_fn(|| q.pop(tokio::time::Instant::now()).ok().map(|p| p.key))
-                .collect()
+            std::iter::from_fn(|| q.pop(tokio::time::Instant::now()).ok().map(|p| p.key)).collect()
         });
         assert_eq!(keys, vec!["ns/b"]);
         // Deleting the bound pod frees the node.
@@ -527,7 +537,12 @@ mod tests {
         cache.apply_node(&node("n1"));
         let p = pod("b", "ub", "loadstar", None, "1");
         cache.apply_pod(&p);
-        let info = cache.pod("ns/b").expect("known").info.clone().expect("valid");
+        let info = cache
+            .pod("ns/b")
+            .expect("known")
+            .info
+            .clone()
+            .expect("valid");
         let n1: Arc<str> = Arc::from("n1");
         let a = cache.assume(&info, &n1, (1500, 1 << 20)).expect("assumed");
         assert_eq!(a.requested.cpu_millis, 1000);
@@ -567,7 +582,12 @@ mod tests {
         cache.nodes_relist_done();
         cache.pods_relist_started();
         cache.pods_relist_done();
-        assert!(store.snapshot_now().get("n2").is_none_or(|n| n.kube.is_none()));
+        assert!(
+            store
+                .snapshot_now()
+                .get("n2")
+                .is_none_or(|n| n.kube.is_none())
+        );
         assert_eq!(alloc(&store, "n1").requested.pods, 0);
         assert_eq!(cache.pod_count(), 0);
     }
@@ -576,7 +596,11 @@ mod tests {
     async fn resolver_answers_from_the_cache() {
         let (_store, _queue, cache) = setup();
         assert_eq!(
-            cache.resolve("ns", "a").await.expect_err("not synced").code(),
+            cache
+                .resolve("ns", "a")
+                .await
+                .expect_err("not synced")
+                .code(),
             tonic::Code::Unavailable
         );
         cache.pods_relist_started();

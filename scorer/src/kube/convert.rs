@@ -4,9 +4,9 @@
 //! objects themselves. No I/O: everything here is unit-tested without a cluster.
 use std::collections::BTreeMap;
 
+use ::kube::ResourceExt;
 use k8s_openapi::api::core::v1::{Container, Node, NodeSelectorRequirement, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use ::kube::ResourceExt;
 use loadstar_common::model::{ResourceList, ResourceListError};
 use thiserror::Error;
 
@@ -109,10 +109,10 @@ fn parse_list(
     };
     let list = ResourceList::from_quantities(map.iter().map(|(k, v)| (k.as_str(), v.0.as_str())))
         .map_err(|source| ConvertError::Quantity {
-            pod: pod.to_string(),
-            field: field(),
-            source,
-        })?;
+        pod: pod.to_string(),
+        field: field(),
+        source,
+    })?;
     Ok((list, map.contains_key("cpu"), map.contains_key("memory")))
 }
 
@@ -144,7 +144,10 @@ fn container_resources(
     // containers; we repeat it for objects that bypassed defaulting).
     let mut requests = requests;
     let limit_map = res.and_then(|r| r.limits.as_ref());
-    let has = |k: &str| res.and_then(|r| r.requests.as_ref()).is_some_and(|m| m.contains_key(k));
+    let has = |k: &str| {
+        res.and_then(|r| r.requests.as_ref())
+            .is_some_and(|m| m.contains_key(k))
+    };
     let mut has_cpu = has_cpu;
     let mut has_mem = has_mem;
     if let Some(lm) = limit_map {
@@ -338,7 +341,10 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         .affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
     {
         for (ti, term) in sel.node_selector_terms.iter().enumerate() {
             let mut reqs = Vec::new();
@@ -361,7 +367,12 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
                         reason: format!("unsupported field {:?} (only metadata.name)", r.key),
                     });
                 }
-                reqs.push(selector_requirement(&key, &field, r, Some(FIELD_NODE_NAME))?);
+                reqs.push(selector_requirement(
+                    &key,
+                    &field,
+                    r,
+                    Some(FIELD_NODE_NAME),
+                )?);
             }
             // Upstream: a term with no requirements matches nothing; keep it (it never
             // matches) so the pod stays unschedulable as upstream would leave it.
@@ -601,7 +612,11 @@ mod tests {
         })));
         assert!(matches!(f.info, Err(ConvertError::Affinity { .. })));
         // A pod without a spec does not panic.
-        assert!(pod_facts(&pod(json!({"metadata": {"name": "empty"}}))).info.is_ok());
+        assert!(
+            pod_facts(&pod(json!({"metadata": {"name": "empty"}})))
+                .info
+                .is_ok()
+        );
     }
 
     #[test]

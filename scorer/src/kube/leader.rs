@@ -148,7 +148,8 @@ impl LeaderElector {
 
     fn spec_for_me(&self, old: Option<&LeaseSpec>) -> LeaseSpec {
         let now = MicroTime(Timestamp::now());
-        let was_mine = old.and_then(|s| s.holder_identity.as_deref()) == Some(&self.config.identity);
+        let was_mine =
+            old.and_then(|s| s.holder_identity.as_deref()) == Some(&self.config.identity);
         let transitions = old.and_then(|s| s.lease_transitions).unwrap_or(0);
         LeaseSpec {
             holder_identity: Some(self.config.identity.clone()),
@@ -173,7 +174,11 @@ impl LeaderElector {
     /// One attempt to acquire or renew; returns whether this process holds the lease.
     async fn try_acquire_or_renew(&mut self) -> Result<bool, LeaderError> {
         let now = Instant::now();
-        let Some(mut lease) = self.api.get_opt(&self.config.name).await.map_err(|e| self.err(e))?
+        let Some(mut lease) = self
+            .api
+            .get_opt(&self.config.name)
+            .await
+            .map_err(|e| self.err(e))?
         else {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -323,7 +328,11 @@ impl LeaderElector {
 
     /// Gives the lease up (empty holder), if this process still holds it.
     async fn release(&self) -> Result<(), LeaderError> {
-        let Some(mut lease) = self.api.get_opt(&self.config.name).await.map_err(|e| self.err(e))?
+        let Some(mut lease) = self
+            .api
+            .get_opt(&self.config.name)
+            .await
+            .map_err(|e| self.err(e))?
         else {
             return Ok(());
         };
@@ -352,8 +361,20 @@ mod tests {
         let d = Duration::from_secs(15);
         assert!(may_acquire("me", "", t0, d, t0));
         assert!(may_acquire("me", "me", t0, d, t0));
-        assert!(!may_acquire("me", "other", t0, d, t0 + Duration::from_secs(14)));
-        assert!(may_acquire("me", "other", t0, d, t0 + Duration::from_secs(15)));
+        assert!(!may_acquire(
+            "me",
+            "other",
+            t0,
+            d,
+            t0 + Duration::from_secs(14)
+        ));
+        assert!(may_acquire(
+            "me",
+            "other",
+            t0,
+            d,
+            t0 + Duration::from_secs(15)
+        ));
     }
 
     #[test]

@@ -199,7 +199,11 @@ impl Queue {
 
     /// A pod handed out is put back without penalty (e.g. leadership was lost).
     pub fn requeue_now(&mut self, key: &str) {
-        if self.pods.get(key).is_some_and(|e| e.state == State::InFlight) {
+        if self
+            .pods
+            .get(key)
+            .is_some_and(|e| e.state == State::InFlight)
+        {
             self.push_active(key);
         }
     }

@@ -83,7 +83,9 @@ async fn reflect_nodes(client: Client, cache: Arc<ClusterCache>) {
 
 async fn reflect_pods(client: Client, cache: Arc<ClusterCache>) {
     let api: Api<Pod> = Api::all(client);
-    let config = watcher::Config::default().any_semantic().fields(ACTIVE_PODS);
+    let config = watcher::Config::default()
+        .any_semantic()
+        .fields(ACTIVE_PODS);
     let stream = watcher::watcher(api, config).default_backoff();
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
@@ -112,7 +114,11 @@ pub async fn start(
     let main = client::build(&config, Some(options.rate_limit))?;
     let events = client::build(&config, Some(options.rate_limit))?;
     let queue = Arc::new(SchedulingQueue::new());
-    let cache = Arc::new(ClusterCache::new(store.clone(), queue.clone(), profiles.clone()));
+    let cache = Arc::new(ClusterCache::new(
+        store.clone(),
+        queue.clone(),
+        profiles.clone(),
+    ));
     let nodes = tokio::spawn(reflect_nodes(main.clone(), cache.clone()));
     let pods = tokio::spawn(reflect_pods(main.clone(), cache.clone()));
     let (stop_elector, elector_stopped) = watch::channel(false);

@@ -108,6 +108,9 @@ impl std::fmt::Debug for EstimatorBox {
 /// The loop's snapshot: rebuilt from the store now and then, patched with each assumption.
 struct LocalSnapshot {
     snap: ClusterSnapshot,
+    /// Indices of the nodes Kubernetes knows (agent-only entries and allocations left on
+    /// deleted nodes are never candidates).
+    candidates: Vec<usize>,
     built: Instant,
     epoch: u64,
     fresh: bool,
@@ -263,8 +266,10 @@ impl Scheduler {
             }
         };
         if stale {
+            let snap = (*self.store.snapshot_now()).clone();
             *local = Some(LocalSnapshot {
-                snap: (*self.store.snapshot_now()).clone(),
+                candidates: kube_nodes(&snap),
+                snap,
                 built: Instant::now(),
                 epoch,
                 fresh: true,
@@ -317,7 +322,9 @@ impl Scheduler {
         let all = u32::try_from(self.config.bind_concurrency.max(1)).unwrap_or(u32::MAX);
         match tokio::time::timeout(self.config.drain_timeout, self.binds.acquire_many(all)).await {
             Ok(_) => info!("bindings drained"),
-            Err(_) => warn!(timeout = ?self.config.drain_timeout, "bindings still in flight at shutdown"),
+            Err(_) => {
+                warn!(timeout = ?self.config.drain_timeout, "bindings still in flight at shutdown")
+            }
         }
     }
 
@@ -354,7 +361,7 @@ impl Scheduler {
         self.refresh(local, pod.attempts > 0);
         let Some(l) = local.as_mut() else { return };
         l.fresh = false;
-        let ev = profile.evaluate(&l.snap, info, None, 1, rng);
+        let ev = profile.evaluate(&l.snap, info, Some(&l.candidates), 1, rng);
         let Some(best) = ev.best() else {
             self.failed(&facts, ev.summary());
             self.queue
@@ -379,9 +386,7 @@ impl Scheduler {
         let bind_span = span.clone();
         tokio::spawn(
             async move {
-                let outcome = this
-                    .bind_assumed(&facts, &node, pod.enqueued_at)
-                    .await;
+                let outcome = this.bind_assumed(&facts, &node, pod.enqueued_at).await;
                 match outcome {
                     Outcome::Bound => this.queue.with(|q| q.done(&pod.key)),
                     Outcome::Requeue => this
@@ -434,6 +439,16 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// Indices of the snapshot's nodes that Kubernetes knows.
+fn kube_nodes(snap: &ClusterSnapshot) -> Vec<usize> {
+    snap.nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.kube.is_some())
+        .map(|(i, _)| i)
+        .collect()
 }
 
 fn api_status(e: ApiError) -> Status {
@@ -491,15 +506,22 @@ impl Binder for Scheduler {
             let profile = self.profiles.get(profile_name)?.clone();
             let snap = self.store.snapshot_now();
             let candidates = if request.node_name.is_empty() {
-                None
+                kube_nodes(&snap)
             } else {
-                let i = snap.index.get(request.node_name.as_str()).ok_or_else(|| {
-                    Status::not_found(format!("node {:?} is not known", request.node_name))
-                })?;
-                Some(vec![*i])
+                let i = snap
+                    .index
+                    .get(request.node_name.as_str())
+                    .filter(|&&i| snap.nodes[i].kube.is_some())
+                    .ok_or_else(|| {
+                        Status::not_found(format!(
+                            "node {:?} is not a Kubernetes node known to this scorer",
+                            request.node_name
+                        ))
+                    })?;
+                vec![*i]
             };
             let mut rng = SmallRng::from_rng(&mut rand::rng());
-            let ev = profile.evaluate(&snap, info, candidates.as_deref(), 0, &mut rng);
+            let ev = profile.evaluate(&snap, info, Some(&candidates), 0, &mut rng);
             let decision = to_response(&profile, &snap, &ev);
             let Some(best) = ev.best() else {
                 self.failed(&facts, ev.summary());

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+#! Starts a throwaway control plane on loopback — Debian's etcd plus kube-apiserver v1.20.2
+#! from the install-deps cache — with TLS, RBAC, a service-account signing key and static
+#! tokens for an admin. Source it, then `cluster_up DIR`; `cluster_down` stops it.
+#! After cluster_up: KUBE_API_URL, KUBE_ADMIN_KUBECONFIG, KUBE_CA, ETCD_PID, APISERVER_PID.
+
+CACHE="${LOADSTAR_CACHE:-$HOME/.cache/loadstar}"
+K8S_BIN="${K8S_BIN:-$CACHE/k8s-1.20.2/bin}"
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# cluster_up DIR: everything lives in DIR (certificates, etcd data, logs, kubeconfigs).
+cluster_up() {
+  local dir="$1"
+  mkdir -p "$dir/pki" "$dir/etcd"
+  local pki="$dir/pki"
+  # A CA and a serving certificate for 127.0.0.1 (rustls needs a real CA and a SAN).
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=loadstar-e2e-ca" \
+    -keyout "$pki/ca.key" -out "$pki/ca.crt" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    >/dev/null 2>&1
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+    -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" >/dev/null 2>&1
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' >"$pki/ext.cnf"
+  openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+    -CAcreateserial -days 2 -extfile "$pki/ext.cnf" -out "$pki/apiserver.crt" >/dev/null 2>&1
+  openssl genrsa -out "$pki/sa.key" 2048 >/dev/null 2>&1
+  openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" >/dev/null 2>&1
+  local admin_token
+  admin_token=$(openssl rand -hex 16)
+  echo "$admin_token,admin,admin,\"system:masters\"" >"$pki/tokens.csv"
+
+  local etcd_port etcd_peer api_port
+  etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port)
+  etcd --name e2e --data-dir "$dir/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" \
+    --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-cluster "e2e=http://127.0.0.1:$etcd_peer" \
+    --unsafe-no-fsync --quota-backend-bytes=4294967296 \
+    >"$dir/etcd.log" 2>&1 &
+  ETCD_PID=$!
+  "$K8S_BIN/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$etcd_port" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
+    --insecure-port=0 \
+    --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
+    --token-auth-file="$pki/tokens.csv" --authorization-mode=RBAC \
+    --service-account-key-file="$pki/sa.pub" \
+    --service-account-signing-key-file="$pki/sa.key" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --api-audiences=https://kubernetes.default.svc.cluster.local \
+    --disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
+    --service-cluster-ip-range=10.96.0.0/16 \
+    --cert-dir="$dir/certs" \
+    --max-requests-inflight=2000 --max-mutating-requests-inflight=1000 \
+    --logtostderr=true --v=1 \
+    >"$dir/apiserver.log" 2>&1 &
+  APISERVER_PID=$!
+  KUBE_API_URL="https://127.0.0.1:$api_port"
+  KUBE_CA="$pki/ca.crt"
+  KUBE_ADMIN_KUBECONFIG="$dir/admin.kubeconfig"
+  write_kubeconfig "$KUBE_ADMIN_KUBECONFIG" "$admin_token"
+  export KUBE_API_URL KUBE_CA KUBE_ADMIN_KUBECONFIG ETCD_PID APISERVER_PID
+  local deadline=$((SECONDS + 90))
+  until "$K8S_BIN/kubectl" --kubeconfig "$KUBE_ADMIN_KUBECONFIG" get --raw /readyz >/dev/null 2>&1; do
+    if ((SECONDS > deadline)) || ! kill -0 "$APISERVER_PID" 2>/dev/null; then
+      echo "kube-apiserver did not become ready; last log lines:" >&2
+      tail -30 "$dir/apiserver.log" >&2
+      return 1
+    fi
+    sleep 0.5
+  done
+  # The default namespace and RBAC bootstrap roles appear shortly after /readyz.
+  until "$K8S_BIN/kubectl" --kubeconfig "$KUBE_ADMIN_KUBECONFIG" get namespace default >/dev/null 2>&1; do
+    if ((SECONDS > deadline)); then echo "namespace default never appeared" >&2; return 1; fi
+    sleep 0.5
+  done
+}
+
+# write_kubeconfig FILE TOKEN: a kubeconfig for the running API server with a bearer token.
+write_kubeconfig() {
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: $KUBE_API_URL
+    certificate-authority: $KUBE_CA
+users:
+- name: user
+  user:
+    token: $2
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: user}
+current-context: e2e
+EOF
+}
+
+# sa_token NAMESPACE NAME: a bound service-account token from the TokenRequest API.
+sa_token() {
+  local req='{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"audiences":["https://kubernetes.default.svc.cluster.local"],"expirationSeconds":86400}}'
+  echo "$req" | "$K8S_BIN/kubectl" --kubeconfig "$KUBE_ADMIN_KUBECONFIG" create --raw \
+    "/api/v1/namespaces/$1/serviceaccounts/$2/token" -f - |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["token"])'
+}
+
+cluster_down() {
+  local pid
+  for pid in "${APISERVER_PID:-}" "${ETCD_PID:-}"; do
+    [ -n "$pid" ] || continue
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  APISERVER_PID=""; ETCD_PID=""
+  return 0
+}

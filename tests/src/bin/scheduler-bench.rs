@@ -1,0 +1,362 @@
+//! `scheduler-bench`: the helper behind `bench/scheduler-throughput.sh`. Creates kubelet-less
+//! Nodes and pre-created pending pods, streams simulated agent reports for every node to a
+//! scorer, and measures how fast a scheduler binds the pods: pods/s from a start mark to all
+//! bound, creation→bound and start→bound latency percentiles, and the CPU seconds the given
+//! processes spent meanwhile.
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher;
+use kube::{Client, Config};
+use loadstar_common::pb;
+use loadstar_common::pb::ingest_client::IngestClient;
+use loadstar_scorer::simagent::{self, SyntheticLoad};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// Flags.
+#[derive(Debug, Parser)]
+#[command(name = "scheduler-bench", about)]
+struct Cli {
+    /// Admin kubeconfig.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Creates `nodes` Ready nodes named `bench-node-N` (8 CPUs, 32 GiB, 110 pods).
+    Nodes {
+        #[arg(long, default_value_t = 1000)]
+        count: usize,
+    },
+    /// Creates `count` pending pods for `scheduler` in `namespace`; prints the Unix time (ms)
+    /// at which creation finished.
+    Pods {
+        #[arg(long)]
+        namespace: String,
+        #[arg(long)]
+        scheduler: String,
+        #[arg(long, default_value_t = 5000)]
+        count: usize,
+    },
+    /// Streams reports for `bench-node-0..count` to the scorer until killed.
+    Agents {
+        #[arg(long)]
+        scorer: String,
+        #[arg(long, default_value_t = 1000)]
+        count: usize,
+        /// HTTP/2 connections the streams share.
+        #[arg(long, default_value_t = 8)]
+        connections: usize,
+    },
+    /// Waits until every pod of `namespace` is bound; prints the figures as JSON.
+    Wait {
+        #[arg(long)]
+        namespace: String,
+        #[arg(long)]
+        count: usize,
+        /// Start mark, Unix ms (default: now).
+        #[arg(long)]
+        start_ms: Option<u64>,
+        /// Processes to account CPU for, as name=pid.
+        #[arg(long, value_delimiter = ',')]
+        pids: Vec<String>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+}
+
+async fn client(path: &PathBuf) -> Result<Client> {
+    let kc = Kubeconfig::read_from(path)?;
+    let mut cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    cfg.read_timeout = Some(Duration::from_secs(120));
+    Ok(Client::try_from(cfg)?)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn node_name(i: usize) -> String {
+    format!("bench-node-{i}")
+}
+
+async fn create_nodes(c: &Client, count: usize) -> Result<()> {
+    let api: Api<Node> = Api::all(c.clone());
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let name = node_name(i);
+                let node: Node = serde_json::from_value(json!({
+                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                    "status": {
+                        "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                        "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}
+                    }
+                }))?;
+                match api.create(&PostParams::default(), &node).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(e).context("creating node"),
+                }
+                let ts = k8s_openapi::jiff::Timestamp::now().to_string();
+                let patch = json!({"status": {"conditions": [{
+                    "type": "Ready", "status": "True", "reason": "SimulatedKubelet",
+                    "lastHeartbeatTime": ts, "lastTransitionTime": ts}]}});
+                api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                    .await
+                    .context("node status")?;
+                Ok::<(), anyhow::Error>(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+async fn create_pods(c: &Client, ns: &str, scheduler: &str, count: usize) -> Result<()> {
+    let nsapi: Api<Namespace> = Api::all(c.clone());
+    match nsapi
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e).context("creating namespace"),
+    }
+    let api: Api<Pod> = Api::namespaced(c.clone(), ns);
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("pod-{i}"), "labels": {"app": "bench"}},
+                    "spec": {
+                        "schedulerName": scheduler,
+                        "containers": [{"name": "c", "image": "registry.invalid/pause:3",
+                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]
+                    }
+                }))?;
+                api.create(&PostParams::default(), &pod)
+                    .await
+                    .context("creating pod")?;
+                Ok::<(), anyhow::Error>(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+async fn agents(scorer: &str, count: usize, connections: usize) -> Result<()> {
+    let mut channels = Vec::new();
+    for _ in 0..connections.max(1) {
+        channels.push(
+            tonic::transport::Endpoint::from_shared(scorer.to_string())?
+                .connect()
+                .await
+                .context("connecting to the scorer")?,
+        );
+    }
+    let capacity = simagent::capacity(8, 32);
+    let mut tasks = Vec::new();
+    for i in 0..count {
+        let channel = channels[i % channels.len()].clone();
+        let capacity = capacity.clone();
+        // Loads spread from 10 % to 85 % CPU so real load matters.
+        let load = SyntheticLoad {
+            cpu: 0.10 + 0.75 * ((i * 37) % 100) as f64 / 100.0,
+            memory: 0.2 + 0.5 * ((i * 53) % 100) as f64 / 100.0,
+            ..SyntheticLoad::default()
+        };
+        tasks.push(tokio::spawn(async move {
+            let node = node_name(i);
+            let (tx, rx) = mpsc::channel::<pb::NodeReport>(4);
+            let mut client = IngestClient::new(channel);
+            let acks = tokio::spawn(async move {
+                if let Ok(resp) = client.report(ReceiverStream::new(rx)).await {
+                    let mut s = resp.into_inner();
+                    while let Ok(Some(_)) = s.message().await {}
+                }
+            });
+            // Spread the streams over the second.
+            tokio::time::sleep(Duration::from_millis((i % 1000) as u64)).await;
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let instance = format!("bench-{i}-{}", now_ms());
+            for seq in 1.. {
+                tick.tick().await;
+                if tx
+                    .send(simagent::report(&node, &instance, seq, &capacity, load))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            acks.abort();
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}
+
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+async fn wait(
+    c: &Client,
+    ns: &str,
+    count: usize,
+    start_ms: u64,
+    pids: &[String],
+    timeout: u64,
+) -> Result<()> {
+    let procs: Vec<(String, u32)> = pids
+        .iter()
+        .filter_map(|s| {
+            let (n, p) = s.split_once('=')?;
+            Some((n.to_string(), p.parse().ok()?))
+        })
+        .collect();
+    let cpu0: HashMap<String, f64> = procs
+        .iter()
+        .map(|(n, p)| (n.clone(), cpu_seconds(*p).unwrap_or(0.0)))
+        .collect();
+    let api: Api<Pod> = Api::namespaced(c.clone(), ns);
+    // pod → (created Unix ms from the server, bound Unix ms as observed here).
+    let mut created: HashMap<String, u64> = HashMap::new();
+    let mut bound: HashMap<String, u64> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(timeout);
+    let stream = watcher::watcher(api.clone(), watcher::Config::default());
+    futures::pin_mut!(stream);
+    while bound.len() < count {
+        let ev = tokio::time::timeout_at(deadline.into(), stream.next())
+            .await
+            .with_context(|| format!("timed out with {}/{count} bound", bound.len()))?;
+        let Some(ev) = ev else { bail!("watch ended") };
+        let pods: Vec<Pod> = match ev? {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => vec![p],
+            _ => vec![],
+        };
+        let t = now_ms();
+        for p in pods {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            if let Some(ts) = &p.metadata.creation_timestamp {
+                created.insert(name.clone(), ts.0.as_millisecond() as u64);
+            }
+            if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+                bound.entry(name).or_insert(t);
+            }
+        }
+    }
+    let end = bound.values().copied().max().unwrap_or(start_ms);
+    let cpu: HashMap<String, f64> = procs
+        .iter()
+        .map(|(n, p)| {
+            (
+                n.clone(),
+                cpu_seconds(*p).unwrap_or(0.0) - cpu0.get(n).copied().unwrap_or(0.0),
+            )
+        })
+        .collect();
+    let elapsed = (end.saturating_sub(start_ms)) as f64 / 1000.0;
+    let mut since_start: Vec<f64> = bound
+        .values()
+        .map(|&b| b.saturating_sub(start_ms) as f64 / 1000.0)
+        .collect();
+    since_start.sort_by(f64::total_cmp);
+    let mut since_created: Vec<f64> = bound
+        .iter()
+        .filter_map(|(n, &b)| created.get(n).map(|&c| b.saturating_sub(c) as f64 / 1000.0))
+        .collect();
+    since_created.sort_by(f64::total_cmp);
+    let out = json!({
+        "pods": bound.len(),
+        "seconds": elapsed,
+        "pods_per_second": if elapsed > 0.0 { bound.len() as f64 / elapsed } else { 0.0 },
+        "start_to_bound_p50_s": percentile(&since_start, 0.5),
+        "start_to_bound_p99_s": percentile(&since_start, 0.99),
+        "creation_to_bound_p50_s": percentile(&since_created, 0.5),
+        "creation_to_bound_p99_s": percentile(&since_created, 0.99),
+        "cpu_seconds": cpu,
+        "cpu_ms_per_pod": cpu.iter().map(|(n, s)| (n.clone(), s * 1000.0 / bound.len().max(1) as f64)).collect::<HashMap<_, _>>(),
+    });
+    println!("{out}");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let c = client(&cli.kubeconfig).await?;
+    match cli.command {
+        Cmd::Nodes { count } => create_nodes(&c, count).await?,
+        Cmd::Pods {
+            namespace,
+            scheduler,
+            count,
+        } => {
+            create_pods(&c, &namespace, &scheduler, count).await?;
+            println!("{}", now_ms());
+        }
+        Cmd::Agents {
+            scorer,
+            count,
+            connections,
+        } => agents(&scorer, count, connections).await?,
+        Cmd::Wait {
+            namespace,
+            count,
+            start_ms,
+            pids,
+            timeout,
+        } => {
+            wait(
+                &c,
+                &namespace,
+                count,
+                start_ms.unwrap_or_else(now_ms),
+                &pids,
+                timeout,
+            )
+            .await?
+        }
+    }
+    Ok(())
+}

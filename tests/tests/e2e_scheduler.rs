@@ -1,0 +1,608 @@
+//! End-to-end tests of the Loadstar scheduler against a real kube-apiserver v1.20.2 and etcd
+//! (started by `tests/e2e/run.sh`), with the scorer binary running under its
+//! ServiceAccount's token (so missing RBAC fails here) and simulated agents reporting
+//! controlled loads. `#[ignore]`d in plain `cargo test`.
+mod e2e_support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use e2e_support::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use loadstar_common::pb;
+use loadstar_common::pb::scheduler_client::SchedulerClient;
+use loadstar_common::pb::scorer_client::ScorerClient;
+use serde_json::json;
+
+const SCHEDULER: &str = "loadstar";
+const MI: &str = "128Mi";
+
+fn names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// Scheduled events per pod name, and their reporting instances.
+async fn scheduled_events(
+    client: &kube::Client,
+    ns: &str,
+) -> Result<(HashMap<String, usize>, HashMap<String, String>)> {
+    let mut count = HashMap::new();
+    let mut by = HashMap::new();
+    for e in events(client, ns).await? {
+        if e.reason.as_deref() == Some("Scheduled") {
+            let pod = e.involved_object.name.clone().unwrap_or_default();
+            *count.entry(pod.clone()).or_default() += 1;
+            by.insert(pod, e.reporting_instance.clone().unwrap_or_default());
+        }
+    }
+    Ok((count, by))
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn hot_node_is_avoided_though_its_requests_are_low() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let ns = namespace(&client, "hot").await?;
+    let nodes = vec![
+        "hot-idle-requests".to_string(),
+        "cool-busy-requests".to_string(),
+    ];
+    for n in &nodes {
+        create_node(&client, n, "8", "32Gi").await?;
+    }
+    // The cool node already carries 4 cores of requests from default-scheduler pods that
+    // were placed there by hand; the hot node carries none but runs at 95 % CPU.
+    for i in 0..2 {
+        let mut p = pod(&format!("existing-{i}"), None, "2", MI);
+        p["spec"]["nodeName"] = json!("cool-busy-requests");
+        create_pod(&client, &ns, p).await?;
+    }
+    let scorer = Scorer::start(&env, "hot-1", "lease-hot", &[]).await?;
+    let _agents = Agents::start(
+        &[scorer.endpoint()],
+        &[
+            (nodes[0].clone(), load(0.95, 0.5)),
+            (nodes[1].clone(), load(0.15, 0.3)),
+        ],
+        Duration::from_secs(1),
+    )
+    .await?;
+    // Wait until the scorer has both nodes' reports.
+    let sc = ScorerClient::connect(scorer.endpoint()).await?;
+    eventually("agent reports visible", Duration::from_secs(20), || {
+        let mut sc = sc.clone();
+        async move {
+            let list = sc.list_nodes(pb::ListNodesRequest {}).await?.into_inner();
+            let fresh = list
+                .nodes
+                .iter()
+                .filter(|n| n.node_name.contains("-requests") && !n.stale)
+                .count();
+            Ok(if fresh == 2 {
+                Ok(())
+            } else {
+                Err(format!("{fresh} fresh"))
+            })
+        }
+    })
+    .await?;
+    for i in 0..3 {
+        create_pod(
+            &client,
+            &ns,
+            pod(&format!("web-{i}"), Some(SCHEDULER), "500m", MI),
+        )
+        .await?;
+    }
+    let bound = wait_bound(&client, &ns, 5, Duration::from_secs(30))
+        .await
+        .with_context(|| scorer.log_tail())?;
+    for i in 0..3 {
+        assert_eq!(
+            bound[&format!("web-{i}")],
+            "cool-busy-requests",
+            "the hot node must be avoided: {bound:?}"
+        );
+    }
+    // Score by reference explains why (the Kubernetes cache resolves the pod).
+    create_pod(&client, &ns, pod("probe", Some("nobody"), "100m", MI)).await?;
+    let resp = eventually("score by reference", Duration::from_secs(10), || {
+        let mut sc = sc.clone();
+        let ns = ns.clone();
+        async move {
+            match sc
+                .score(pb::ScoreRequest {
+                    pod: Some(pb::score_request::Pod::Reference(pb::PodReference {
+                        namespace: ns,
+                        name: "probe".into(),
+                    })),
+                    candidate_nodes: vec!["hot-idle-requests".into(), "cool-busy-requests".into()],
+                    ..Default::default()
+                })
+                .await
+            {
+                Ok(r) => Ok(Ok(r.into_inner())),
+                Err(e) => Ok(Err(e.to_string())),
+            }
+        }
+    })
+    .await?;
+    let hot = resp
+        .filtered
+        .iter()
+        .find(|f| f.node_name == "hot-idle-requests")
+        .context("hot node should be filtered")?;
+    assert!(hot.reason.contains("cpu"), "{hot:?}");
+    delete_nodes(&client, &nodes).await;
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn pods_of_other_schedulers_are_never_touched() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let ns = namespace(&client, "others").await?;
+    let nodes = vec!["others-1".to_string()];
+    create_node(&client, &nodes[0], "8", "32Gi").await?;
+    let scorer = Scorer::start(&env, "others-1", "lease-others", &[]).await?;
+    create_pod(&client, &ns, pod("default", None, "100m", MI)).await?;
+    create_pod(
+        &client,
+        &ns,
+        pod("other", Some("other-scheduler"), "100m", MI),
+    )
+    .await?;
+    // An impossible pod of another scheduler must not get our condition either.
+    create_pod(
+        &client,
+        &ns,
+        pod("huge-other", Some("other-scheduler"), "1000", MI),
+    )
+    .await?;
+    // A pod of ours, created last, as a barrier: once it is bound, the scorer has seen the
+    // others.
+    create_pod(&client, &ns, pod("ours", Some(SCHEDULER), "100m", MI)).await?;
+    let bound = wait_bound(&client, &ns, 1, Duration::from_secs(30))
+        .await
+        .with_context(|| scorer.log_tail())?;
+    assert_eq!(bound.keys().collect::<Vec<_>>(), vec!["ours"]);
+    // Give it a few more scheduling rounds, then check nothing else changed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for p in pods(&client, &ns).await? {
+        let name = name_of(&p);
+        if name == "ours" {
+            continue;
+        }
+        assert_eq!(node_of(&p), None, "{name} must stay unbound");
+        assert_eq!(
+            scheduled_condition(&p),
+            None,
+            "{name} must carry no condition of ours"
+        );
+    }
+    let evs = events(&client, &ns).await?;
+    for e in evs {
+        assert_eq!(
+            e.involved_object.name.as_deref(),
+            Some("ours"),
+            "unexpected event {:?} {:?}",
+            e.reason,
+            e.message
+        );
+    }
+    delete_nodes(&client, &nodes).await;
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn unschedulable_pod_gets_condition_and_event_then_binds_when_a_node_appears() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let ns = namespace(&client, "unsched").await?;
+    let small = "unsched-small".to_string();
+    create_node(&client, &small, "4", "16Gi").await?;
+    let scorer = Scorer::start(&env, "unsched-1", "lease-unsched", &[]).await?;
+    create_pod(&client, &ns, pod("big", Some(SCHEDULER), "48", "1Gi")).await?;
+    let (status, reason, message) = eventually(
+        "PodScheduled=False condition",
+        Duration::from_secs(30),
+        || async {
+            let p = pods(&client, &ns).await?;
+            Ok(match p.first().and_then(scheduled_condition) {
+                Some(c) if c.0 == "False" => Ok(c),
+                other => Err(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+    .with_context(|| scorer.log_tail())?;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "Unschedulable")
+    );
+    assert!(
+        message.contains("nodes are available") && message.contains("Insufficient cpu"),
+        "{message}"
+    );
+    let ev = eventually(
+        "FailedScheduling event",
+        Duration::from_secs(10),
+        || async {
+            let evs = events(&client, &ns).await?;
+            Ok(evs
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("FailedScheduling"))
+                .ok_or_else(|| "none yet".to_string()))
+        },
+    )
+    .await?;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    assert!(
+        ev.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("Insufficient cpu")
+    );
+    // A node that fits appears: the pod is retried early and bound there.
+    let big = "unsched-big".to_string();
+    let created = Instant::now();
+    create_node(&client, &big, "64", "256Gi").await?;
+    let bound = wait_bound(&client, &ns, 1, Duration::from_secs(30))
+        .await
+        .with_context(|| scorer.log_tail())?;
+    assert_eq!(bound["big"], big);
+    eprintln!("bound {:?} after the node appeared", created.elapsed());
+    delete_nodes(&client, &[small, big]).await;
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn priority_order_is_respected_under_contention() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    priority_classes(&client).await?;
+    let ns = namespace(&client, "prio").await?;
+    let scorer = Scorer::start(&env, "prio-1", "lease-prio", &[]).await?;
+    // No node fits yet. Low-priority pods are created first, high-priority ones last.
+    let mk = |name: &str, class: &str| {
+        let mut p = pod(name, Some(SCHEDULER), "3", MI);
+        p["spec"]["priorityClassName"] = json!(class);
+        p
+    };
+    for i in 0..3 {
+        create_pod(&client, &ns, mk(&format!("low-{i}"), "e2e-low")).await?;
+    }
+    for i in 0..3 {
+        create_pod(&client, &ns, mk(&format!("high-{i}"), "e2e-high")).await?;
+    }
+    eventually(
+        "all six pods reported unschedulable",
+        Duration::from_secs(30),
+        || async {
+            let ps = pods(&client, &ns).await?;
+            let n = ps
+                .iter()
+                .filter(|p| scheduled_condition(p).is_some_and(|c| c.0 == "False"))
+                .count();
+            Ok(if n == 6 {
+                Ok(())
+            } else {
+                Err(format!("{n}/6"))
+            })
+        },
+    )
+    .await
+    .with_context(|| scorer.log_tail())?;
+    // A node with room for exactly three of them appears.
+    let node = "prio-node".to_string();
+    create_node(&client, &node, "9", "32Gi").await?;
+    let bound = wait_bound(&client, &ns, 3, Duration::from_secs(30))
+        .await
+        .with_context(|| scorer.log_tail())?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let bound_now: BTreeMap<String, String> = pods(&client, &ns)
+        .await?
+        .iter()
+        .filter_map(|p| node_of(p).map(|n| (name_of(p), n)))
+        .collect();
+    assert_eq!(bound_now.len(), 3, "exactly three fit: {bound_now:?}");
+    for name in bound.keys() {
+        assert!(
+            name.starts_with("high-"),
+            "only high-priority pods bind first: {bound:?}"
+        );
+    }
+    delete_nodes(&client, &[node]).await;
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn scheduler_bind_grpc_places_a_pod_by_reference() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let ns = namespace(&client, "grpcbind").await?;
+    let nodes = vec!["grpc-a".to_string(), "grpc-b".to_string()];
+    for n in &nodes {
+        create_node(&client, n, "8", "32Gi").await?;
+    }
+    let scorer = Scorer::start(&env, "grpc-1", "lease-grpc", &[]).await?;
+    create_pod(
+        &client,
+        &ns,
+        pod("delegated", Some("someone-else"), "1", MI),
+    )
+    .await?;
+    let mut sched = SchedulerClient::connect(scorer.endpoint()).await?;
+    let resp = eventually("Bind answered", Duration::from_secs(20), || {
+        let mut sched = sched.clone();
+        let ns = ns.clone();
+        async move {
+            match sched
+                .bind(pb::BindRequest {
+                    pod: Some(pb::PodReference {
+                        namespace: ns,
+                        name: "delegated".into(),
+                    }),
+                    node_name: "grpc-b".into(),
+                    profile: String::new(),
+                })
+                .await
+            {
+                Ok(r) => Ok(Ok(r.into_inner())),
+                // Leadership or the cache may not be ready in the first moments.
+                Err(s) if s.code() == tonic::Code::Unavailable => Ok(Err(s.to_string())),
+                Err(s) => Err(anyhow::anyhow!("Bind failed: {s}")),
+            }
+        }
+    })
+    .await
+    .with_context(|| scorer.log_tail())?;
+    assert_eq!(resp.node_name, "grpc-b");
+    assert!(resp.decision.is_some_and(|d| d.ranked.len() == 1));
+    let bound = wait_bound(&client, &ns, 1, Duration::from_secs(10)).await?;
+    assert_eq!(bound["delegated"], "grpc-b");
+    // Binding it again is refused with the reason.
+    let again = sched
+        .bind(pb::BindRequest {
+            pod: Some(pb::PodReference {
+                namespace: ns.clone(),
+                name: "delegated".into(),
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect_err("already bound");
+    assert!(again.message().contains("already bound"), "{again}");
+    delete_nodes(&client, &nodes).await;
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let ns = namespace(&client, "ha").await?;
+    let nodes = names("ha-node", 4);
+    for n in &nodes {
+        create_node(&client, n, "16", "64Gi").await?;
+    }
+    let lease_name = format!("lease-ha-{:x}", rand_u32());
+    let mut a = Scorer::start(&env, "ha-a", &lease_name, &[]).await?;
+    let mut b = Scorer::start(&env, "ha-b", &lease_name, &[]).await?;
+    let node_loads: Vec<_> = nodes.iter().map(|n| (n.clone(), load(0.2, 0.3))).collect();
+    let _agents = Agents::start(
+        &[a.endpoint(), b.endpoint()],
+        &node_loads,
+        Duration::from_secs(1),
+    )
+    .await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "loadstar");
+    let leader = eventually("a leader", Duration::from_secs(30), || async {
+        let l = leases.get_opt(&lease_name).await?;
+        Ok(l.and_then(|l| l.spec?.holder_identity)
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| "no holder".to_string()))
+    })
+    .await?;
+    let (leader_s, standby) = if leader == "ha-a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    // The standby answers Score/List but refuses to bind, naming the leader.
+    let mut sc = ScorerClient::connect(standby.endpoint()).await?;
+    let listed = sc.list_nodes(pb::ListNodesRequest {}).await?.into_inner();
+    assert!(listed.nodes.iter().any(|n| n.node_name == "ha-node-0"));
+    create_pod(&client, &ns, pod("ref", Some("nobody"), "100m", MI)).await?;
+    let refused = eventually("standby refuses Bind", Duration::from_secs(10), || {
+        let endpoint = standby.endpoint();
+        let ns = ns.clone();
+        async move {
+            let mut c = SchedulerClient::connect(endpoint).await?;
+            let r = c
+                .bind(pb::BindRequest {
+                    pod: Some(pb::PodReference {
+                        namespace: ns,
+                        name: "ref".into(),
+                    }),
+                    ..Default::default()
+                })
+                .await;
+            Ok(match r {
+                Err(s) if s.message().contains("not the leader") => Ok(s),
+                other => Err(format!("{other:?}")),
+            })
+        }
+    })
+    .await?;
+    assert_eq!(refused.code(), tonic::Code::Unavailable);
+    assert!(refused.message().contains(&leader), "{refused}");
+
+    let first = names("first", 20);
+    create_pods(
+        &client,
+        &ns,
+        first
+            .iter()
+            .map(|n| pod(n, Some(SCHEDULER), "100m", MI))
+            .collect(),
+    )
+    .await?;
+    wait_bound(&client, &ns, 20, Duration::from_secs(30))
+        .await
+        .with_context(|| leader_s.log_tail())?;
+    let (_, by) = eventually("Scheduled events", Duration::from_secs(10), || async {
+        let (c, by) = scheduled_events(&client, &ns).await?;
+        Ok(if first.iter().all(|p| c.contains_key(p)) {
+            Ok((c, by))
+        } else {
+            Err(format!("{} events", c.len()))
+        })
+    })
+    .await?;
+    for p in &first {
+        assert_eq!(by[p], leader, "only the leader binds ({p})");
+    }
+
+    // Kill the leader without a chance to release the lease.
+    let killed = Instant::now();
+    leader_s.kill();
+    let second = names("second", 20);
+    create_pods(
+        &client,
+        &ns,
+        second
+            .iter()
+            .map(|n| pod(n, Some(SCHEDULER), "100m", MI))
+            .collect(),
+    )
+    .await?;
+    wait_bound(&client, &ns, 40, Duration::from_secs(40))
+        .await
+        .with_context(|| standby.log_tail())?;
+    let took = killed.elapsed();
+    eprintln!("standby took over and bound the second batch {took:?} after the kill");
+    ensure!(
+        took <= Duration::from_secs(15 + 2 + 3),
+        "takeover took {took:?}, more than the lease duration plus a retry period"
+    );
+    let new_holder = leases
+        .get(&lease_name)
+        .await?
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert_eq!(new_holder, standby.identity);
+    let (count, by) = eventually("all Scheduled events", Duration::from_secs(10), || async {
+        let (c, by) = scheduled_events(&client, &ns).await?;
+        Ok(if c.len() >= 40 {
+            Ok((c, by))
+        } else {
+            Err(format!("{} events", c.len()))
+        })
+    })
+    .await?;
+    for p in first.iter().chain(&second) {
+        assert_eq!(count.get(p), Some(&1), "{p} bound exactly once");
+    }
+    for p in &second {
+        assert_eq!(by[p], standby.identity);
+    }
+    // Graceful shutdown releases the lease: the holder becomes empty.
+    let status = standby.terminate(Duration::from_secs(20)).await?;
+    assert!(status.success(), "scorer exited with {status}");
+    let holder = leases
+        .get(&lease_name)
+        .await?
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert_eq!(holder, "", "the lease is released on SIGTERM");
+    delete_nodes(&client, &nodes).await;
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn burst_of_2000_pods_over_200_nodes_binds_each_exactly_once() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let ns = namespace(&client, "burst").await?;
+    let nodes = names("burst-node", 200);
+    futures::future::try_join_all(nodes.iter().map(|n| create_node(&client, n, "8", "32Gi")))
+        .await?;
+    let scorer = Scorer::start(
+        &env,
+        "burst-1",
+        "lease-burst",
+        &["--kube-api-qps=1000", "--kube-api-burst=1000"],
+    )
+    .await?;
+    let loads: Vec<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.clone(), load(0.1 + 0.5 * (i % 10) as f64 / 10.0, 0.3)))
+        .collect();
+    let _agents = Agents::start(&[scorer.endpoint()], &loads, Duration::from_secs(1)).await?;
+    let started = Instant::now();
+    let all = names("p", 2000);
+    create_pods(
+        &client,
+        &ns,
+        all.iter()
+            .map(|n| pod(n, Some(SCHEDULER), "100m", MI))
+            .collect(),
+    )
+    .await?;
+    let bound = wait_bound(&client, &ns, 2000, Duration::from_secs(120))
+        .await
+        .with_context(|| scorer.log_tail())?;
+    eprintln!(
+        "2000 pods bound {:?} after the first was created",
+        started.elapsed()
+    );
+    // Each exactly once: one Scheduled event per pod, and no node over its pod capacity.
+    let counts = eventually("2000 Scheduled events", Duration::from_secs(30), || async {
+        let (c, _) = scheduled_events(&client, &ns).await?;
+        Ok(if c.len() >= 2000 {
+            Ok(c)
+        } else {
+            Err(format!("{} events", c.len()))
+        })
+    })
+    .await?;
+    assert!(counts.values().all(|&c| c == 1), "a pod was bound twice");
+    let mut per_node: HashMap<&str, usize> = HashMap::new();
+    for n in bound.values() {
+        *per_node.entry(n.as_str()).or_default() += 1;
+    }
+    assert!(
+        per_node.values().all(|&c| c <= 80),
+        "8 cores / 100m = 80 pods at most"
+    );
+    eprintln!("pods spread over {} nodes", per_node.len());
+    delete_nodes(&client, &nodes).await;
+    Ok(())
+}
