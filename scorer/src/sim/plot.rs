@@ -150,7 +150,7 @@ impl Figure for Lines<'_> {
                 let ys = get(s);
                 let pts = s.t.iter().zip(ys).map(|(t, y)| (t / 60.0, y * scale));
                 let drawn = chart
-                    .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+                    .draw_series(LineSeries::new(pts, c.stroke_width(1)))
                     .map_err(err)?;
                 if p == 0 {
                     drawn.label(self.profiles[i]).legend(move |(x, y)| {
@@ -200,8 +200,8 @@ impl Figure for Heat<'_> {
         )
     }
 
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, _svg: bool) -> DrawResult {
-        let (main, legend) = root.split_horizontally(890);
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, svg: bool) -> DrawResult {
+        let (main, legend) = root.split_horizontally(870);
         let n = self.map.nodes.len();
         let t_end = (self.map.duration_s / 60.0).max(1.0);
         let mut chart = ChartBuilder::on(&main)
@@ -229,7 +229,8 @@ impl Figure for Heat<'_> {
             .draw()
             .map_err(err)?;
         let src = self.map.columns.max(1);
-        let cols = self.columns.clamp(1, src);
+        // SVGs get at most `columns` cells per row; PNGs every bucket.
+        let cols = if svg { self.columns.clamp(1, src) } else { src };
         let width = t_end / cols as f64;
         let cells = (0..n).flat_map(|row| {
             (0..cols).map(move |c| {

@@ -229,8 +229,8 @@ pub fn builtin(name: &str, seed: u64) -> Result<Scenario, ScenarioError> {
                 seed,
             ),
             profiles: names(&[
-                "loadstar-requests",
                 "gpu-spread",
+                "loadstar-requests",
                 "loadstar-gpu-bin-pack",
                 "loadstar",
                 "loadstar-gpu-weighted",
