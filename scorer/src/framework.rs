@@ -8,7 +8,11 @@ use std::fmt::Debug;
 use loadstar_common::model::ResourceKind;
 use rand::Rng;
 
-use crate::snapshot::{ClusterSnapshot, NodeView, PodInfo, Usage, inflight_extra};
+use std::borrow::Cow;
+
+use crate::snapshot::{
+    AgentNode, ClusterSnapshot, DigestTable, NodeDigest, NodeView, PodInfo, Usage, raw_usage,
+};
 
 /// What a profile does with a node whose load is stale (or was never reported).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -42,9 +46,12 @@ pub struct CycleContext<'a> {
     pub window_seconds: u32,
     /// The profile's stale policy.
     pub stale_policy: StalePolicy,
+    /// The snapshot's digest rows for this window, when built (see
+    /// [`ClusterSnapshot::digests`]); without them rows are computed per call.
+    pub digests: Option<&'a DigestTable>,
 }
 
-impl CycleContext<'_> {
+impl<'a> CycleContext<'a> {
     /// The node's utilisation of `kind` for scoring: the profile's window plus in-flight
     /// estimates; `None` when the node has no agent data for it, or is stale under
     /// [`StalePolicy::Fallback`] (then plugins fall back to requests).
@@ -52,13 +59,65 @@ impl CycleContext<'_> {
         if node.stale && self.stale_policy == StalePolicy::Fallback {
             return None;
         }
-        let agent = node.agent.as_ref()?;
-        let load = agent.load.get(kind)?;
-        let w = load.window(self.window_seconds)?;
-        if w.count == 0 {
+        if matches!(kind, ResourceKind::Cpu | ResourceKind::Memory)
+            && let Some(row) = self.row(node)
+        {
+            return row.usage(kind);
+        }
+        raw_usage(node, kind, self.window_seconds)
+    }
+
+    /// [`CycleContext::usage`] when the caller already holds the node's digest `d` (saves a
+    /// table lookup in hot loops).
+    pub fn usage_of(&self, node: &NodeView, d: &NodeDigest, kind: ResourceKind) -> Option<Usage> {
+        if node.stale && self.stale_policy == StalePolicy::Fallback {
             return None;
         }
-        Some(Usage::from_window(w, load.latest, inflight_extra(node, kind)))
+        match kind {
+            ResourceKind::Cpu | ResourceKind::Memory => d.usage(kind),
+            _ => raw_usage(node, kind, self.window_seconds),
+        }
+    }
+
+    /// A context without digest rows (they are computed per call).
+    pub fn new(
+        snapshot: &'a ClusterSnapshot,
+        window_seconds: u32,
+        stale_policy: StalePolicy,
+    ) -> Self {
+        CycleContext {
+            snapshot,
+            window_seconds,
+            stale_policy,
+            digests: None,
+        }
+    }
+
+    /// The table row of `node`, when the node is in the snapshot and unchanged since.
+    fn row(&self, node: &NodeView) -> Option<&'a NodeDigest> {
+        let table = self.digests?;
+        let row = table.rows.get(self.snapshot.position_of(node)?)?;
+        row.matches(node).then_some(row)
+    }
+
+    /// The node's digest row (Kubernetes facts, totals, pressure data and CPU/memory usage
+    /// in one flat struct): borrowed from the cycle's table, else computed. Usage in the row
+    /// ignores staleness: read it through [`CycleContext::usage`].
+    pub fn digest<'n>(&'n self, node: &'n NodeView) -> Cow<'n, NodeDigest> {
+        match self.row(node) {
+            Some(row) => Cow::Borrowed(row),
+            None => Cow::Owned(NodeDigest::of(node, self.window_seconds)),
+        }
+    }
+
+    /// The node's agent report when load-aware plugins may use it: `None` without an agent,
+    /// or when the node is stale under [`StalePolicy::Fallback`] (the same rule as
+    /// [`CycleContext::usage`], for per-device and pressure data that are not windows).
+    pub fn live_agent<'n>(&self, node: &'n NodeView) -> Option<&'n AgentNode> {
+        if node.stale && self.stale_policy == StalePolicy::Fallback {
+            return None;
+        }
+        node.agent.as_deref()
     }
 }
 
@@ -67,7 +126,9 @@ pub trait FilterPlugin: Send + Sync + Debug {
     /// Plugin name as in configs and answers.
     fn name(&self) -> &'static str;
     /// `Ok` when the node passes; otherwise the reason, phrased for a summary line
-    /// (`Insufficient cpu`, `node(s) had untolerated taint {k: v}`).
+    /// (`Insufficient cpu`, `node(s) had untolerated taint {k: v}`). Several reasons are
+    /// joined with [`REASON_SEPARATOR`] (like upstream's status message); the summary counts
+    /// each.
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String>;
 }
 
@@ -133,6 +194,10 @@ pub const STALE_FILTER: &str = "StaleLoad";
 /// Reason used for stale nodes under [`StalePolicy::Filter`].
 pub const STALE_REASON: &str = "node(s) had stale load metrics";
 
+/// Separator of several reasons of one filter for one node (`Insufficient cpu, Insufficient
+/// memory`); [`Evaluation::summary`] counts each part, as kube-scheduler does.
+pub const REASON_SEPARATOR: &str = ", ";
+
 /// A profile's verdict for one pod.
 #[derive(Debug, Clone, Default)]
 pub struct Evaluation {
@@ -150,11 +215,17 @@ impl Evaluation {
     pub fn summary(&self) -> String {
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for f in &self.filtered {
-            *counts.entry(f.reason.as_str()).or_default() += 1;
+            for reason in f.reason.split(REASON_SEPARATOR) {
+                *counts.entry(reason).or_default() += 1;
+            }
         }
         let mut parts: Vec<(usize, &str)> = counts.into_iter().map(|(r, c)| (c, r)).collect();
         parts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-        let head = format!("{}/{} nodes are available", self.ranked.len(), self.evaluated);
+        let head = format!(
+            "{}/{} nodes are available",
+            self.ranked.len(),
+            self.evaluated
+        );
         if parts.is_empty() {
             head
         } else {
@@ -180,10 +251,15 @@ impl Profile {
         limit: usize,
         rng: &mut impl Rng,
     ) -> Evaluation {
+        // Digest rows pay off when most of the snapshot is evaluated (they are built once per
+        // snapshot generation and window, then shared).
+        let wide = candidates.is_none_or(|c| c.len().saturating_mul(8) >= snapshot.nodes.len());
+        let table = wide.then(|| snapshot.digests(self.window_seconds));
         let ctx = CycleContext {
             snapshot,
             window_seconds: self.window_seconds,
             stale_policy: self.stale_policy,
+            digests: table.as_deref(),
         };
         let all: Vec<usize>;
         let indices: &[usize] = match candidates {
@@ -253,9 +329,8 @@ impl Profile {
                 (total, j, rng.random::<u32>())
             })
             .collect();
-        let cmp = |a: &(f64, usize, u32), b: &(f64, usize, u32)| {
-            b.0.total_cmp(&a.0).then(a.2.cmp(&b.2))
-        };
+        let cmp =
+            |a: &(f64, usize, u32), b: &(f64, usize, u32)| b.0.total_cmp(&a.0).then(a.2.cmp(&b.2));
         if limit > 0 && limit < order.len() {
             order.select_nth_unstable_by(limit - 1, cmp);
             order.truncate(limit);

@@ -3,8 +3,9 @@
 //! [`PodInfo`] being placed. Heavy parts are behind `Arc`s so a snapshot of thousands of
 //! nodes is built by cloning pointers, and the scheduler can change one node's allocation
 //! without copying the others.
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use loadstar_common::model::{LoadSummary, NodeCapacity, ResourceKind, ResourceList};
@@ -293,6 +294,15 @@ impl NodeView {
         }
     }
 
+    /// [`NodeView::allocatable`] without copying Kubernetes' list, for hot paths: borrowed
+    /// when Kubernetes knows the node, else derived as there (no heap allocation).
+    pub fn allocatable_ref(&self) -> Cow<'_, ResourceList> {
+        match &self.kube {
+            Some(k) => Cow::Borrowed(&k.allocatable),
+            None => Cow::Owned(self.allocatable()),
+        }
+    }
+
     /// Node labels (empty without Kubernetes).
     pub fn labels(&self) -> Option<&BTreeMap<String, String>> {
         self.kube.as_ref().map(|k| &k.labels)
@@ -341,7 +351,192 @@ impl Usage {
     }
 }
 
+/// The figures of one node that filters and scores read for every node of every pod, in one
+/// flat row: Kubernetes facts, allocation totals, agent pressure data and CPU/memory usage for
+/// one load window. A [`DigestTable`] keeps the rows of a whole snapshot contiguous, so a
+/// scoring pass reads a few cache lines per node from one array instead of chasing four
+/// `Arc`s and two window vectors per node (cache misses, not arithmetic, dominate at 5 000
+/// nodes). Fields are laid out in 64-byte groups by use: identity, flags and CPU/memory
+/// totals first; CPU usage; memory usage; other totals; agent pressure data.
+#[derive(Debug, Clone, Default)]
+#[repr(C, align(64))]
+pub struct NodeDigest {
+    agent_ptr: usize,
+    kube_ptr: usize,
+    alloc_ptr: usize,
+    /// Kubernetes knows the node.
+    pub has_kube: bool,
+    /// Ready condition (true without Kubernetes facts).
+    pub ready: bool,
+    /// Cordoned.
+    pub unschedulable: bool,
+    /// The node has taints (read them from the view).
+    pub has_taints: bool,
+    /// Allocatable or requested lists have extended resources (read them from the view).
+    pub has_extended: bool,
+    /// A pod on the node uses host ports (read them from the view).
+    pub has_host_ports: bool,
+    /// An agent has reported.
+    pub has_agent: bool,
+    /// The node has GPUs (allocatable `nvidia.com/gpu` or agent GPUs).
+    pub has_gpus: bool,
+    /// [`NodeView::allocatable`] CPU, millicores.
+    pub allocatable_cpu_millis: i64,
+    /// Allocatable memory, bytes.
+    pub allocatable_memory_bytes: i64,
+    /// Requested CPU, millicores.
+    pub requested_cpu_millis: i64,
+    /// Requested memory, bytes.
+    pub requested_memory_bytes: i64,
+    /// CPU usage of the window plus in-flight estimates, ignoring staleness.
+    pub cpu: Option<Usage>,
+    /// Agent capacity: logical CPUs × 1000 (0 without agent).
+    pub agent_cpu_millis: f64,
+    /// Memory usage of the window plus in-flight estimates, ignoring staleness.
+    pub memory: Option<Usage>,
+    /// Agent capacity: memory bytes (0 without agent).
+    pub agent_memory_bytes: u64,
+    /// Non-zero CPU requests, millicores.
+    pub nonzero_cpu_millis: i64,
+    /// Non-zero memory requests, bytes.
+    pub nonzero_memory_bytes: i64,
+    /// Allocatable ephemeral storage, bytes.
+    pub allocatable_ephemeral_bytes: i64,
+    /// Allocatable pod count.
+    pub allocatable_pods: i64,
+    /// Allocatable `nvidia.com/gpu`.
+    pub allocatable_gpus: i64,
+    /// Requested ephemeral storage, bytes.
+    pub requested_ephemeral_bytes: i64,
+    /// Requested `nvidia.com/gpu`.
+    pub requested_gpus: i64,
+    /// Pods bound or assumed on the node.
+    pub pod_count: i64,
+    /// Agent: GPUs with NVML state (read them from the view).
+    pub agent_gpus: usize,
+    /// Agent: memory.available, bytes.
+    pub memory_available_bytes: u64,
+    /// Agent: nodefs.available ratio.
+    pub nodefs_available_ratio: Option<f64>,
+    /// Agent: nodefs.inodesFree ratio.
+    pub nodefs_inodes_free_ratio: Option<f64>,
+    /// Agent: last time under eviction pressure.
+    pub last_pressure_at: Option<Instant>,
+}
+
+fn arc_addr<T>(a: &Option<Arc<T>>) -> usize {
+    a.as_ref().map_or(0, |a| Arc::as_ptr(a) as usize)
+}
+
+impl NodeDigest {
+    /// Computes the row of `node` for load window `window_seconds`.
+    pub fn of(node: &NodeView, window_seconds: u32) -> NodeDigest {
+        let agent = node.agent.as_deref();
+        let kube = node.kube.as_deref();
+        let a = &*node.alloc;
+        let allocatable = node.allocatable_ref();
+        let agent_gpus = agent.map_or(0, |g| g.gpus.len());
+        NodeDigest {
+            agent_ptr: arc_addr(&node.agent),
+            kube_ptr: arc_addr(&node.kube),
+            alloc_ptr: Arc::as_ptr(&node.alloc) as usize,
+            has_kube: kube.is_some(),
+            ready: kube.is_none_or(|k| k.ready),
+            unschedulable: kube.is_some_and(|k| k.unschedulable),
+            has_taints: kube.is_some_and(|k| !k.taints.is_empty()),
+            has_extended: !allocatable.extended.is_empty() || !a.requested.extended.is_empty(),
+            has_host_ports: a.pods.iter().any(|p| !p.host_ports.is_empty()),
+            has_agent: agent.is_some(),
+            has_gpus: allocatable.gpus > 0 || agent_gpus > 0,
+            allocatable_cpu_millis: allocatable.cpu_millis,
+            allocatable_memory_bytes: allocatable.memory_bytes,
+            requested_cpu_millis: a.requested.cpu_millis,
+            requested_memory_bytes: a.requested.memory_bytes,
+            cpu: raw_usage(node, ResourceKind::Cpu, window_seconds),
+            agent_cpu_millis: agent.map_or(0.0, |g| f64::from(g.capacity.logical_cpus) * 1000.0),
+            memory: raw_usage(node, ResourceKind::Memory, window_seconds),
+            agent_memory_bytes: agent.map_or(0, |g| g.capacity.memory_bytes),
+            nonzero_cpu_millis: a.nonzero_cpu_millis,
+            nonzero_memory_bytes: a.nonzero_memory_bytes,
+            allocatable_ephemeral_bytes: allocatable.ephemeral_storage_bytes,
+            allocatable_pods: allocatable.pods,
+            allocatable_gpus: allocatable.gpus,
+            requested_ephemeral_bytes: a.requested.ephemeral_storage_bytes,
+            requested_gpus: a.requested.gpus,
+            pod_count: a.pods.len() as i64,
+            agent_gpus,
+            memory_available_bytes: agent.map_or(0, |g| g.memory_available_bytes),
+            nodefs_available_ratio: agent.and_then(|g| g.nodefs_available_ratio),
+            nodefs_inodes_free_ratio: agent.and_then(|g| g.nodefs_inodes_free_ratio),
+            last_pressure_at: agent.and_then(|g| g.last_pressure_at),
+        }
+    }
+
+    /// Whether this row was computed from `node`'s current agent, Kubernetes and allocation
+    /// data (a replaced `Arc` means the node changed since).
+    pub fn matches(&self, node: &NodeView) -> bool {
+        self.alloc_ptr == Arc::as_ptr(&node.alloc) as usize
+            && self.agent_ptr == arc_addr(&node.agent)
+            && self.kube_ptr == arc_addr(&node.kube)
+    }
+
+    /// Usage of CPU or memory (`None` for other kinds: read those from the view).
+    pub fn usage(&self, kind: ResourceKind) -> Option<Usage> {
+        match kind {
+            ResourceKind::Cpu => self.cpu,
+            ResourceKind::Memory => self.memory,
+            _ => None,
+        }
+    }
+}
+
+/// The node's usage of `kind` in window `window_seconds` plus in-flight estimates, whether or
+/// not the node is stale (callers apply the stale policy).
+pub fn raw_usage(node: &NodeView, kind: ResourceKind, window_seconds: u32) -> Option<Usage> {
+    let agent = node.agent.as_ref()?;
+    let load = agent.load.get(kind)?;
+    let w = load.window(window_seconds)?;
+    if w.count == 0 {
+        return None;
+    }
+    Some(Usage::from_window(
+        w,
+        load.latest,
+        inflight_extra(node, kind),
+    ))
+}
+
+/// The [`NodeDigest`] rows of a whole snapshot for one load window, in `nodes` order.
+#[derive(Debug)]
+pub struct DigestTable {
+    /// Load window of the usage columns.
+    pub window_seconds: u32,
+    /// Snapshot generation the rows were built at.
+    pub generation: u64,
+    /// One row per node.
+    pub rows: Vec<NodeDigest>,
+}
+
+/// Digest tables built so far for a snapshot (at most [`DigestCache::MAX_TABLES`]). A clone
+/// starts empty, so a snapshot copied and then edited never reads its original's rows.
+#[derive(Debug, Default)]
+struct DigestCache(Mutex<Vec<Arc<DigestTable>>>);
+
+impl DigestCache {
+    const MAX_TABLES: usize = 4;
+}
+
+impl Clone for DigestCache {
+    fn clone(&self) -> Self {
+        DigestCache::default()
+    }
+}
+
 /// The whole cluster at one moment.
+///
+/// Code that edits `nodes` in place must replace the edited parts' `Arc`s (as
+/// `Arc::make_mut` does on a shared `Arc`) or bump `generation`: the digest tables behind
+/// [`ClusterSnapshot::digests`] are keyed by both.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterSnapshot {
     /// Nodes sorted by name.
@@ -350,6 +545,7 @@ pub struct ClusterSnapshot {
     pub index: HashMap<Arc<str>, usize>,
     /// Store generation the snapshot reflects.
     pub generation: u64,
+    digests: DigestCache,
 }
 
 impl ClusterSnapshot {
@@ -365,23 +561,76 @@ impl ClusterSnapshot {
             nodes,
             index,
             generation,
+            digests: DigestCache::default(),
         }
+    }
+
+    /// The digest rows of every node for `window_seconds` at the current generation: built on
+    /// first use (one pass over the nodes), then shared by every later evaluation of this
+    /// snapshot, so scoring thousands of nodes reads one contiguous table.
+    pub fn digests(&self, window_seconds: u32) -> Arc<DigestTable> {
+        let mut tables = self
+            .digests
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(t) = tables
+            .iter()
+            .find(|t| t.window_seconds == window_seconds && t.generation == self.generation)
+        {
+            return t.clone();
+        }
+        let table = Arc::new(DigestTable {
+            window_seconds,
+            generation: self.generation,
+            rows: self
+                .nodes
+                .iter()
+                .map(|n| NodeDigest::of(n, window_seconds))
+                .collect(),
+        });
+        tables.retain(|t| t.generation == self.generation);
+        if tables.len() >= DigestCache::MAX_TABLES {
+            tables.remove(0);
+        }
+        tables.push(table.clone());
+        table
     }
 
     /// The node with this name.
     pub fn get(&self, name: &str) -> Option<&NodeView> {
         self.index.get(name).map(|&i| &self.nodes[i])
     }
+
+    /// The index of `node` in `nodes` when `node` is a reference into this snapshot (as the
+    /// views handed to plugins are), in O(1); `None` for any other view.
+    pub fn position_of(&self, node: &NodeView) -> Option<usize> {
+        let size = std::mem::size_of::<NodeView>();
+        let base = self.nodes.as_ptr() as usize;
+        let offset = (node as *const NodeView as usize).checked_sub(base)?;
+        if offset % size != 0 {
+            return None;
+        }
+        let i = offset / size;
+        (i < self.nodes.len() && std::ptr::eq(&self.nodes[i], node)).then_some(i)
+    }
 }
 
 /// Converts a ratio delta of `amount` over `capacity` (0 when capacity is 0).
 pub fn ratio_of(amount: f64, capacity: f64) -> f64 {
-    if capacity > 0.0 { amount / capacity } else { 0.0 }
+    if capacity > 0.0 {
+        amount / capacity
+    } else {
+        0.0
+    }
 }
 
 /// The measured resources CPU/memory used by in-flight accounting.
 pub fn inflight_extra(node: &NodeView, kind: ResourceKind) -> f64 {
     let Some(agent) = &node.agent else { return 0.0 };
+    if node.alloc.inflight.is_empty() || !matches!(kind, ResourceKind::Cpu | ResourceKind::Memory) {
+        return 0.0;
+    }
     let (cpu, mem) = node.unmeasured_inflight();
     match kind {
         ResourceKind::Cpu => ratio_of(cpu as f64, f64::from(agent.capacity.logical_cpus) * 1000.0),
