@@ -608,9 +608,7 @@ impl ClusterSnapshot {
         let size = std::mem::size_of::<NodeView>();
         let base = self.nodes.as_ptr() as usize;
         let offset = (node as *const NodeView as usize).checked_sub(base)?;
-        if offset % size != 0 {
-            return None;
-        }
+        // A misaligned `node` gives an `i` whose element is not `node`: `ptr::eq` rejects it.
         let i = offset / size;
         (i < self.nodes.len() && std::ptr::eq(&self.nodes[i], node)).then_some(i)
     }
