@@ -16,6 +16,8 @@ enum Command {
     Standalone(app::standalone::StandaloneArgs),
     /// Run the central service: agents stream to it, clients score with it.
     Serve(app::serve::ServeArgs),
+    /// Replay a workload on a simulated cluster with several profiles and compare placements.
+    Simulate(app::simulate::SimulateArgs),
 }
 
 #[tokio::main]
@@ -25,6 +27,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Standalone(args) => app::standalone::run(args).await?,
         Command::Serve(args) => app::serve::run(args).await?,
+        Command::Simulate(args) => tokio::task::spawn_blocking(move || app::simulate::run(args)).await??,
     }
     Ok(())
 }
