@@ -223,7 +223,7 @@ impl Evaluation {
         parts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
         let head = format!(
             "{}/{} nodes are available",
-            self.ranked.len(),
+            self.feasible(),
             self.evaluated
         );
         if parts.is_empty() {
@@ -232,6 +232,11 @@ impl Evaluation {
             let reasons: Vec<String> = parts.iter().map(|(c, r)| format!("{c} {r}")).collect();
             format!("{head}: {}.", reasons.join(", "))
         }
+    }
+
+    /// Nodes that passed every filter (`ranked` may hold fewer: it is cut to the limit).
+    pub fn feasible(&self) -> usize {
+        self.evaluated.saturating_sub(self.filtered.len())
     }
 
     /// The best node, if any.
@@ -355,5 +360,84 @@ impl Profile {
             filtered,
             evaluated: indices.len(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::NodeAllocation;
+    use rand::SeedableRng;
+    use std::sync::Arc;
+
+    #[derive(Debug)]
+    struct RejectNamed(&'static str);
+    impl FilterPlugin for RejectNamed {
+        fn name(&self) -> &'static str {
+            "RejectNamed"
+        }
+        fn filter(&self, _: &CycleContext<'_>, _: &PodInfo, node: &NodeView) -> Result<(), String> {
+            if &*node.name == self.0 {
+                Err("node(s) were named badly".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[derive(Debug)]
+    struct ByNameLength;
+    impl ScorePlugin for ByNameLength {
+        fn name(&self) -> &'static str {
+            "ByNameLength"
+        }
+        fn score(&self, _: &CycleContext<'_>, _: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+            for (o, n) in out.iter_mut().zip(nodes) {
+                *o = n.name.len() as i64 * 10;
+            }
+        }
+    }
+
+    fn node(name: &str) -> NodeView {
+        NodeView {
+            name: Arc::from(name),
+            agent: None,
+            kube: None,
+            alloc: Arc::new(NodeAllocation::default()),
+            stale: true,
+            report_age_seconds: None,
+        }
+    }
+
+    #[test]
+    fn ranks_filters_and_summarises_with_a_limit() {
+        let snap = ClusterSnapshot::new(vec![node("a"), node("bbb"), node("cc"), node("dddd")], 1);
+        let profile = Profile {
+            name: "t".into(),
+            filters: vec![Box::new(RejectNamed("dddd"))],
+            scores: vec![(Box::new(ByNameLength), 2)],
+            window_seconds: 60,
+            stale_policy: StalePolicy::Fallback,
+            stale_penalty: 0.5,
+        };
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let ev = profile.evaluate(&snap, &PodInfo::default(), None, 1, &mut rng);
+        assert_eq!(ev.ranked.len(), 1, "cut to the limit");
+        assert_eq!(&*snap.nodes[ev.ranked[0].index].name, "bbb");
+        assert_eq!(ev.ranked[0].total, 30.0);
+        assert_eq!(ev.ranked[0].plugins, vec![("ByNameLength", 30, 2)]);
+        assert_eq!(
+            ev.summary(),
+            "3/4 nodes are available: 1 node(s) were named badly."
+        );
+        let stale = Profile {
+            stale_policy: StalePolicy::Filter,
+            ..profile
+        };
+        let ev = stale.evaluate(&snap, &PodInfo::default(), None, 0, &mut rng);
+        assert_eq!(
+            ev.summary(),
+            "0/4 nodes are available: 4 node(s) had stale load metrics."
+        );
     }
 }

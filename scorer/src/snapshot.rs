@@ -230,7 +230,11 @@ pub struct PodOnNode {
     pub host_ports: Vec<HostPort>,
 }
 
-/// An estimate of a recently placed pod's usage, counted until the agent measures the pod.
+/// An estimate of a recently placed pod's usage. It counts in full until the agent measures
+/// the pod; from then on the pod's *measured* usage counts, fading out as the load window
+/// fills with samples that include the pod (see [`NodeView::inflight_amounts`]). Dropping the
+/// estimate at the first measurement would make the node look empty for most of a long
+/// window — the herd effect this accounting exists to stop.
 #[derive(Debug, Clone)]
 pub struct Inflight {
     /// Pod UID.
@@ -241,6 +245,48 @@ pub struct Inflight {
     pub memory_bytes: i64,
     /// When it was added.
     pub added_at: Instant,
+    /// When a report first carried the pod's own measured usage (None: not yet).
+    pub measured_since: Option<Instant>,
+}
+
+impl Inflight {
+    /// A new, not yet measured estimate.
+    pub fn new(uid: String, cpu_millis: i64, memory_bytes: i64, added_at: Instant) -> Inflight {
+        Inflight {
+            uid,
+            cpu_millis,
+            memory_bytes,
+            added_at,
+            measured_since: None,
+        }
+    }
+}
+
+/// Updates a node's in-flight estimates for a report received at `now` that measured the pods
+/// in `measured`: a pod measured for the first time starts fading; an estimate goes when it
+/// was never measured within `max_unmeasured_age`, when its measurement began more than
+/// `fade` ago (the longest load window), or when a measured pod is no longer reported.
+/// Returns whether anything changed. The store and the simulator both call this.
+pub fn retire_inflight(
+    inflight: &mut Vec<Inflight>,
+    measured: &HashMap<String, MeasuredPod>,
+    now: Instant,
+    max_unmeasured_age: std::time::Duration,
+    fade: std::time::Duration,
+) -> bool {
+    let mut changed = false;
+    for e in inflight.iter_mut() {
+        if e.measured_since.is_none() && measured.contains_key(&e.uid) {
+            e.measured_since = Some(now);
+            changed = true;
+        }
+    }
+    let before = inflight.len();
+    inflight.retain(|e| match e.measured_since {
+        None => now.saturating_duration_since(e.added_at) <= max_unmeasured_age,
+        Some(t) => measured.contains_key(&e.uid) && now.saturating_duration_since(t) <= fade,
+    });
+    changed || inflight.len() != before
 }
 
 /// Requests placed on a node: pods bound or assumed there, and in-flight estimates.
@@ -308,14 +354,34 @@ impl NodeView {
         self.kube.as_ref().map(|k| &k.labels)
     }
 
-    /// In-flight estimates the agent does not measure yet: (CPU millicores, memory bytes).
-    pub fn unmeasured_inflight(&self) -> (i64, i64) {
-        let measured = self.agent.as_ref().map(|a| &a.pods);
-        self.alloc
-            .inflight
-            .iter()
-            .filter(|e| measured.is_none_or(|m| !m.contains_key(&e.uid)))
-            .fold((0, 0), |(c, m), e| (c + e.cpu_millis, m + e.memory_bytes))
+    /// In-flight usage not yet reflected in a load window spanning `window_span_seconds`:
+    /// (CPU millicores, memory bytes). An unmeasured pod counts its estimate in full; a
+    /// measured one counts its measured usage × (1 − covered), where covered is the share of
+    /// the window that has elapsed since its first measurement (at the latest report).
+    pub fn inflight_amounts(&self, window_span_seconds: f64) -> (f64, f64) {
+        let pods = self.agent.as_ref().map(|a| &a.pods);
+        let reference = self.agent.as_ref().and_then(|a| a.received_at);
+        self.alloc.inflight.iter().fold((0.0, 0.0), |(c, m), e| {
+            let measured = pods.and_then(|p| p.get(&e.uid));
+            match (e.measured_since, measured) {
+                (None, None) => (c + e.cpu_millis as f64, m + e.memory_bytes as f64),
+                (_, Some(u)) => {
+                    let covered = match (e.measured_since, reference) {
+                        (Some(t), Some(r)) if window_span_seconds > 0.0 => {
+                            (r.saturating_duration_since(t).as_secs_f64() / window_span_seconds)
+                                .clamp(0.0, 1.0)
+                        }
+                        _ => 0.0,
+                    };
+                    (
+                        c + u.cpu_millis * (1.0 - covered),
+                        m + u.memory_bytes * (1.0 - covered),
+                    )
+                }
+                // Measured before, gone now: the pod ended.
+                (Some(_), None) => (c, m),
+            }
+        })
     }
 }
 
@@ -502,7 +568,11 @@ pub fn raw_usage(node: &NodeView, kind: ResourceKind, window_seconds: u32) -> Op
     Some(Usage::from_window(
         w,
         load.latest,
-        inflight_extra(node, kind),
+        inflight_extra(
+            node,
+            kind,
+            f64::from(w.window_seconds).min(w.count as f64 * agent.interval_seconds),
+        ),
     ))
 }
 
@@ -623,16 +693,17 @@ pub fn ratio_of(amount: f64, capacity: f64) -> f64 {
     }
 }
 
-/// The measured resources CPU/memory used by in-flight accounting.
-pub fn inflight_extra(node: &NodeView, kind: ResourceKind) -> f64 {
+/// In-flight usage of CPU or memory not yet in a window spanning `window_span_seconds`, as a
+/// ratio of the node's capacity (0 for other resources).
+pub fn inflight_extra(node: &NodeView, kind: ResourceKind, window_span_seconds: f64) -> f64 {
     let Some(agent) = &node.agent else { return 0.0 };
     if node.alloc.inflight.is_empty() || !matches!(kind, ResourceKind::Cpu | ResourceKind::Memory) {
         return 0.0;
     }
-    let (cpu, mem) = node.unmeasured_inflight();
+    let (cpu, mem) = node.inflight_amounts(window_span_seconds);
     match kind {
-        ResourceKind::Cpu => ratio_of(cpu as f64, f64::from(agent.capacity.logical_cpus) * 1000.0),
-        ResourceKind::Memory => ratio_of(mem as f64, agent.capacity.memory_bytes as f64),
+        ResourceKind::Cpu => ratio_of(cpu, f64::from(agent.capacity.logical_cpus) * 1000.0),
+        ResourceKind::Memory => ratio_of(mem, agent.capacity.memory_bytes as f64),
         _ => 0.0,
     }
 }

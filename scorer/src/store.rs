@@ -14,7 +14,9 @@ use loadstar_common::pb;
 use tokio::sync::broadcast;
 
 use crate::ingest::validate::{self, ReportError, ReportLimits};
-use crate::snapshot::{AgentNode, ClusterSnapshot, Inflight, KubeNode, NodeAllocation, NodeView};
+use crate::snapshot::{
+    AgentNode, ClusterSnapshot, Inflight, KubeNode, NodeAllocation, NodeView, retire_inflight,
+};
 
 const SHARDS: usize = 16;
 
@@ -33,6 +35,9 @@ pub struct StoreConfig {
     pub snapshot_max_age: Duration,
     /// In-flight estimates expire after this long even if the agent never measures the pod.
     pub inflight_ttl: Duration,
+    /// A measured pod's in-flight usage is kept, fading, this long after its first
+    /// measurement: the longest load window.
+    pub inflight_fade: Duration,
     /// Agent-only nodes silent for this long are forgotten.
     pub forget_after: Duration,
     /// Report size limits.
@@ -50,6 +55,7 @@ impl Default for StoreConfig {
             stale_intervals: 3.0,
             snapshot_max_age: Duration::from_millis(50),
             inflight_ttl: Duration::from_secs(300),
+            inflight_fade: Duration::from_secs(900),
             forget_after: Duration::from_secs(600),
             limits: ReportLimits::default(),
             pressure: None,
@@ -207,18 +213,16 @@ impl NodeStore {
                 agent.last_pressure_at = Some(now);
             }
         }
-        // Measured pods replace their in-flight estimates; old estimates expire.
-        let ttl = self.config.inflight_ttl;
-        if entry
-            .alloc
-            .inflight
-            .iter()
-            .any(|e| agent.pods.contains_key(&e.uid) || now.duration_since(e.added_at) > ttl)
-        {
-            let alloc = Arc::make_mut(&mut entry.alloc);
-            alloc.inflight.retain(|e| {
-                !agent.pods.contains_key(&e.uid) && now.duration_since(e.added_at) <= ttl
-            });
+        // Measured pods start fading their in-flight estimates; stale estimates expire.
+        let mut inflight = entry.alloc.inflight.clone();
+        if retire_inflight(
+            &mut inflight,
+            &agent.pods,
+            now,
+            self.config.inflight_ttl,
+            self.config.inflight_fade,
+        ) {
+            Arc::make_mut(&mut entry.alloc).inflight = inflight;
         }
         entry.agent = Some(Arc::new(agent));
         entry.last_instance = report.agent_instance.clone();
@@ -430,15 +434,15 @@ impl NodeStore {
                         node: name.clone(),
                     });
                 }
-                let ttl = self.config.inflight_ttl;
-                if e.alloc
-                    .inflight
-                    .iter()
-                    .any(|i| now.saturating_duration_since(i.added_at) > ttl)
-                {
-                    Arc::make_mut(&mut e.alloc)
-                        .inflight
-                        .retain(|i| now.saturating_duration_since(i.added_at) <= ttl);
+                let mut inflight = e.alloc.inflight.clone();
+                if retire_inflight(
+                    &mut inflight,
+                    &agent.pods,
+                    now,
+                    self.config.inflight_ttl,
+                    self.config.inflight_fade,
+                ) {
+                    Arc::make_mut(&mut e.alloc).inflight = inflight;
                 }
             }
             for name in forget {
@@ -530,35 +534,69 @@ mod tests {
     }
 
     #[test]
-    fn measured_pods_replace_inflight_estimates() {
+    fn measured_pods_fade_their_inflight_estimates() {
         let store = NodeStore::new(StoreConfig::default());
-        let now = Instant::now();
+        let t0 = Instant::now();
         store
-            .apply_report(report("n", 1, 0.1, 0.1), now)
+            .apply_report(report("n", 1, 0.1, 0.1), t0)
             .expect("ok");
-        store.add_inflight(
-            "n",
-            Inflight {
-                uid: "pod-1".into(),
-                cpu_millis: 1000,
-                memory_bytes: 1 << 30,
-                added_at: now,
-            },
-        );
+        store.add_inflight("n", Inflight::new("pod-1".into(), 1000, 1 << 30, t0));
         let snap = store.snapshot_now();
         assert_eq!(
-            snap.get("n").expect("n").unmeasured_inflight(),
-            (1000, 1 << 30)
+            snap.get("n").expect("n").inflight_amounts(60.0),
+            (1000.0, (1u64 << 30) as f64),
+            "unmeasured: the estimate counts in full"
         );
-        let mut r = report("n", 2, 0.35, 0.2);
-        r.pods.push(pb::PodUsage {
-            pod_uid: "pod-1".into(),
-            cpu_cores: 0.9,
-            memory_working_set_bytes: 1 << 29,
-        });
-        store.apply_report(r, now).expect("ok");
+        let measured = |seq| {
+            let mut r = report("n", seq, 0.35, 0.2);
+            r.pods.push(pb::PodUsage {
+                pod_uid: "pod-1".into(),
+                cpu_cores: 0.8,
+                memory_working_set_bytes: 1 << 29,
+            });
+            r
+        };
+        store.apply_report(measured(2), t0).expect("ok");
         let snap = store.snapshot_now();
-        assert!(snap.get("n").expect("n").alloc.inflight.is_empty());
+        let n = snap.get("n").expect("n");
+        assert_eq!(n.alloc.inflight.len(), 1, "kept while the window fills");
+        assert_eq!(n.inflight_amounts(60.0), (800.0, (1u64 << 29) as f64));
+        // 30 s later a 60 s window holds half its samples with the pod: half still counts.
+        store
+            .apply_report(measured(3), t0 + Duration::from_secs(30))
+            .expect("ok");
+        let snap = store.snapshot_now();
+        let (cpu, _) = snap.get("n").expect("n").inflight_amounts(60.0);
+        assert!((cpu - 400.0).abs() < 1e-6, "{cpu}");
+        // A 300 s window has covered only a tenth.
+        let (cpu, _) = snap.get("n").expect("n").inflight_amounts(300.0);
+        assert!((cpu - 720.0).abs() < 1e-6, "{cpu}");
+        // Past the fade period (the longest window) the estimate is gone.
+        store
+            .apply_report(measured(4), t0 + Duration::from_secs(901))
+            .expect("ok");
+        assert!(store.snapshot_now().get("n").expect("n").alloc.inflight.is_empty());
+    }
+
+    #[test]
+    fn unmeasured_estimates_expire_and_ended_pods_drop() {
+        let store = NodeStore::new(StoreConfig::default());
+        let t0 = Instant::now();
+        store.apply_report(report("n", 1, 0.1, 0.1), t0).expect("ok");
+        store.add_inflight("n", Inflight::new("never".into(), 500, 1 << 20, t0));
+        store.add_inflight("n", Inflight::new("short".into(), 500, 1 << 20, t0));
+        let mut r = report("n", 2, 0.1, 0.1);
+        r.pods.push(pb::PodUsage {
+            pod_uid: "short".into(),
+            cpu_cores: 0.5,
+            memory_working_set_bytes: 1 << 20,
+        });
+        store.apply_report(r, t0 + Duration::from_secs(1)).expect("ok");
+        // "short" ended (no longer reported); "never" was never measured past the TTL.
+        store
+            .apply_report(report("n", 3, 0.1, 0.1), t0 + Duration::from_secs(301))
+            .expect("ok");
+        assert!(store.snapshot_now().get("n").expect("n").alloc.inflight.is_empty());
     }
 
     #[test]

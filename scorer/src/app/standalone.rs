@@ -74,6 +74,7 @@ pub fn build_store(config: &ScorerConfig) -> Arc<NodeStore> {
     let thresholds = config.eviction_thresholds();
     Arc::new(NodeStore::new(StoreConfig {
         stale_after: config.stale_after(),
+        inflight_ttl: Duration::from_secs_f64(config.inflight().max_age_seconds),
         pressure: Some(Arc::new(move |agent| {
             crate::policy::eviction::under_pressure(agent, &thresholds).is_some()
         })),

@@ -392,6 +392,7 @@ impl ClusterCache {
             cpu_millis: estimate.0,
             memory_bytes: estimate.1,
             added_at: Instant::now(),
+            measured_since: None,
         };
         let mut out = None;
         self.store.update_allocation(node, |a| {

@@ -34,12 +34,15 @@ use crate::framework::{Evaluation, Profile, REASON_SEPARATOR};
 use crate::policy::eviction::{self, EvictionThresholds};
 use crate::policy::inflight::{self, InflightArgs};
 use crate::snapshot::{
+    retire_inflight,
     ClusterSnapshot, DEFAULT_NONZERO_CPU_MILLIS, DEFAULT_NONZERO_MEMORY_BYTES, GpuState, Inflight,
     MeasuredPod, NodeAllocation, NodeView, Owner, PodInfo, PodOnNode,
 };
 
 /// Bytes in a MiB.
 const MIB: f64 = 1024.0 * 1024.0;
+/// How long a measured pod's in-flight usage fades: the store's default, the longest window.
+const INFLIGHT_FADE: Duration = Duration::from_secs(900);
 /// A node is stale after this many report intervals without a report (the store's default).
 pub const STALE_INTERVALS: f64 = 3.0;
 
@@ -532,13 +535,10 @@ impl<'a> Simulation<'a> {
                     (t - p < th.pressure_transition_period.as_secs_f64()).then(Instant::now)
                 });
                 let view = &mut self.snapshot.nodes[i];
-                if view.alloc.inflight.iter().any(|e| {
-                    report.pods.contains_key(&e.uid) || at.duration_since(e.added_at) > max_age
-                }) {
-                    Arc::make_mut(&mut view.alloc).inflight.retain(|e| {
-                        !report.pods.contains_key(&e.uid)
-                            && at.duration_since(e.added_at) <= max_age
-                    });
+                // The store's own rule: measured pods fade their estimates over the window.
+                let mut inflight = view.alloc.inflight.clone();
+                if retire_inflight(&mut inflight, &report.pods, at, max_age, INFLIGHT_FADE) {
+                    Arc::make_mut(&mut view.alloc).inflight = inflight;
                 }
                 view.agent = Some(Arc::new(report));
                 self.nodes[i].last_report_s = t;
@@ -615,12 +615,9 @@ impl<'a> Simulation<'a> {
             owner: info.owner.clone(),
             host_ports: info.host_ports.clone(),
         });
-        alloc.inflight.push(Inflight {
-            uid: info.uid.clone(),
-            cpu_millis: cpu,
-            memory_bytes: mem,
-            added_at,
-        });
+        alloc
+            .inflight
+            .push(Inflight::new(info.uid.clone(), cpu, mem, added_at));
         self.snapshot.generation += 1;
         let n = &mut self.nodes[node];
         n.running.push(j);
