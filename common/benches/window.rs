@@ -1,5 +1,8 @@
 //! Cost of one sample pushed into the default three windows (60/300/900 samples), and of a
 //! full summary (with p95), the agent's per-report work.
+// criterion's macros generate undocumented public items.
+#![allow(missing_docs)]
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use loadstar_common::window::WindowSet;
 use std::hint::black_box;

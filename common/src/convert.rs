@@ -336,7 +336,7 @@ mod tests {
         let mut usage = load_to_proto(&sample_load());
         usage[0].windows[0].mean_ratio = f64::NAN;
         assert_eq!(
-            load_from_proto(&usage).unwrap_err().to_string(),
+            load_from_proto(&usage).expect_err("NaN").to_string(),
             "usage[0].windows[0].mean_ratio: non-finite value NaN"
         );
         let mut usage = load_to_proto(&sample_load());

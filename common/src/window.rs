@@ -364,7 +364,7 @@ mod tests {
         let mut w = WindowSet::new(&[(2, 2)]).expect("valid");
         w.push(1.0).expect("finite");
         assert_eq!(
-            w.push(f64::NAN).unwrap_err().to_string(),
+            w.push(f64::NAN).expect_err("NaN").to_string(),
             "non-finite sample NaN rejected"
         );
         assert!(w.push(f64::INFINITY).is_err());

@@ -208,10 +208,10 @@ impl NodeStore {
         }
         agent.received_at = Some(now);
         agent.last_pressure_at = entry.agent.as_ref().and_then(|a| a.last_pressure_at);
-        if let Some(check) = &self.config.pressure {
-            if check(&agent) {
-                agent.last_pressure_at = Some(now);
-            }
+        if let Some(check) = &self.config.pressure
+            && check(&agent)
+        {
+            agent.last_pressure_at = Some(now);
         }
         // Measured pods start fading their in-flight estimates; stale estimates expire.
         let mut inflight = entry.alloc.inflight.clone();
@@ -339,12 +339,11 @@ impl NodeStore {
     pub fn snapshot(&self) -> Arc<ClusterSnapshot> {
         {
             let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((at, snap)) = cache.as_ref() {
-                if snap.generation == self.generation()
-                    || at.elapsed() < self.config.snapshot_max_age
-                {
-                    return snap.clone();
-                }
+            if let Some((at, snap)) = cache.as_ref()
+                && (snap.generation == self.generation()
+                    || at.elapsed() < self.config.snapshot_max_age)
+            {
+                return snap.clone();
             }
         }
         self.snapshot_now()

@@ -190,7 +190,7 @@ pub fn validate(report: &pb::NodeReport, limits: &ReportLimits) -> Result<AgentN
     .map_err(field)?;
     let capacity = convert::capacity_from_proto(capacity).map_err(field)?;
     let load = convert::load_from_proto(&report.usage).map_err(field)?;
-    let eviction = report.eviction.clone().unwrap_or_default();
+    let eviction = report.eviction.unwrap_or_default();
     let opt_ratio = |name: &'static str, v: Option<f64>| {
         v.map(|v| convert::ratio(|| format!("eviction.{name}"), v))
             .transpose()
