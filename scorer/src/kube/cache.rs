@@ -283,15 +283,16 @@ impl ClusterCache {
                 seen.insert(key.clone());
             }
             // A pod replaced under the same name (new UID) frees the old one's place.
-            if let Some(old) = inner.pods.get(&key) {
-                if old.uid != facts.uid {
-                    let old_uid = old.uid.clone();
-                    if let Some(p) = inner.placed.remove(&old_uid) {
-                        // Lock order is always cache, then store.
-                        self.store
-                            .update_allocation(&p.node, |a| remove_from(a, &p, &old_uid));
-                    }
-                }
+            if let Some(old_uid) = inner
+                .pods
+                .get(&key)
+                .filter(|old| old.uid != facts.uid)
+                .map(|old| old.uid.clone())
+                && let Some(p) = inner.placed.remove(&old_uid)
+            {
+                // Lock order is always cache, then store.
+                self.store
+                    .update_allocation(&p.node, |a| remove_from(a, &p, &old_uid));
             }
             inner.pods.insert(key.clone(), facts.clone());
             if let (Some(node), Ok(info)) = (&facts.node_name, &facts.info) {
@@ -387,13 +388,7 @@ impl ClusterCache {
             }
             inner.placed.insert(info.uid.clone(), p.clone());
         }
-        let inflight = Inflight {
-            uid: info.uid.clone(),
-            cpu_millis: estimate.0,
-            memory_bytes: estimate.1,
-            added_at: Instant::now(),
-            measured_since: None,
-        };
+        let inflight = Inflight::new(info.uid.clone(), estimate.0, estimate.1, Instant::now());
         let mut out = None;
         self.store.update_allocation(node, |a| {
             add_to(a, &p, pod_on_node(info));

@@ -82,7 +82,7 @@ impl TokenBucket {
 
     /// Takes a token at `now`, or says how long to wait for one.
     pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
-        if !(self.limit.qps > 0.0) {
+        if self.limit.qps.is_nan() || self.limit.qps <= 0.0 {
             return Ok(());
         }
         let burst = f64::from(self.limit.burst.max(1));

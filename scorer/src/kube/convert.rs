@@ -211,13 +211,13 @@ fn selector_requirement(
     };
     let values = r.values.clone().unwrap_or_default();
     match op {
-        SelectorOp::Gt | SelectorOp::Lt => {
-            if values.len() != 1 || values[0].parse::<i64>().is_err() {
-                return Err(err(format!(
-                    "operator {} needs exactly one integer value, got {values:?}",
-                    r.operator
-                )));
-            }
+        SelectorOp::Gt | SelectorOp::Lt
+            if values.len() != 1 || values[0].parse::<i64>().is_err() =>
+        {
+            return Err(err(format!(
+                "operator {} needs exactly one integer value, got {values:?}",
+                r.operator
+            )));
         }
         SelectorOp::In | SelectorOp::NotIn if values.is_empty() => {
             return Err(err(format!("operator {} needs values", r.operator)));

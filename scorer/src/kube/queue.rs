@@ -176,11 +176,11 @@ impl Queue {
     pub fn pop(&mut self, now: Instant) -> Result<QueuedPod, Option<Instant>> {
         let next_backoff = self.promote(now);
         while let Some(top) = self.heap.pop() {
-            if let Some(e) = self.pods.get_mut(&top.key) {
-                if e.state == State::Active(top.seq) {
-                    e.state = State::InFlight;
-                    return Ok(e.pod.clone());
-                }
+            if let Some(e) = self.pods.get_mut(&top.key)
+                && e.state == State::Active(top.seq)
+            {
+                e.state = State::InFlight;
+                return Ok(e.pod.clone());
             }
         }
         Err(next_backoff)

@@ -46,16 +46,20 @@ pub struct SchedulerConfig {
     pub snapshot_refresh: Duration,
     /// How long shutdown waits for bindings in flight.
     pub drain_timeout: Duration,
+    /// A binding not answered within this is abandoned and the pod retried.
+    pub bind_timeout: Duration,
 }
 
 impl Default for SchedulerConfig {
-    /// 64 bindings and 16 writes in flight, snapshots refreshed every 100 ms, 10 s drain.
+    /// 64 bindings and 16 writes in flight, snapshots refreshed every 100 ms, 10 s drain,
+    /// 30 s per binding.
     fn default() -> Self {
         SchedulerConfig {
             bind_concurrency: 64,
             write_concurrency: 16,
             snapshot_refresh: Duration::from_millis(100),
             drain_timeout: Duration::from_secs(10),
+            bind_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -406,11 +410,16 @@ impl Scheduler {
             self.cache.forget(&facts.uid);
             return Outcome::Requeue;
         }
-        match self
+        let bind = self
             .api
-            .bind(&facts.namespace, &facts.name, &facts.uid, node)
-            .await
-        {
+            .bind(&facts.namespace, &facts.name, &facts.uid, node);
+        let Ok(result) = tokio::time::timeout(self.config.bind_timeout, bind).await else {
+            self.count(ERROR);
+            warn!(node, timeout = ?self.config.bind_timeout, "binding timed out; will retry");
+            self.cache.forget(&facts.uid);
+            return Outcome::Requeue;
+        };
+        match result {
             Ok(()) => {
                 self.count(BOUND);
                 self.metrics
@@ -555,5 +564,258 @@ impl Binder for Scheduler {
         }
         .instrument(span)
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use ::kube::client::Body;
+    use serde_json::json;
+
+    use super::*;
+    use crate::kube::leader::always_leader;
+    use crate::store::StoreConfig;
+
+    type Log = Arc<Mutex<Vec<(String, String, String)>>>;
+
+    /// An API server stand-in: records every request and answers bindings of the pods in
+    /// `conflict` with 409, everything else with success.
+    #[derive(Clone)]
+    struct MockApi {
+        log: Log,
+        conflict: Arc<HashSet<String>>,
+    }
+
+    impl tower::Service<http::Request<Body>> for MockApi {
+        type Response = http::Response<Body>;
+        type Error = std::convert::Infallible;
+        type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+            let log = self.log.clone();
+            let conflict = self.conflict.clone();
+            Box::pin(async move {
+                let method = req.method().to_string();
+                let path = req.uri().path().to_string();
+                let body = req
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .map(|b| String::from_utf8_lossy(&b).to_string())
+                    .unwrap_or_default();
+                let pod = path.split('/').nth(6).unwrap_or_default().to_string();
+                let (code, reply) = if path.ends_with("/binding") && conflict.contains(&pod) {
+                    (
+                        409,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "message": "already assigned", "reason": "Conflict", "code": 409}),
+                    )
+                } else {
+                    (
+                        201,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+                    )
+                };
+                log.lock().expect("log").push((method, path, body));
+                Ok(http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(Body::from(reply.to_string().into_bytes()))
+                    .expect("response"))
+            })
+        }
+    }
+
+    fn node(name: &str, cpu: &str) -> k8s_openapi::api::core::v1::Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .expect("node")
+    }
+
+    fn pod(name: &str, cpu: &str) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
+            "spec": {"schedulerName": "loadstar",
+                     "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+        }))
+        .expect("pod")
+    }
+
+    fn setup(
+        conflict: &[&str],
+        leader: watch::Receiver<Leadership>,
+    ) -> (Arc<Scheduler>, Arc<ClusterCache>, Log) {
+        let store = Arc::new(NodeStore::new(StoreConfig::default()));
+        let queue = Arc::new(SchedulingQueue::new());
+        let profiles = Arc::new(Profiles::new(
+            crate::config::ScorerConfig::embedded_default()
+                .build_profiles()
+                .expect("default profiles"),
+        ));
+        let cache = Arc::new(ClusterCache::new(
+            store.clone(),
+            queue.clone(),
+            profiles.clone(),
+        ));
+        let log: Log = Arc::default();
+        let mock = MockApi {
+            log: log.clone(),
+            conflict: Arc::new(conflict.iter().map(|s| s.to_string()).collect()),
+        };
+        let client = ::kube::Client::new(mock, "default");
+        let api = KubeApi::new(client.clone(), client, "loadstar-scorer", "test-1");
+        let scheduler = Arc::new(Scheduler::new(
+            cache.clone(),
+            queue,
+            store,
+            profiles,
+            Metrics::new(),
+            api,
+            leader,
+            Arc::new(|_: &PodInfo| (250, 1 << 28)),
+            SchedulerConfig::default(),
+        ));
+        (scheduler, cache, log)
+    }
+
+    async fn wait_for(log: &Log, what: &str, f: impl Fn(&[(String, String, String)]) -> bool) {
+        for _ in 0..500 {
+            if f(&log.lock().expect("log")) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "timed out waiting for {what}: {:?}",
+            log.lock().expect("log")
+        );
+    }
+
+    #[tokio::test]
+    async fn binds_fitting_pods_reports_unschedulable_ones_and_drops_conflicts() {
+        let (scheduler, cache, log) = setup(&["taken"], always_leader("test-1"));
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1", "4"));
+        cache.apply_node(&node("n2", "4"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        for (name, cpu) in [("a", "3"), ("b", "3"), ("c", "3"), ("taken", "100m")] {
+            cache.apply_pod(&pod(name, cpu));
+        }
+        cache.pods_relist_done();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let run = tokio::spawn(scheduler.clone().run({
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        }));
+        wait_for(&log, "two Scheduled events and c's condition", |l| {
+            l.iter().filter(|e| e.2.contains("\"Scheduled\"")).count() == 2
+                && l.iter().any(|e| e.1.ends_with("/pods/c/status"))
+                && l.iter().any(|e| e.1.ends_with("/pods/taken/binding"))
+        })
+        .await;
+        let entries = log.lock().expect("log").clone();
+        // a and b bound to different nodes (3 of 4 cores each).
+        let (na, _) = cache.placement("uid-a").expect("a placed");
+        let (nb, _) = cache.placement("uid-b").expect("b placed");
+        assert_ne!(na, nb);
+        for (pod, node) in [("a", &na), ("b", &nb)] {
+            let binding = entries
+                .iter()
+                .find(|e| e.1 == format!("/api/v1/namespaces/ns/pods/{pod}/binding"))
+                .expect("binding request");
+            assert_eq!(binding.0, "POST");
+            assert!(
+                binding.2.contains(&format!("\"name\":\"{node}\"")),
+                "{binding:?}"
+            );
+            assert!(entries.iter().any(|e| {
+                e.2.contains(&format!("Successfully assigned ns/{pod} to {node}"))
+            }));
+        }
+        // c: a FailedScheduling event and the condition, with the summary.
+        let summary = "0/2 nodes are available: 2 Insufficient cpu.";
+        assert!(entries.iter().any(|e| e.1 == "/api/v1/namespaces/ns/events"
+            && e.2.contains("FailedScheduling")
+            && e.2.contains(summary)));
+        let patch = entries
+            .iter()
+            .find(|e| e.1.ends_with("/pods/c/status"))
+            .expect("status patch");
+        assert_eq!(patch.0, "PATCH");
+        assert!(patch.2.contains("Unschedulable") && patch.2.contains(summary));
+        // The conflicting pod was dropped quietly: no Scheduled event, assumption forgotten.
+        wait_for(&log, "conflict handled", |_| {
+            cache.placement("uid-taken").is_none()
+        })
+        .await;
+        assert!(
+            !entries
+                .iter()
+                .any(|e| e.2.contains("Successfully assigned ns/taken"))
+        );
+        stop.notify_one();
+        run.await.expect("scheduler stops");
+    }
+
+    #[tokio::test]
+    async fn only_the_leader_binds_and_others_name_it() {
+        let (tx, rx) = watch::channel(Leadership {
+            is_leader: false,
+            holder: Some("replica-a".into()),
+        });
+        let (scheduler, cache, log) = setup(&[], rx);
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1", "4"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        cache.apply_pod(&pod("a", "1"));
+        cache.pods_relist_done();
+        let err = Binder::bind(
+            &*scheduler,
+            pb::BindRequest {
+                pod: Some(pb::PodReference {
+                    namespace: "ns".into(),
+                    name: "a".into(),
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect_err("not the leader");
+        assert_eq!(err.code(), tonic::Code::Unavailable);
+        assert!(err.message().contains("replica-a"), "{err}");
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let run = tokio::spawn(scheduler.clone().run({
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            log.lock().expect("log").is_empty(),
+            "a standby never writes"
+        );
+        tx.send_replace(Leadership {
+            is_leader: true,
+            holder: Some("test-1".into()),
+        });
+        wait_for(&log, "binding after becoming leader", |l| {
+            l.iter().any(|e| e.1.ends_with("/pods/a/binding"))
+        })
+        .await;
+        stop.notify_one();
+        run.await.expect("scheduler stops");
     }
 }

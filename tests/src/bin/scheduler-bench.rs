@@ -17,6 +17,7 @@ use kube::runtime::watcher;
 use kube::{Client, Config};
 use loadstar_common::pb;
 use loadstar_common::pb::ingest_client::IngestClient;
+use loadstar_common::pb::scorer_client::ScorerClient;
 use loadstar_scorer::simagent::{self, SyntheticLoad};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -59,6 +60,16 @@ enum Cmd {
         /// HTTP/2 connections the streams share.
         #[arg(long, default_value_t = 8)]
         connections: usize,
+    },
+    /// Waits (at most `timeout` seconds) until the scorer has fresh agent load for `count`
+    /// nodes.
+    Ready {
+        #[arg(long)]
+        scorer: String,
+        #[arg(long, default_value_t = 1000)]
+        count: usize,
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
     },
     /// Waits until every pod of `namespace` is bound; prints the figures as JSON.
     Wait {
@@ -172,12 +183,7 @@ async fn create_pods(c: &Client, ns: &str, scheduler: &str, count: usize) -> Res
 async fn agents(scorer: &str, count: usize, connections: usize) -> Result<()> {
     let mut channels = Vec::new();
     for _ in 0..connections.max(1) {
-        channels.push(
-            tonic::transport::Endpoint::from_shared(scorer.to_string())?
-                .connect()
-                .await
-                .context("connecting to the scorer")?,
-        );
+        channels.push(tonic::transport::Endpoint::from_shared(scorer.to_string())?.connect_lazy());
     }
     let capacity = simagent::capacity(8, 32);
     let mut tasks = Vec::new();
@@ -221,6 +227,37 @@ async fn agents(scorer: &str, count: usize, connections: usize) -> Result<()> {
         let _ = t.await;
     }
     Ok(())
+}
+
+async fn ready(scorer: &str, count: usize, timeout: u64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(timeout);
+    let mut last = String::from("not connected");
+    while Instant::now() < deadline {
+        match ScorerClient::connect(scorer.to_string()).await {
+            Ok(c) => {
+                let mut c = c.max_decoding_message_size(256 << 20);
+                match c.list_nodes(pb::ListNodesRequest {}).await {
+                    Ok(r) => {
+                        let fresh = r
+                            .into_inner()
+                            .nodes
+                            .iter()
+                            .filter(|n| n.last_report.is_some() && !n.stale)
+                            .count();
+                        if fresh >= count {
+                            eprintln!("{fresh} nodes report load");
+                            return Ok(());
+                        }
+                        last = format!("{fresh} fresh");
+                    }
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bail!("the scorer never had {count} fresh nodes; last: {last}")
 }
 
 fn cpu_seconds(pid: u32) -> Option<f64> {
@@ -340,6 +377,11 @@ async fn main() -> Result<()> {
             count,
             connections,
         } => agents(&scorer, count, connections).await?,
+        Cmd::Ready {
+            scorer,
+            count,
+            timeout,
+        } => ready(&scorer, count, timeout).await?,
         Cmd::Wait {
             namespace,
             count,

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+#! Scheduler throughput, kube-scheduler v1.20.2 vs Loadstar, on one API server in one run:
+#! 1 000 kubelet-less nodes, 5 000 pre-created pending pods per scheduler, both clients at
+#! --kube-api-qps/--kube-api-burst (default 1000/1000). Loadstar scores 100 % of feasible nodes
+#! on real load: simulated agents report for every node (CPU 10–85 %) before it starts, and it
+#! starts as a warm standby that takes the Lease (retry period 0.2 s) at the start mark.
+#! Prints pods/s from start to all bound, the ratio, p50/p99 latencies, and CPU seconds of the
+#! scheduler, kube-apiserver and etcd while scheduling. Release builds.
+#! Usage: bench/scheduler-throughput.sh [NODES] [PODS] [QPS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+NODES=${1:-1000}
+PODS=${2:-5000}
+QPS=${3:-1000}
+log() { printf '[bench] %s\n' "$*" >&2; }
+
+bash tests/e2e/install-deps.sh
+# shellcheck source=tests/e2e/cluster.sh
+source tests/e2e/cluster.sh
+log "release builds"
+cargo build -q --release -p loadstar-scorer --bin loadstar-scorer
+cargo build -q --release -p loadstar-tests --bin scheduler-bench
+SCORER="$ROOT/target/release/loadstar-scorer"
+HELPER="$ROOT/target/release/scheduler-bench"
+
+WORK=$(mktemp -d -t loadstar-bench.XXXXXX)
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  cluster_down
+  mkdir -p /tmp/loadstar-bench-logs
+  cp "$WORK"/*.log "$WORK"/cluster/*.log /tmp/loadstar-bench-logs/ 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+cluster_up "$WORK/cluster"
+KC="$KUBE_ADMIN_KUBECONFIG"
+H() { "$HELPER" --kubeconfig "$KC" "$@"; }
+log "creating $NODES nodes"
+H nodes --count "$NODES"
+
+# --- kube-scheduler -------------------------------------------------------------------------
+log "creating $PODS pending pods for default-scheduler"
+H pods --namespace bench-kube --scheduler default-scheduler --count "$PODS" >/dev/null
+sleep 2
+START=$(date +%s%3N)
+"$K8S_BIN/kube-scheduler" --kubeconfig "$KC" --leader-elect=false \
+  --kube-api-qps="$QPS" --kube-api-burst="$QPS" --port=0 --secure-port=0 \
+  >"$WORK/kube-scheduler.log" 2>&1 &
+KS=$!; PIDS+=("$KS")
+KUBE_JSON=$(H wait --namespace bench-kube --count "$PODS" --start-ms "$START" \
+  --pids "scheduler=$KS,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
+kill "$KS"; wait "$KS" 2>/dev/null || true
+log "kube-scheduler: $KUBE_JSON"
+
+# --- Loadstar -------------------------------------------------------------------------------
+"$K8S_BIN/kubectl" --kubeconfig "$KC" create namespace loadstar >/dev/null
+# A placeholder holds the Lease while Loadstar warms up (caches synced, agents reporting).
+cat <<EOF | "$K8S_BIN/kubectl" --kubeconfig "$KC" apply -f - >/dev/null
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: loadstar-scorer, namespace: loadstar}
+spec: {holderIdentity: bench-placeholder, leaseDurationSeconds: 3600,
+       renewTime: "$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)"}
+EOF
+log "creating $PODS pending pods for loadstar"
+H pods --namespace bench-loadstar --scheduler loadstar --count "$PODS" >/dev/null
+GRPC_PORT=$(free_port)
+RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" \
+  --listen "127.0.0.1:$GRPC_PORT" --metrics-listen 127.0.0.1:0 \
+  --kube-api-qps="$QPS" --kube-api-burst="$QPS" \
+  --leader-elect-namespace loadstar --leader-elect-identity bench-loadstar \
+  --leader-elect-retry-period 0.2 >"$WORK/loadstar.log" 2>&1 &
+LS=$!; PIDS+=("$LS")
+H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count 0 --timeout 60
+H agents --scorer http://127.0.0.1:$GRPC_PORT --count "$NODES" >"$WORK/agents.log" 2>&1 &
+AG=$!; PIDS+=("$AG")
+log "waiting for $NODES fresh agent reports"
+H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" --timeout 120
+log "releasing the Lease (start mark)"
+START=$(date +%s%3N)
+"$K8S_BIN/kubectl" --kubeconfig "$KC" -n loadstar delete lease loadstar-scorer >/dev/null
+if [ -n "${LOADSTAR_BENCH_PERF:-}" ]; then  # optional profile of the scorer while it schedules
+  perf record -F 999 -g -p "$LS" -o "$LOADSTAR_BENCH_PERF" >/dev/null 2>&1 &
+  PERF=$!; PIDS+=("$PERF")
+fi
+LS_JSON=$(H wait --namespace bench-loadstar --count "$PODS" --start-ms "$START" \
+  --pids "scheduler=$LS,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
+log "loadstar: $LS_JSON"
+if [ -n "${PERF:-}" ]; then kill -INT "$PERF"; wait "$PERF" 2>/dev/null || true; fi
+
+python3 - "$KUBE_JSON" "$LS_JSON" "$NODES" "$PODS" "$QPS" <<'EOF'
+import json, sys
+k, l = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+nodes, pods, qps = sys.argv[3:6]
+print(f"\nScheduler throughput: {nodes} nodes, {pods} pre-created pending pods each, client QPS/burst {qps}")
+print(f"{'':26}{'kube-scheduler':>16}{'loadstar':>16}")
+def row(name, key, fmt="{:.1f}"):
+    print(f"{name:26}{fmt.format(k[key]):>16}{fmt.format(l[key]):>16}")
+row("pods/s (start→all bound)", "pods_per_second")
+row("seconds", "seconds", "{:.2f}")
+row("start→bound p50 (s)", "start_to_bound_p50_s", "{:.2f}")
+row("start→bound p99 (s)", "start_to_bound_p99_s", "{:.2f}")
+row("creation→bound p50 (s)", "creation_to_bound_p50_s", "{:.2f}")
+row("creation→bound p99 (s)", "creation_to_bound_p99_s", "{:.2f}")
+for proc in ("scheduler", "apiserver", "etcd"):
+    print(f"{'CPU s ' + proc:26}{k['cpu_seconds'][proc]:>16.2f}{l['cpu_seconds'][proc]:>16.2f}")
+    print(f"{'CPU ms/pod ' + proc:26}{k['cpu_ms_per_pod'][proc]:>16.3f}{l['cpu_ms_per_pod'][proc]:>16.3f}")
+print(f"\nratio loadstar / kube-scheduler: {l['pods_per_second'] / k['pods_per_second']:.2f}x")
+EOF
