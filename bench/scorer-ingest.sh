@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Ingest capacity of the scorer: N simulated agents, each its own report stream at 1 Hz
+# (spread over --connections HTTP/2 connections), against a release `loadstar-scorer serve`
+# on loopback. Prints, per N: the scorer's CPU (cores), accepted/rejected/delayed reports,
+# ack latency and the p99 lag from a report's sample time to its visibility (WatchNodes).
+# Usage: bench/scorer-ingest.sh [N ...]   (default: 1000 2500 5000 7500 10000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+counts=("$@"); [ ${#counts[@]} -gt 0 ] || counts=(1000 2500 5000 7500 10000)
+DURATION=${DURATION:-30}
+cargo build --release -q -p loadstar-scorer --bin loadstar-scorer --bin loadstar-loadgen
+bin=target/release
+port=$((20000 + RANDOM % 20000))
+for n in "${counts[@]}"; do
+  "$bin/loadstar-scorer" serve --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
+    > /tmp/loadstar-ingest-scorer.log 2>&1 &
+  pid=$!
+  trap 'kill $pid 2>/dev/null || true' EXIT
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
+  echo "== $n agents"
+  RUST_LOG=warn "$bin/loadstar-loadgen" --scorer "http://127.0.0.1:$port" --agents "$n" \
+    --connections $(( (n + 99) / 100 )) --duration "$DURATION" --warmup 5 --scorer-pid "$pid"
+  echo "scorer_peak_rss          $(awk '/VmHWM/ {print $2, $3}' /proc/$pid/status)"
+  kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
+done
