@@ -115,15 +115,10 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                     host_ports: vec![],
                 });
             }
-            // In-flight estimates live until the agent measures the pod (a report or two):
-            // about 5 % of nodes carry one at any moment in a busy cluster.
+            // In-flight estimates live until the load window covers the pod: about 5 % of
+            // nodes carry one at any moment in a busy cluster.
             let inflight = (0..usize::from(rng.random_bool(0.05)))
-                .map(|k| Inflight {
-                    uid: format!("new-{i}-{k}"),
-                    cpu_millis: 250,
-                    memory_bytes: 200 << 20,
-                    added_at: Instant::now(),
-                })
+                .map(|k| Inflight::new(format!("new-{i}-{k}"), 250, 200 << 20, Instant::now()))
                 .collect();
             let requested_cpu = pods_here as i64 * 200;
             let requested_mem = pods_here as i64 * 256 * (1 << 20);

@@ -221,11 +221,7 @@ impl Evaluation {
         }
         let mut parts: Vec<(usize, &str)> = counts.into_iter().map(|(r, c)| (c, r)).collect();
         parts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-        let head = format!(
-            "{}/{} nodes are available",
-            self.feasible(),
-            self.evaluated
-        );
+        let head = format!("{}/{} nodes are available", self.feasible(), self.evaluated);
         if parts.is_empty() {
             head
         } else {

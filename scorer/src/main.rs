@@ -27,7 +27,9 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Standalone(args) => app::standalone::run(args).await?,
         Command::Serve(args) => app::serve::run(args).await?,
-        Command::Simulate(args) => tokio::task::spawn_blocking(move || app::simulate::run(args)).await??,
+        Command::Simulate(args) => {
+            tokio::task::spawn_blocking(move || app::simulate::run(args)).await??
+        }
     }
     Ok(())
 }

@@ -574,14 +574,24 @@ mod tests {
         store
             .apply_report(measured(4), t0 + Duration::from_secs(901))
             .expect("ok");
-        assert!(store.snapshot_now().get("n").expect("n").alloc.inflight.is_empty());
+        assert!(
+            store
+                .snapshot_now()
+                .get("n")
+                .expect("n")
+                .alloc
+                .inflight
+                .is_empty()
+        );
     }
 
     #[test]
     fn unmeasured_estimates_expire_and_ended_pods_drop() {
         let store = NodeStore::new(StoreConfig::default());
         let t0 = Instant::now();
-        store.apply_report(report("n", 1, 0.1, 0.1), t0).expect("ok");
+        store
+            .apply_report(report("n", 1, 0.1, 0.1), t0)
+            .expect("ok");
         store.add_inflight("n", Inflight::new("never".into(), 500, 1 << 20, t0));
         store.add_inflight("n", Inflight::new("short".into(), 500, 1 << 20, t0));
         let mut r = report("n", 2, 0.1, 0.1);
@@ -590,12 +600,22 @@ mod tests {
             cpu_cores: 0.5,
             memory_working_set_bytes: 1 << 20,
         });
-        store.apply_report(r, t0 + Duration::from_secs(1)).expect("ok");
+        store
+            .apply_report(r, t0 + Duration::from_secs(1))
+            .expect("ok");
         // "short" ended (no longer reported); "never" was never measured past the TTL.
         store
             .apply_report(report("n", 3, 0.1, 0.1), t0 + Duration::from_secs(301))
             .expect("ok");
-        assert!(store.snapshot_now().get("n").expect("n").alloc.inflight.is_empty());
+        assert!(
+            store
+                .snapshot_now()
+                .get("n")
+                .expect("n")
+                .alloc
+                .inflight
+                .is_empty()
+        );
     }
 
     #[test]

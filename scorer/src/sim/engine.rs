@@ -34,9 +34,8 @@ use crate::framework::{Evaluation, Profile, REASON_SEPARATOR};
 use crate::policy::eviction::{self, EvictionThresholds};
 use crate::policy::inflight::{self, InflightArgs};
 use crate::snapshot::{
-    retire_inflight,
     ClusterSnapshot, DEFAULT_NONZERO_CPU_MILLIS, DEFAULT_NONZERO_MEMORY_BYTES, GpuState, Inflight,
-    MeasuredPod, NodeAllocation, NodeView, Owner, PodInfo, PodOnNode,
+    MeasuredPod, NodeAllocation, NodeView, Owner, PodInfo, PodOnNode, retire_inflight,
 };
 
 /// Bytes in a MiB.
