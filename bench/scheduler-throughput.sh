@@ -2,8 +2,9 @@
 #! Scheduler throughput, kube-scheduler v1.20.2 vs Loadstar, on one API server in one run:
 #! 1 000 kubelet-less nodes, 5 000 pre-created pending pods per scheduler, both clients at
 #! --kube-api-qps/--kube-api-burst (default 1000/1000). Loadstar scores 100 % of feasible nodes
-#! on real load: simulated agents report for every node (CPU 10–85 %) before it starts, and it
-#! starts as a warm standby that takes the Lease (retry period 0.2 s) at the start mark.
+#! on real load: simulated agents report for every node (CPU 10–85 %) before it starts. Both
+#! schedulers start as warm standbys (caches synced) that take their Lease (retry period
+#! 0.2 s) when a placeholder's Lease is deleted at the start mark.
 #! Prints pods/s from start to all bound, the ratio, p50/p99 latencies, and CPU seconds of the
 #! scheduler, kube-apiserver and etcd while scheduling. Release builds.
 #! Usage: bench/scheduler-throughput.sh [NODES] [PODS] [QPS]
@@ -42,15 +43,37 @@ H() { "$HELPER" --kubeconfig "$KC" "$@"; }
 log "creating $NODES nodes"
 H nodes --count "$NODES"
 
+# Both schedulers start warm, as a standby that has synced its caches: a placeholder holds
+# their Lease until the start mark, then the Lease is deleted and they take it (retry 0.2 s).
+placeholder_lease() {  # NAMESPACE NAME
+  cat <<EOF | "$K8S_BIN/kubectl" --kubeconfig "$KC" apply -f - >/dev/null
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: $2, namespace: $1}
+spec: {holderIdentity: bench-placeholder, leaseDurationSeconds: 3600,
+       renewTime: "$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)"}
+EOF
+}
+
 # --- kube-scheduler -------------------------------------------------------------------------
 log "creating $PODS pending pods for default-scheduler"
 H pods --namespace bench-kube --scheduler default-scheduler --count "$PODS" >/dev/null
-sleep 2
-START=$(date +%s%3N)
-"$K8S_BIN/kube-scheduler" --kubeconfig "$KC" --leader-elect=false \
-  --kube-api-qps="$QPS" --kube-api-burst="$QPS" --port=0 --secure-port=0 \
-  >"$WORK/kube-scheduler.log" 2>&1 &
+placeholder_lease kube-system kube-scheduler
+"$K8S_BIN/kube-scheduler" --kubeconfig "$KC" --port=0 --secure-port=0 \
+  --kube-api-qps="$QPS" --kube-api-burst="$QPS" \
+  --leader-elect=true --leader-elect-resource-lock=leases --leader-elect-retry-period=0.2s \
+  --logtostderr=true --v=1 >"$WORK/kube-scheduler.log" 2>&1 &
 KS=$!; PIDS+=("$KS")
+log "waiting for kube-scheduler's caches to sync"
+for _ in $(seq 1 300); do
+  grep -q "attempting to acquire leader lease" "$WORK/kube-scheduler.log" && break
+  sleep 0.2
+done
+grep -q "attempting to acquire leader lease" "$WORK/kube-scheduler.log" ||
+  { log "kube-scheduler never reached leader election"; tail -20 "$WORK/kube-scheduler.log" >&2; exit 1; }
+log "releasing kube-scheduler's Lease (start mark)"
+START=$(date +%s%3N)
+"$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease kube-scheduler >/dev/null
 KUBE_JSON=$(H wait --namespace bench-kube --count "$PODS" --start-ms "$START" \
   --pids "scheduler=$KS,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
 kill "$KS"; wait "$KS" 2>/dev/null || true
@@ -58,14 +81,7 @@ log "kube-scheduler: $KUBE_JSON"
 
 # --- Loadstar -------------------------------------------------------------------------------
 "$K8S_BIN/kubectl" --kubeconfig "$KC" create namespace loadstar >/dev/null
-# A placeholder holds the Lease while Loadstar warms up (caches synced, agents reporting).
-cat <<EOF | "$K8S_BIN/kubectl" --kubeconfig "$KC" apply -f - >/dev/null
-apiVersion: coordination.k8s.io/v1
-kind: Lease
-metadata: {name: loadstar-scorer, namespace: loadstar}
-spec: {holderIdentity: bench-placeholder, leaseDurationSeconds: 3600,
-       renewTime: "$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)"}
-EOF
+placeholder_lease loadstar loadstar-scorer
 log "creating $PODS pending pods for loadstar"
 H pods --namespace bench-loadstar --scheduler loadstar --count "$PODS" >/dev/null
 GRPC_PORT=$(free_port)

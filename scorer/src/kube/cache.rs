@@ -323,17 +323,15 @@ impl ClusterCache {
         if let Some((node, p, on)) = place {
             self.store.update_allocation(&node, |a| add_to(a, &p, on));
         }
-        if facts.node_name.is_some() || facts.deleting {
-            self.queue.with(|q| q.done(&key));
-        } else if self.profiles.contains(&facts.scheduler_name) {
-            self.queue.with(|q| {
-                q.add(
-                    &key,
-                    facts.priority,
-                    facts.created_unix,
-                    tokio::time::Instant::now(),
-                )
-            });
+        // Other schedulers' pods (and pods delegated through Bind) are never queued.
+        if self.profiles.contains(&facts.scheduler_name) {
+            let now = tokio::time::Instant::now();
+            if facts.node_name.is_some() || facts.deleting {
+                self.queue.with(|q| q.done(&key));
+            } else {
+                self.queue
+                    .with(|q| q.add(&key, facts.priority, facts.created_unix, now));
+            }
         }
     }
 
