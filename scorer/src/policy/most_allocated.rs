@@ -43,20 +43,14 @@ impl ScorePlugin for MostAllocated {
     }
 
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
-        let reqs = ra::pod_requests(&self.args.resources, pod, true);
-        let ids = ra::resolve(&self.args.resources);
-        for (o, n) in out.iter_mut().zip(nodes) {
-            let d = ctx.digest(n);
-            *o = ra::weighted_score(
-                &self.args.resources,
-                &ids,
-                &reqs,
-                &d,
-                n,
-                true,
-                most_requested_score,
-            );
-        }
+        ra::score_nodes(
+            &self.args.resources,
+            ctx,
+            pod,
+            nodes,
+            out,
+            most_requested_score,
+        );
     }
 
     fn args_yaml(&self) -> String {

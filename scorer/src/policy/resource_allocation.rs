@@ -184,6 +184,24 @@ pub fn allocatable_requested(
     (alloc, used.saturating_add(pod_req))
 }
 
+/// Scores every node with [`weighted_score`] on the pod's non-zero requests: the whole of
+/// LeastAllocated and MostAllocated, which differ only in `per_resource`.
+pub fn score_nodes(
+    resources: &[ResourceSpec],
+    ctx: &crate::framework::CycleContext<'_>,
+    pod: &PodInfo,
+    nodes: &[&NodeView],
+    out: &mut [i64],
+    per_resource: fn(i64, i64) -> i64,
+) {
+    let reqs = pod_requests(resources, pod, true);
+    let ids = resolve(resources);
+    for (o, n) in out.iter_mut().zip(nodes) {
+        let d = ctx.digest(n);
+        *o = weighted_score(resources, &ids, &reqs, &d, n, true, per_resource);
+    }
+}
+
 /// Upstream's weighted per-resource score: Σ score(requested, allocatable)·w / Σ w over the
 /// resources with non-zero allocatable, integer division; 0 when none. `pod_reqs[i]` is the
 /// pod's request for `resources[i]`.
