@@ -118,6 +118,7 @@ def row(name, key, fmt="{:.1f}"):
     print(f"{name:26}{fmt.format(k[key]):>16}{fmt.format(l[key]):>16}")
 row("pods/s (start→all bound)", "pods_per_second")
 row("seconds", "seconds", "{:.2f}")
+row("Scheduled events at end", "scheduled_events_at_end", "{}")
 row("start→bound p50 (s)", "start_to_bound_p50_s", "{:.2f}")
 row("start→bound p99 (s)", "start_to_bound_p99_s", "{:.2f}")
 row("creation→bound p50 (s)", "creation_to_bound_p50_s", "{:.2f}")

@@ -51,12 +51,12 @@ pub struct SchedulerConfig {
 }
 
 impl Default for SchedulerConfig {
-    /// 64 bindings and 16 writes in flight, snapshots refreshed every 100 ms, 10 s drain,
-    /// 30 s per binding.
+    /// 64 bindings and 64 writes in flight (Events keep pace with bindings, as
+    /// kube-scheduler's do), snapshots refreshed every 100 ms, 10 s drain, 30 s per binding.
     fn default() -> Self {
         SchedulerConfig {
             bind_concurrency: 64,
-            write_concurrency: 16,
+            write_concurrency: 64,
             snapshot_refresh: Duration::from_millis(100),
             drain_timeout: Duration::from_secs(10),
             bind_timeout: Duration::from_secs(30),

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::{Client, Config};
@@ -323,6 +323,14 @@ async fn wait(
         }
     }
     let end = bound.values().copied().max().unwrap_or(start_ms);
+    // Events are written asynchronously by both schedulers: how many were there when the
+    // last pod was bound (their API cost after that is outside the CPU window).
+    let events: Api<Event> = Api::namespaced(c.clone(), ns);
+    let scheduled_events = events
+        .list(&ListParams::default().fields("reason=Scheduled"))
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or(0);
     let cpu: HashMap<String, f64> = procs
         .iter()
         .map(|(n, p)| {
@@ -345,6 +353,7 @@ async fn wait(
     since_created.sort_by(f64::total_cmp);
     let out = json!({
         "pods": bound.len(),
+        "scheduled_events_at_end": scheduled_events,
         "seconds": elapsed,
         "pods_per_second": if elapsed > 0.0 { bound.len() as f64 / elapsed } else { 0.0 },
         "start_to_bound_p50_s": percentile(&since_start, 0.5),
