@@ -818,4 +818,35 @@ mod tests {
         stop.notify_one();
         run.await.expect("scheduler stops");
     }
+
+    #[tokio::test]
+    async fn a_malformed_pod_gets_an_event_not_a_crash() {
+        let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1", "4"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        cache.apply_pod(&pod("bad", "lots"));
+        cache.apply_pod(&pod("good", "1"));
+        cache.pods_relist_done();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let run = tokio::spawn(scheduler.clone().run({
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        }));
+        wait_for(
+            &log,
+            "the bad pod's event and the good pod's binding",
+            |l| {
+                l.iter().any(|e| {
+                    e.2.contains("FailedScheduling")
+                        && e.2.contains("invalid quantity \\\"lots\\\"")
+                }) && l.iter().any(|e| e.1.ends_with("/pods/good/binding"))
+            },
+        )
+        .await;
+        assert!(cache.placement("uid-bad").is_none());
+        stop.notify_one();
+        run.await.expect("scheduler stops");
+    }
 }
