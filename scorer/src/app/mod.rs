@@ -133,12 +133,15 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
 
 /// Runs the gRPC server on `grpc` and the metrics/health server on `http` (if any) until
 /// `shutdown` triggers; in-flight gRPC calls then get [`DRAIN_TIMEOUT`] to finish.
+/// `/readyz` turns ready when the servers start, unless `ready_when` is given: then when it
+/// resolves (e.g. the Kubernetes caches have synced).
 pub async fn run_servers(
     grpc: TcpListener,
     http: Option<TcpListener>,
     parts: ServerParts,
     ready: Arc<Readiness>,
     shutdown: Shutdown,
+    ready_when: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
 ) -> Result<(), AppError> {
     let metrics: Arc<Metrics> = parts.metrics.clone();
     if let Some(http) = http {
@@ -162,7 +165,17 @@ pub async fn run_servers(
             }
         })
     };
-    ready.set(true);
+    match ready_when {
+        None => ready.set(true),
+        Some(gate) => {
+            let ready = ready.clone();
+            tokio::spawn(async move {
+                gate.await;
+                info!("ready");
+                ready.set(true);
+            });
+        }
+    }
     let wait = shutdown.wait();
     let server = server::serve(grpc, parts, wait);
     tokio::pin!(server);

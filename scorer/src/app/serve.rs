@@ -189,12 +189,21 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
     info!(grpc = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(),
           http = %http.local_addr().map(|a| a.to_string()).unwrap_or_default(),
           "loadstar-scorer serving");
+    // Ready once the node and pod caches have synced: a replica that has not seen the
+    // cluster yet must not receive Score-by-reference or Bind calls.
+    let ready_when = kube.as_ref().map(|rt| {
+        let mut synced = rt.cache.synced();
+        Box::pin(async move {
+            let _ = synced.wait_for(|s| s.all()).await;
+        }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+    });
     let result = run_servers(
         grpc,
         Some(http),
         parts,
         Arc::new(Readiness::default()),
         shutdown,
+        ready_when,
     )
     .await;
     if let Some(rt) = kube {

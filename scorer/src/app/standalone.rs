@@ -151,7 +151,15 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
         binder: None,
         desired_interval_seconds: 0.0,
     };
-    run_servers(grpc, http, parts, Arc::new(Readiness::default()), shutdown).await
+    run_servers(
+        grpc,
+        http,
+        parts,
+        Arc::new(Readiness::default()),
+        shutdown,
+        None,
+    )
+    .await
 }
 
 fn print_banner(addr: &SocketAddr, node: &str, profiles: &Profiles) {
