@@ -24,13 +24,13 @@ trap cleanup EXIT
 
 scorer_args=()
 if [ "$MODE" = stub ]; then
-  target/release/examples/stub_scorer "127.0.0.1:$PORT" --quiet 2>/dev/null &
+  ${CARGO_TARGET_DIR:-target}/release/examples/stub_scorer "127.0.0.1:$PORT" --quiet 2>/dev/null &
   pids+=($!)
   sleep 0.5
   scorer_args=(--scorer "http://127.0.0.1:$PORT")
 fi
 
-RUST_LOG=warn target/release/loadstar-agent "${scorer_args[@]}" --interval 1s \
+RUST_LOG=warn ${CARGO_TARGET_DIR:-target}/release/loadstar-agent "${scorer_args[@]}" --interval 1s \
   --metrics-addr "127.0.0.1:$METRICS_PORT" &
 AGENT=$!
 pids+=("$AGENT")

@@ -22,8 +22,8 @@ source tests/e2e/cluster.sh
 log "release builds"
 cargo build -q --release -p loadstar-scorer --bin loadstar-scorer
 cargo build -q --release -p loadstar-tests --bin scheduler-bench
-SCORER="$ROOT/target/release/loadstar-scorer"
-HELPER="$ROOT/target/release/scheduler-bench"
+SCORER="${CARGO_TARGET_DIR:-$ROOT/target}/release/loadstar-scorer"
+HELPER="${CARGO_TARGET_DIR:-$ROOT/target}/release/scheduler-bench"
 
 WORK=$(mktemp -d -t loadstar-bench.XXXXXX)
 PIDS=()

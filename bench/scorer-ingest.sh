@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 counts=("$@"); [ ${#counts[@]} -gt 0 ] || counts=(1000 2500 5000 7500 10000)
 DURATION=${DURATION:-30}
 cargo build --release -q -p loadstar-scorer --bin loadstar-scorer --bin loadstar-loadgen
-bin=target/release
+bin=${CARGO_TARGET_DIR:-target}/release
 port=$((20000 + RANDOM % 20000))
 for n in "${counts[@]}"; do
   "$bin/loadstar-scorer" serve --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \

@@ -58,7 +58,7 @@ write_kubeconfig "$WORK/scorer.kubeconfig" "$TOKEN"
 
 export LOADSTAR_E2E_ADMIN_KUBECONFIG="$KUBE_ADMIN_KUBECONFIG"
 export LOADSTAR_E2E_SCORER_KUBECONFIG="$WORK/scorer.kubeconfig"
-export LOADSTAR_E2E_SCORER_BIN="$ROOT/target/debug/loadstar-scorer"
+export LOADSTAR_E2E_SCORER_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/loadstar-scorer"
 export LOADSTAR_E2E_LOGS="$WORK/logs"
 log "running the e2e tests"
 cargo test -p loadstar-tests --test e2e_scheduler -- --ignored --test-threads=1 "$@"
