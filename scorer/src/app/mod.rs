@@ -6,6 +6,7 @@ pub mod standalone;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,8 +14,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::config::ScorerConfig;
 use crate::metrics::{self, Metrics, Readiness};
 use crate::server::{self, ServerParts};
+use crate::service::scorer::Profiles;
+use crate::store::{NodeStore, StoreConfig};
 
 /// How long in-flight calls may drain after a shutdown signal.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,6 +49,48 @@ pub enum AppError {
     /// Another failure, with context.
     #[error("{0}")]
     Other(String),
+}
+
+/// Reads the config file, or the embedded default.
+pub fn load_config(path: Option<&Path>) -> Result<ScorerConfig, AppError> {
+    match path {
+        None => Ok(ScorerConfig::embedded_default()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| AppError::Config {
+                path: p.display().to_string(),
+                message: e.to_string(),
+            })?;
+            ScorerConfig::from_yaml(&text).map_err(|e| AppError::Config {
+                path: p.display().to_string(),
+                message: e.to_string(),
+            })
+        }
+    }
+}
+
+/// Builds the profiles of a config.
+pub fn build_profiles(
+    config: &ScorerConfig,
+    path: Option<&Path>,
+) -> Result<Arc<Profiles>, AppError> {
+    let list = config.build_profiles().map_err(|e| AppError::Config {
+        path: path.map_or("<embedded default>".into(), |p| p.display().to_string()),
+        message: e.to_string(),
+    })?;
+    Ok(Arc::new(Profiles::new(list)))
+}
+
+/// Builds the node store with the config's staleness and eviction settings.
+pub fn build_store(config: &ScorerConfig) -> Arc<NodeStore> {
+    let thresholds = config.eviction_thresholds();
+    Arc::new(NodeStore::new(StoreConfig {
+        stale_after: config.stale_after(),
+        inflight_ttl: Duration::from_secs_f64(config.inflight().max_age_seconds),
+        pressure: Some(Arc::new(move |agent| {
+            crate::policy::eviction::under_pressure(agent, &thresholds).is_some()
+        })),
+        ..StoreConfig::default()
+    }))
 }
 
 /// Installs the `tracing` subscriber (`RUST_LOG`, default `info`).

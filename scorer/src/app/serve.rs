@@ -105,9 +105,9 @@ fn in_cluster() -> bool {
 
 /// Runs `serve` until SIGTERM.
 pub async fn run(args: ServeArgs) -> Result<(), AppError> {
-    let config = crate::app::standalone::load_config(args.config.as_deref())?;
-    let store = crate::app::standalone::build_store(&config);
-    let profiles = crate::app::standalone::build_profiles(&config, args.config.as_deref())?;
+    let config = crate::app::load_config(args.config.as_deref())?;
+    let store = crate::app::build_store(&config);
+    let profiles = crate::app::build_profiles(&config, args.config.as_deref())?;
     let metrics = Metrics::new();
     let shutdown = Shutdown::new();
     shutdown.on_signals();

@@ -2,7 +2,7 @@
 //! no Kubernetes, no separate agent — serving real scores for this node. The README's first
 //! command.
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,12 +10,10 @@ use clap::Args;
 use loadstar_agent::sampler::{Sampler, SamplerConfig};
 use tracing::{info, warn};
 
-use crate::app::{AppError, Shutdown, bind, run_servers};
-use crate::config::ScorerConfig;
+use crate::app::{AppError, Shutdown, bind, build_profiles, build_store, load_config, run_servers};
 use crate::metrics::{Metrics, Readiness};
 use crate::server::ServerParts;
 use crate::service::scorer::Profiles;
-use crate::store::{NodeStore, StoreConfig};
 
 /// Flags of `standalone`.
 #[derive(Debug, Args)]
@@ -38,48 +36,6 @@ pub struct StandaloneArgs {
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long)]
     pub exit_after_seconds: Option<f64>,
-}
-
-/// Reads the config file, or the embedded default.
-pub fn load_config(path: Option<&Path>) -> Result<ScorerConfig, AppError> {
-    match path {
-        None => Ok(ScorerConfig::embedded_default()),
-        Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| AppError::Config {
-                path: p.display().to_string(),
-                message: e.to_string(),
-            })?;
-            ScorerConfig::from_yaml(&text).map_err(|e| AppError::Config {
-                path: p.display().to_string(),
-                message: e.to_string(),
-            })
-        }
-    }
-}
-
-/// Builds the profiles of a config.
-pub fn build_profiles(
-    config: &ScorerConfig,
-    path: Option<&Path>,
-) -> Result<Arc<Profiles>, AppError> {
-    let list = config.build_profiles().map_err(|e| AppError::Config {
-        path: path.map_or("<embedded default>".into(), |p| p.display().to_string()),
-        message: e.to_string(),
-    })?;
-    Ok(Arc::new(Profiles::new(list)))
-}
-
-/// Builds the node store with the config's staleness and eviction settings.
-pub fn build_store(config: &ScorerConfig) -> Arc<NodeStore> {
-    let thresholds = config.eviction_thresholds();
-    Arc::new(NodeStore::new(StoreConfig {
-        stale_after: config.stale_after(),
-        inflight_ttl: Duration::from_secs_f64(config.inflight().max_age_seconds),
-        pressure: Some(Arc::new(move |agent| {
-            crate::policy::eviction::under_pressure(agent, &thresholds).is_some()
-        })),
-        ..StoreConfig::default()
-    }))
 }
 
 /// Runs `standalone` until Ctrl-C (or `--exit-after-seconds`).
