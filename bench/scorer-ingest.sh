@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 counts=("$@"); [ ${#counts[@]} -gt 0 ] || counts=(1000 2500 5000 7500 10000)
 DURATION=${DURATION:-30}
-cargo build --release -q -p loadstar-scorer --bin loadstar-scorer --bin loadstar-loadgen
+cargo build --release -q -p loadstar-scorer --bin loadstar-scorer -p loadstar-testkit --bin loadstar-loadgen
 bin=${CARGO_TARGET_DIR:-target}/release
 port=$((20000 + RANDOM % 20000))
 for n in "${counts[@]}"; do

@@ -7,10 +7,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser};
+use loadstar_sampler::sampler::{SamplerConfig, default_node_name};
 use thiserror::Error;
 
 use crate::report::{BackoffConfig, ReportConfig};
-use crate::sampler::{SamplerConfig, default_node_name};
 
 /// Default `/metrics` and `/healthz` listen address.
 pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:9910";
@@ -53,6 +53,9 @@ pub enum ConfigError {
 }
 
 /// Parses `500ms`, `1s`, `1.5m`, `2h`, or a bare number of seconds.
+///
+/// Why not `humantime`: it takes whole numbers only and always wants a unit, so `1.5m` and a
+/// bare `3`, which these flags (and their `LOADSTAR_*` variables) accept, would be rejected.
 pub fn parse_duration(s: &str) -> Result<Duration, ConfigError> {
     let err = || ConfigError::Duration {
         value: s.to_string(),
@@ -91,6 +94,10 @@ pub fn parse_window(s: &str) -> Result<u32, ConfigError> {
 
 /// Parses a rate with an optional decimal (`k`, `M`, `G`, `T`) or binary (`Ki`, `Mi`, `Gi`,
 /// `Ti`) suffix: `10G` = 10 000 000 000, `500Mi` = 524 288 000.
+///
+/// Why not `parse-size` or `bytesize`: they are byte sizes, accepting fractions (`1.5G`) and
+/// `B`/`iB` unit letters that a rate in bits per second (`--default-nic-speed`) must not take;
+/// integers and these eight suffixes are all the flags need.
 pub fn parse_rate(s: &str) -> Result<u64, ConfigError> {
     let err = || ConfigError::Rate {
         value: s.to_string(),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use loadstar_sampler::sampler::{Sampler, SamplerError};
 use thiserror::Error;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -18,7 +19,6 @@ use tracing::{info, warn};
 use crate::config::AgentConfig;
 use crate::metrics::AgentMetrics;
 use crate::report::{self, ReportError, ReportSender, Resolve, SystemResolver};
-use crate::sampler::{Sampler, SamplerError};
 
 /// Errors of starting and stopping the agent.
 #[derive(Debug, Error)]

@@ -15,13 +15,13 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use loadstar_common::model::ResourceKind;
-use loadstar_common::pb;
+use loadstar_proto::pb;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// Histogram of the wall time of one sample, seconds.
 pub const SAMPLE_DURATION_SECONDS: &str = "loadstar_agent_sample_duration_seconds";
@@ -106,84 +106,44 @@ impl Default for AgentMetrics {
 impl AgentMetrics {
     /// Registers every metric.
     pub fn new() -> Self {
-        let mut registry = Registry::default();
+        let mut r = Registrar(Registry::default());
         // 50 µs … ~0.8 s.
         let sample_duration = Histogram::new(exponential_buckets(50e-6, 2.0, 15));
         let inner = Inner {
-            sample_duration,
-            samples: Counter::default(),
-            collector_errors: Family::default(),
-            reports_sent: Family::default(),
-            report_errors: Family::default(),
-            reports_rejected: Family::default(),
-            scorer_connected: Family::default(),
-            scorers_connected: Gauge::default(),
-            node_utilization: Family::default(),
-            memory_available: Gauge::default(),
-            nodefs_available: GaugeF64::default(),
-            nodefs_inodes_free: GaugeF64::default(),
+            sample_duration: r.add_with(
+                SAMPLE_DURATION_SECONDS,
+                "Wall time of one sample of every collector",
+                sample_duration,
+            ),
+            samples: r.add(SAMPLES, "Samples taken"),
+            collector_errors: r.add(COLLECTOR_ERRORS, "Collector failures"),
+            reports_sent: r.add(REPORTS_SENT, "Reports handed to a scorer stream"),
+            report_errors: r.add(REPORT_ERRORS, "Failed scorer connections or streams"),
+            reports_rejected: r.add(REPORTS_REJECTED, "Reports a scorer rejected"),
+            scorer_connected: r.add(
+                SCORER_CONNECTED,
+                "1 while the stream to this scorer address is open",
+            ),
+            scorers_connected: r.add(SCORERS_CONNECTED, "Scorer streams open"),
+            node_utilization: r.add(
+                NODE_UTILIZATION_RATIO,
+                "Latest utilisation of the node per resource",
+            ),
+            memory_available: r.add(NODE_MEMORY_AVAILABLE_BYTES, "MemAvailable of the node"),
+            nodefs_available: r.add(
+                NODE_NODEFS_AVAILABLE_RATIO,
+                "Available over total bytes of the root filesystem",
+            ),
+            nodefs_inodes_free: r.add(
+                NODE_NODEFS_INODES_FREE_RATIO,
+                "Free over total inodes of the root filesystem",
+            ),
             started: Instant::now(),
             last_sample_ms: AtomicU64::new(u64::MAX),
-            registry: Registry::default(),
+            registry: r.0,
         };
-        registry.register(
-            SAMPLE_DURATION_SECONDS,
-            "Wall time of one sample of every collector",
-            inner.sample_duration.clone(),
-        );
-        registry.register(SAMPLES, "Samples taken", inner.samples.clone());
-        registry.register(
-            COLLECTOR_ERRORS,
-            "Collector failures",
-            inner.collector_errors.clone(),
-        );
-        registry.register(
-            REPORTS_SENT,
-            "Reports handed to a scorer stream",
-            inner.reports_sent.clone(),
-        );
-        registry.register(
-            REPORT_ERRORS,
-            "Failed scorer connections or streams",
-            inner.report_errors.clone(),
-        );
-        registry.register(
-            REPORTS_REJECTED,
-            "Reports a scorer rejected",
-            inner.reports_rejected.clone(),
-        );
-        registry.register(
-            SCORER_CONNECTED,
-            "1 while the stream to this scorer address is open",
-            inner.scorer_connected.clone(),
-        );
-        registry.register(
-            SCORERS_CONNECTED,
-            "Scorer streams open",
-            inner.scorers_connected.clone(),
-        );
-        registry.register(
-            NODE_UTILIZATION_RATIO,
-            "Latest utilisation of the node per resource",
-            inner.node_utilization.clone(),
-        );
-        registry.register(
-            NODE_MEMORY_AVAILABLE_BYTES,
-            "MemAvailable of the node",
-            inner.memory_available.clone(),
-        );
-        registry.register(
-            NODE_NODEFS_AVAILABLE_RATIO,
-            "Available over total bytes of the root filesystem",
-            inner.nodefs_available.clone(),
-        );
-        registry.register(
-            NODE_NODEFS_INODES_FREE_RATIO,
-            "Free over total inodes of the root filesystem",
-            inner.nodefs_inodes_free.clone(),
-        );
         AgentMetrics {
-            inner: Arc::new(Inner { registry, ..inner }),
+            inner: Arc::new(inner),
         }
     }
 
@@ -301,6 +261,23 @@ impl AgentMetrics {
 fn scorer_labels(scorer: &str) -> ScorerLabels {
     ScorerLabels {
         scorer: scorer.to_string(),
+    }
+}
+
+/// Registers each metric where it is declared: name, help and type (from the field it
+/// initialises) in one place.
+struct Registrar(Registry);
+
+impl Registrar {
+    /// A new metric of type `M`, registered as `name`.
+    fn add<M: Metric + Clone + Default>(&mut self, name: &str, help: &str) -> M {
+        self.add_with(name, help, M::default())
+    }
+
+    /// `metric`, registered as `name`.
+    fn add_with<M: Metric + Clone>(&mut self, name: &str, help: &str, metric: M) -> M {
+        self.0.register(name, help, metric.clone());
+        metric
     }
 }
 

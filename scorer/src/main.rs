@@ -1,6 +1,7 @@
 //! `loadstar-scorer`: parses the command line and runs one mode; the work lives in the library.
 use clap::{Parser, Subcommand};
-use loadstar_scorer::app;
+
+mod app;
 
 /// Loadstar scorer: real-load-aware node scores over gRPC, and a Kubernetes scheduler.
 #[derive(Debug, Parser)]

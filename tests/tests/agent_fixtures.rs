@@ -7,8 +7,8 @@ mod agent_support;
 use std::time::Duration;
 
 use agent_support::{FixtureNode, Interval, assert_valid, fixture, resources, timed, usage};
-use loadstar_agent::sampler::{Sampler, SamplerConfig};
-use loadstar_common::pb::{self, Resource};
+use loadstar_proto::pb::{self, Resource};
+use loadstar_sampler::sampler::{Sampler, SamplerConfig};
 use proptest::prelude::*;
 
 const GIB: f64 = (1u64 << 30) as f64;

@@ -10,8 +10,8 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use agent_support::{FixtureNode, assert_valid, usage};
-use loadstar_agent::sampler::{Sampler, SamplerConfig};
-use loadstar_common::pb::Resource;
+use loadstar_proto::pb::Resource;
+use loadstar_sampler::sampler::{Sampler, SamplerConfig};
 
 const GIB: u64 = 1 << 30;
 

@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_support::{assert_valid, usage};
-use loadstar_agent::sampler::{Sampler, SamplerConfig};
-use loadstar_common::pb::{self, Resource};
+use loadstar_proto::pb::{self, Resource};
+use loadstar_sampler::sampler::{Sampler, SamplerConfig};
 use serde_json::Value;
 
 const PSUTIL_HELPER: &str = r#"
@@ -287,7 +287,7 @@ fn disk_write_rate_agrees_with_psutil_under_dd() {
 /// Our parsers and procfs-core's agree on this machine's files.
 #[test]
 fn parsers_agree_with_procfs_core_on_this_machine() {
-    use loadstar_agent::collector::{disk, memory, network};
+    use loadstar_sampler::collector::{disk, memory, network};
     use procfs_core::{FromRead, Meminfo};
 
     let text = std::fs::read_to_string("/proc/meminfo").expect("meminfo");

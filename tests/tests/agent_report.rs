@@ -1,10 +1,15 @@
-//! The agent daemon against scorer stubs (`loadstar.v1.Ingest` implemented here) on
+//! The agent daemon against scorer stubs (the example's `Ingest` service, with behaviours
+//! of their own here) on
 //! 127.0.0.1: reports arrive with plausible values and the bearer token; the agent survives a
 //! graceful scorer restart and a hard kill on the same port, resuming with full windows;
 //! every address a name resolves to gets a stream; a stalled scorer never stalls sampling;
 //! shutdown is bounded and ends the streams.
 mod agent_support;
+/// The stub scorer's `Ingest` service, shared with the agent's `stub_scorer` example.
+#[path = "../../agent/examples/stub_scorer/ingest.rs"]
+mod stub_ingest;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -15,11 +20,11 @@ use clap::Parser;
 use loadstar_agent::config::AgentConfig;
 use loadstar_agent::daemon::Daemon;
 use loadstar_agent::report::{Resolve, SystemResolver};
-use loadstar_common::pb::ingest_server::{Ingest, IngestServer};
-use loadstar_common::pb::{self, Resource};
+use loadstar_proto::pb::{self, Resource};
+use stub_ingest::{Acks, Scorer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_stream::{Stream, StreamExt};
-use tonic::{Request, Response, Status, Streaming};
+use tokio_stream::StreamExt;
+use tonic::{Request, Status, Streaming};
 
 /// What a stub received.
 #[derive(Default)]
@@ -45,16 +50,12 @@ struct Stub {
     stopping: tokio::sync::watch::Receiver<bool>,
 }
 
-type AckStream = Pin<Box<dyn Stream<Item = Result<pb::ReportAck, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl Ingest for Stub {
-    type ReportStream = AckStream;
-
-    async fn report(
+impl Scorer for Stub {
+    fn accept(
         &self,
         request: Request<Streaming<pb::NodeReport>>,
-    ) -> Result<Response<AckStream>, Status> {
+        tx: Acks,
+    ) -> Result<impl Future<Output = ()> + Send + 'static, Status> {
         let auth = request
             .metadata()
             .get("authorization")
@@ -67,11 +68,10 @@ impl Ingest for Stub {
         }
         self.log.lock().expect("lock").authorization.push(auth);
         let mut inbound = request.into_inner();
-        let (tx, rx) = tokio::sync::mpsc::channel(16);
         let log = self.log.clone();
         let mut stopping = self.stopping.clone();
         let behaviour = self.behaviour;
-        tokio::spawn(async move {
+        Ok(async move {
             if behaviour == Behaviour::Stall {
                 let _hold = (inbound, tx);
                 let _ = stopping.wait_for(|s| *s).await;
@@ -97,10 +97,7 @@ impl Ingest for Stub {
                     }
                 }
             }
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        )))
+        })
     }
 }
 
@@ -157,7 +154,7 @@ impl StubServer {
             }
             let server = rt.spawn(
                 builder
-                    .add_service(IngestServer::new(Stub {
+                    .add_service(stub_ingest::service(Stub {
                         log: l,
                         behaviour,
                         stopping,
@@ -247,6 +244,34 @@ async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     (status, buf)
+}
+
+/// The value of one series (name and labels) of the daemon's `/metrics`; 0 when absent.
+fn metric(daemon: &Daemon, series: &str) -> u64 {
+    let prefix = format!("{series} ");
+    daemon
+        .metrics()
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the daemon counted at least `n` failed connections or streams to `scorer`.
+async fn wait_report_errors(daemon: &Daemon, scorer: &str, n: u64, what: &str) {
+    let series = format!("loadstar_agent_report_errors_total{{scorer=\"{scorer}\"}}");
+    eventually(what, Duration::from_secs(5), || {
+        let got = metric(daemon, &series);
+        async move {
+            if got >= n {
+                Ok(())
+            } else {
+                Err(format!("{got} errors"))
+            }
+        }
+    })
+    .await;
 }
 
 async fn wait_reports(stub: &StubServer, n: usize, what: &str) -> Vec<pb::NodeReport> {
@@ -474,14 +499,7 @@ async fn a_stalled_scorer_never_stalls_sampling() {
     let daemon = Daemon::start(&config, Arc::new(SystemResolver))
         .await
         .expect("start");
-    let samples = |d: &Daemon| -> u64 {
-        d.metrics()
-            .encode()
-            .lines()
-            .find_map(|l| l.strip_prefix("loadstar_agent_samples_total "))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
+    let samples = |d: &Daemon| metric(d, "loadstar_agent_samples_total");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let s0 = samples(&daemon);
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -519,26 +537,8 @@ async fn a_rejected_token_is_counted_and_retried() {
     let daemon = Daemon::start(&config, Arc::new(SystemResolver))
         .await
         .expect("start");
-    let label = format!(
-        "loadstar_agent_report_errors_total{{scorer=\"{}\"}} ",
-        stub.addr
-    );
-    eventually("two failed attempts", Duration::from_secs(5), || {
-        let text = daemon.metrics().encode();
-        let n: u64 = text
-            .lines()
-            .find_map(|l| l.strip_prefix(label.as_str()))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        async move {
-            if n >= 2 {
-                Ok(())
-            } else {
-                Err(format!("{n} errors"))
-            }
-        }
-    })
-    .await;
+    let scorer = stub.addr.to_string();
+    wait_report_errors(&daemon, &scorer, 2, "two failed attempts").await;
     assert!(stub.reports().is_empty());
     // The token file is re-read on each attempt: fixing it is enough.
     std::fs::write(&token, "right").expect("token");
@@ -667,26 +667,8 @@ async fn https_with_a_ca_file_and_a_bearer_token() {
     let daemon = Daemon::start(&config, Arc::new(SystemResolver))
         .await
         .expect("start");
-    let label = format!(
-        "loadstar_agent_report_errors_total{{scorer=\"127.0.0.1:{}\"}} ",
-        stub.addr.port()
-    );
-    eventually("a failed TLS handshake", Duration::from_secs(5), || {
-        let text = daemon.metrics().encode();
-        let n: u64 = text
-            .lines()
-            .find_map(|l| l.strip_prefix(label.as_str()))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        async move {
-            if n >= 1 {
-                Ok(())
-            } else {
-                Err(format!("{n} errors"))
-            }
-        }
-    })
-    .await;
+    let scorer = format!("127.0.0.1:{}", stub.addr.port());
+    wait_report_errors(&daemon, &scorer, 1, "a failed TLS handshake").await;
     assert!(stub.reports().is_empty());
     daemon.shutdown().await.expect("clean shutdown");
     stub.stop(true);

@@ -11,9 +11,9 @@ use anyhow::{Context, Result, ensure};
 use e2e_support::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use loadstar_common::pb;
-use loadstar_common::pb::scheduler_client::SchedulerClient;
-use loadstar_common::pb::scorer_client::ScorerClient;
+use loadstar_proto::pb;
+use loadstar_proto::pb::scheduler_client::SchedulerClient;
+use loadstar_proto::pb::scorer_client::ScorerClient;
 use serde_json::json;
 
 const SCHEDULER: &str = "loadstar";

@@ -1,5 +1,6 @@
 //! The scorer's run modes (`serve`, `standalone`, …) and what they share: logging setup,
 //! shutdown signals, and starting the gRPC and HTTP servers with a bounded drain.
+pub mod http;
 pub mod serve;
 pub mod simulate;
 pub mod standalone;
@@ -14,11 +15,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::config::ScorerConfig;
-use crate::metrics::{self, Metrics, Readiness};
-use crate::server::{self, ServerParts};
-use crate::service::scorer::Profiles;
-use crate::store::{NodeStore, StoreConfig};
+use loadstar_grpc::server::{self, ServerParts};
+use loadstar_policy::config::ScorerConfig;
+use loadstar_policy::profiles::Profiles;
+use loadstar_store::metrics::{Metrics, Readiness};
+use loadstar_store::{NodeStore, StoreConfig};
 
 /// How long in-flight calls may drain after a shutdown signal.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -87,7 +88,7 @@ pub fn build_store(config: &ScorerConfig) -> Arc<NodeStore> {
         stale_after: config.stale_after(),
         inflight_ttl: Duration::from_secs_f64(config.inflight().max_age_seconds),
         pressure: Some(Arc::new(move |agent| {
-            crate::policy::eviction::under_pressure(agent, &thresholds).is_some()
+            loadstar_policy::eviction::under_pressure(agent, &thresholds).is_some()
         })),
         ..StoreConfig::default()
     }))
@@ -194,7 +195,7 @@ pub async fn run_servers(
         let wait = shutdown.wait();
         let ready = ready.clone();
         tokio::spawn(async move {
-            if let Err(e) = metrics::serve_http(http, metrics, ready, wait).await {
+            if let Err(e) = http::serve_http(http, metrics, ready, wait).await {
                 warn!(error = %e, "metrics server failed");
             }
         });

@@ -10,13 +10,13 @@ use clap::{Args, ValueEnum};
 use tracing::info;
 
 use crate::app::{AppError, DRAIN_TIMEOUT, Shutdown, bind, run_servers};
-use crate::kube::client::RateLimit;
-use crate::kube::leader::LeaderConfig;
-use crate::kube::runtime::{self, KubeOptions};
-use crate::kube::scheduler::SchedulerConfig;
-use crate::metrics::{Metrics, Readiness};
-use crate::server::ServerParts;
-use crate::service::{Binder, PodResolver};
+use loadstar_grpc::server::ServerParts;
+use loadstar_kube::client::RateLimit;
+use loadstar_kube::leader::LeaderConfig;
+use loadstar_kube::runtime::{self, KubeOptions};
+use loadstar_kube::scheduler::SchedulerConfig;
+use loadstar_store::cluster::{Binder, PodResolver};
+use loadstar_store::metrics::{Metrics, Readiness};
 
 /// Whether to connect to Kubernetes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -166,7 +166,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
             store.clone(),
             profiles.clone(),
             metrics.clone(),
-            Arc::new(move |pod| crate::policy::inflight::estimate(pod, &inflight)),
+            Arc::new(move |pod| loadstar_policy::inflight::estimate(pod, &inflight)),
             shutdown.wait(),
         )
         .await

@@ -1,9 +1,9 @@
-//! `loadstar-scorer simulate`: the placement simulator (see [`crate::sim`] and
-//! `docs/simulator.md`). Thin: the flags and the run live in [`crate::sim::cli`].
+//! `loadstar-scorer simulate`: the placement simulator (see [`loadstar_sim`] and
+//! `docs/simulator.md`). Thin: the flags and the run live in [`loadstar_sim::cli`].
 use clap::Args;
 
 use crate::app::AppError;
-use crate::sim::cli::{self, SimArgs};
+use loadstar_sim::cli::{self, SimArgs};
 
 /// Flags of `simulate`.
 #[derive(Debug, Clone, Args)]

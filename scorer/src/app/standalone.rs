@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use loadstar_agent::sampler::{Sampler, SamplerConfig};
+use loadstar_sampler::sampler::{Sampler, SamplerConfig};
 use tracing::{info, warn};
 
 use crate::app::{AppError, Shutdown, bind, build_profiles, build_store, load_config, run_servers};
-use crate::metrics::{Metrics, Readiness};
-use crate::server::ServerParts;
-use crate::service::scorer::Profiles;
+use loadstar_grpc::server::ServerParts;
+use loadstar_policy::profiles::Profiles;
+use loadstar_store::metrics::{Metrics, Readiness};
 
 /// Flags of `standalone`.
 #[derive(Debug, Args)]

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use loadstar_agent::sampler::SamplerConfig;
-use loadstar_common::pb;
+use loadstar_proto::pb;
+use loadstar_sampler::sampler::SamplerConfig;
 
 /// `tests/fixtures/agent/<rel>`.
 pub fn fixture(rel: &str) -> PathBuf {
@@ -165,8 +165,8 @@ pub fn resources(report: &pb::NodeReport) -> Vec<pb::Resource> {
 /// Asserts every ratio of a report is finite and in [0, 1] and that the common crate's
 /// validating conversions accept it (what the scorer does on ingest).
 pub fn assert_valid(report: &pb::NodeReport) {
-    loadstar_common::convert::load_from_proto(&report.usage).expect("usage validates");
-    loadstar_common::convert::capacity_from_proto(report.capacity.as_ref().expect("capacity"))
+    loadstar_proto::convert::load_from_proto(&report.usage).expect("usage validates");
+    loadstar_proto::convert::capacity_from_proto(report.capacity.as_ref().expect("capacity"))
         .expect("capacity validates");
     let ratio = |what: &str, v: f64| {
         assert!(v.is_finite() && (0.0..=1.0).contains(&v), "{what} = {v}");

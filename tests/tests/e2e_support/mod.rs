@@ -17,9 +17,9 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use loadstar_common::pb;
-use loadstar_common::pb::ingest_client::IngestClient;
-use loadstar_scorer::simagent::{self, SyntheticLoad};
+use loadstar_proto::pb;
+use loadstar_proto::pb::ingest_client::IngestClient;
+use loadstar_testkit::agent::{self as simagent, SyntheticLoad};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -296,7 +296,7 @@ impl Scorer {
             .arg(format!("--leader-elect-name={lease}"))
             .arg(format!("--leader-elect-identity={identity}"))
             .args(extra)
-            .env("RUST_LOG", "info,loadstar_scorer::kube=debug")
+            .env("RUST_LOG", "info,loadstar_kube=debug")
             .env("NO_COLOR", "1")
             .stdout(out.try_clone()?)
             .stderr(out)

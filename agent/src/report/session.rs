@@ -1,0 +1,254 @@
+//! One stream per scorer address: connect, send the latest report whenever it changes, read
+//! the acks, and reconnect after a backoff until shutdown. A report the address already
+//! acknowledged is not sent again after a reconnect; the backoff resets on every ack.
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use loadstar_proto::pb;
+use loadstar_proto::pb::ingest_client::IngestClient;
+use tokio::sync::oneshot;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::WatchStream;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{ClientTlsConfig, Endpoint, Uri};
+use tracing::{debug, info};
+
+use super::backoff::Backoff;
+use super::error::ReportError;
+use super::shared::{ReportReceiver, Shared, closed};
+use super::target::ScorerTarget;
+use super::throttle::Throttle;
+
+/// HTTP/2 keepalive ping interval: detects a scorer that vanished without closing.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// HTTP/2 keepalive ping timeout.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a session ended without an error.
+enum SessionEnd {
+    /// The report channel closed: shutting down.
+    Shutdown,
+    /// The scorer ended the stream cleanly.
+    ServerEnded,
+}
+
+/// Streams to one scorer address, reconnecting until shutdown.
+pub(super) async fn connection(
+    target: Arc<ScorerTarget>,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    mut reports: ReportReceiver,
+) {
+    let label = addr.to_string();
+    let mut backoff = Backoff::new(shared.backoff);
+    let mut throttle = Throttle::default();
+    // Highest sequence this address acknowledged: after a reconnect to the same scorer the
+    // current report may be one it already stored (the store rejects a sequence that does
+    // not increase), so such a report is skipped and the next one goes first.
+    let last_acked = Arc::new(AtomicU64::new(0));
+    loop {
+        if reports.has_changed().is_err() {
+            break;
+        }
+        let result = session(
+            &target,
+            addr,
+            &shared,
+            &reports,
+            &mut backoff,
+            &label,
+            &last_acked,
+        )
+        .await;
+        shared.metrics.set_connected(&label, false);
+        match result {
+            Ok(SessionEnd::Shutdown) => break,
+            Ok(SessionEnd::ServerEnded) => {
+                info!("scorer ended the stream; reconnecting");
+            }
+            Err(e) => {
+                shared.metrics.report_error(&label);
+                throttle.log(&e.to_string());
+            }
+        }
+        let delay = backoff.next_delay(rand::random());
+        debug!(
+            ?delay,
+            attempt = backoff.attempts(),
+            "reconnecting after delay"
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = closed(&mut reports) => break,
+        }
+    }
+    shared.metrics.set_connected(&label, false);
+}
+
+/// One connection and stream; returns how it ended.
+async fn session(
+    target: &ScorerTarget,
+    addr: SocketAddr,
+    shared: &Shared,
+    reports: &ReportReceiver,
+    backoff: &mut Backoff,
+    label: &str,
+    last_acked: &Arc<AtomicU64>,
+) -> Result<SessionEnd, ReportError> {
+    let endpoint = endpoint(target, addr, shared)?;
+    let token = match &shared.token_file {
+        Some(path) => Some(read_token(path)?),
+        None => None,
+    };
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|source| ReportError::Connect {
+            scorer: addr,
+            source,
+        })?;
+    let mut client = IngestClient::new(channel);
+    let metrics = shared.metrics.clone();
+    let sent_label = label.to_string();
+    let acked = last_acked.clone();
+    let outbound = WatchStream::new(reports.clone()).filter_map(move |r| {
+        r.filter(|r| r.sequence > acked.load(Ordering::Relaxed))
+            .map(|r| {
+                metrics.report_sent(&sent_label);
+                pb::NodeReport::clone(&r)
+            })
+    });
+    // The request body is pumped by the HTTP/2 connection's own task: tie its end to this
+    // session, so a session that ends (or is aborted) also ends its stream.
+    let (_end_stream, end) = oneshot::channel::<()>();
+    let mut request = tonic::Request::new(futures::StreamExt::take_until(outbound, end));
+    if let Some(token) = token {
+        request.metadata_mut().insert("authorization", token);
+    }
+    let acks = client
+        .report(request)
+        .await
+        .map_err(|source| ReportError::Stream {
+            scorer: addr,
+            source,
+        })?
+        .into_inner();
+    shared.metrics.set_connected(label, true);
+    info!("stream open");
+    read_acks(acks, addr, shared, reports, backoff, label, last_acked).await
+}
+
+/// The endpoint of one scorer address: timeouts, keepalive, the target's origin, and TLS
+/// (checked against the target's host name) for `https`.
+fn endpoint(
+    target: &ScorerTarget,
+    addr: SocketAddr,
+    shared: &Shared,
+) -> Result<Endpoint, ReportError> {
+    let scheme = if target.tls { "https" } else { "http" };
+    let err = |source| ReportError::Endpoint {
+        scorer: addr,
+        source,
+    };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+        .map_err(err)?
+        .connect_timeout(shared.connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true);
+    if let Ok(origin) = target.origin().parse::<Uri>() {
+        endpoint = endpoint.origin(origin);
+    }
+    if target.tls {
+        let mut tls = ClientTlsConfig::new().domain_name(target.host.clone());
+        if let Some(ca) = &shared.ca {
+            tls = tls.ca_certificate(ca.clone());
+        }
+        endpoint = endpoint.tls_config(tls).map_err(err)?;
+    }
+    Ok(endpoint)
+}
+
+/// Reads acks until the stream ends: each resets the backoff and raises `last_acked`.
+async fn read_acks(
+    mut acks: tonic::Streaming<pb::ReportAck>,
+    addr: SocketAddr,
+    shared: &Shared,
+    reports: &ReportReceiver,
+    backoff: &mut Backoff,
+    label: &str,
+    last_acked: &AtomicU64,
+) -> Result<SessionEnd, ReportError> {
+    let opened = Instant::now();
+    let mut rejected = Throttle::default();
+    loop {
+        match acks.message().await {
+            Ok(Some(ack)) => {
+                backoff.reset();
+                last_acked.fetch_max(ack.sequence, Ordering::Relaxed);
+                if ack.desired_interval_seconds > 0.0 {
+                    debug!(
+                        desired = ack.desired_interval_seconds,
+                        "scorer asks for another sample interval (not acted on yet)"
+                    );
+                }
+                if !ack.accepted {
+                    shared.metrics.report_rejected(label);
+                    rejected.log(&format!("report rejected: {}", ack.reject_reason));
+                }
+            }
+            Ok(None) => {
+                debug!(open_for = ?opened.elapsed(), "ack stream ended");
+                return Ok(if reports.has_changed().is_err() {
+                    SessionEnd::Shutdown
+                } else {
+                    SessionEnd::ServerEnded
+                });
+            }
+            Err(source) => {
+                if reports.has_changed().is_err() {
+                    return Ok(SessionEnd::Shutdown);
+                }
+                return Err(ReportError::Stream {
+                    scorer: addr,
+                    source,
+                });
+            }
+        }
+    }
+}
+
+/// `Bearer <token>` from a token file (trimmed).
+fn read_token(path: &Path) -> Result<MetadataValue<Ascii>, ReportError> {
+    let err = |reason: String| ReportError::Token {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let token = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(err("file is empty".into()));
+    }
+    MetadataValue::try_from(format!("Bearer {token}"))
+        .map_err(|_| err("token contains characters not allowed in a header".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("token");
+        std::fs::write(&p, "abc.def\n").expect("write");
+        assert_eq!(read_token(&p).expect("valid"), "Bearer abc.def");
+        std::fs::write(&p, "\n").expect("write");
+        assert!(read_token(&p).is_err());
+        assert!(read_token(&dir.path().join("missing")).is_err());
+    }
+}

@@ -1,0 +1,24 @@
+//! Generates the `loadstar.v1` gRPC code from this folder's `.proto` files at build time, with a vendored protoc so
+//! a fresh machine needs no system install, and writes the descriptor set for reflection.
+use std::{env, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".");
+    let files = [
+        "types.proto",
+        "ingest.proto",
+        "scorer.proto",
+        "scheduler.proto",
+    ]
+    .map(|f| root.join("loadstar/v1").join(f));
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
+    }
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+    let mut config = prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(out.join("loadstar_v1_descriptor.bin"))
+        .compile_with_config(config, &files, &[root])?;
+    Ok(())
+}

@@ -1,0 +1,444 @@
+//! The scheduling framework: filter and score plugin traits, the per-cycle context, and a
+//! [`Profile`] that runs its filters, its weighted scores and its stale-node policy over a
+//! [`ClusterSnapshot`], explaining every verdict (per-plugin scores, filter reasons, and a
+//! kube-scheduler-style summary).
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+
+use loadstar_common::model::ResourceKind;
+use rand::Rng;
+
+use std::borrow::Cow;
+
+use crate::snapshot::{
+    AgentNode, ClusterSnapshot, DigestTable, NodeDigest, NodeView, PodInfo, Usage, raw_usage,
+};
+
+/// What a profile does with a node whose load is stale (or was never reported).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StalePolicy {
+    /// Score it on requests only: load-aware plugins see no load for it.
+    Fallback,
+    /// Filter it out.
+    Filter,
+    /// Score it on its last known load, then multiply its total by the profile's penalty.
+    Penalize,
+}
+
+impl StalePolicy {
+    /// Config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            StalePolicy::Fallback => "fallback",
+            StalePolicy::Filter => "filter",
+            StalePolicy::Penalize => "penalize",
+        }
+    }
+}
+
+/// Per-cycle facts the plugins share: which window to read, and how to treat stale nodes.
+#[derive(Debug, Clone, Copy)]
+pub struct CycleContext<'a> {
+    /// The whole snapshot (for cluster-wide policies).
+    pub snapshot: &'a ClusterSnapshot,
+    /// Load window to use, seconds.
+    pub window_seconds: u32,
+    /// The profile's stale policy.
+    pub stale_policy: StalePolicy,
+    /// The snapshot's digest rows for this window, when built (see
+    /// [`ClusterSnapshot::digests`]); without them rows are computed per call.
+    pub digests: Option<&'a DigestTable>,
+}
+
+impl<'a> CycleContext<'a> {
+    /// The node's utilisation of `kind` for scoring: the profile's window plus in-flight
+    /// estimates; `None` when the node has no agent data for it, or is stale under
+    /// [`StalePolicy::Fallback`] (then plugins fall back to requests).
+    #[inline]
+    pub fn usage(&self, node: &NodeView, kind: ResourceKind) -> Option<Usage> {
+        if node.stale && self.stale_policy == StalePolicy::Fallback {
+            return None;
+        }
+        if matches!(kind, ResourceKind::Cpu | ResourceKind::Memory)
+            && let Some(row) = self.row(node)
+        {
+            return row.usage(kind);
+        }
+        raw_usage(node, kind, self.window_seconds)
+    }
+
+    /// [`CycleContext::usage`] when the caller already holds the node's digest `d` (saves a
+    /// table lookup in hot loops).
+    #[inline]
+    pub fn usage_of(&self, node: &NodeView, d: &NodeDigest, kind: ResourceKind) -> Option<Usage> {
+        if node.stale && self.stale_policy == StalePolicy::Fallback {
+            return None;
+        }
+        match kind {
+            ResourceKind::Cpu | ResourceKind::Memory => d.usage(kind),
+            _ => raw_usage(node, kind, self.window_seconds),
+        }
+    }
+
+    /// A context without digest rows (they are computed per call).
+    pub fn new(
+        snapshot: &'a ClusterSnapshot,
+        window_seconds: u32,
+        stale_policy: StalePolicy,
+    ) -> Self {
+        CycleContext {
+            snapshot,
+            window_seconds,
+            stale_policy,
+            digests: None,
+        }
+    }
+
+    /// The table row of `node`, when the node is in the snapshot and unchanged since.
+    #[inline]
+    fn row(&self, node: &NodeView) -> Option<&'a NodeDigest> {
+        let table = self.digests?;
+        let row = table.rows.get(self.snapshot.position_of(node)?)?;
+        row.matches(node).then_some(row)
+    }
+
+    /// The node's digest row (Kubernetes facts, totals, pressure data and CPU/memory usage
+    /// in one flat struct): borrowed from the cycle's table, else computed. Usage in the row
+    /// ignores staleness: read it through [`CycleContext::usage`].
+    #[inline]
+    pub fn digest<'n>(&'n self, node: &'n NodeView) -> Cow<'n, NodeDigest> {
+        match self.row(node) {
+            Some(row) => Cow::Borrowed(row),
+            None => Cow::Owned(NodeDigest::of(node, self.window_seconds)),
+        }
+    }
+
+    /// The node's agent report when load-aware plugins may use it: `None` without an agent,
+    /// or when the node is stale under [`StalePolicy::Fallback`] (the same rule as
+    /// [`CycleContext::usage`], for per-device and pressure data that are not windows).
+    #[inline]
+    pub fn live_agent<'n>(&self, node: &'n NodeView) -> Option<&'n AgentNode> {
+        if node.stale && self.stale_policy == StalePolicy::Fallback {
+            return None;
+        }
+        node.agent.as_deref()
+    }
+}
+
+/// A filter: can the pod run on this node at all?
+pub trait FilterPlugin: Send + Sync + Debug {
+    /// Plugin name as in configs and answers.
+    fn name(&self) -> &'static str;
+    /// `Ok` when the node passes; otherwise the reason, phrased for a summary line
+    /// (`Insufficient cpu`, `node(s) had untolerated taint {k: v}`). Several reasons are
+    /// joined with [`REASON_SEPARATOR`] (like upstream's status message); the summary counts
+    /// each.
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String>;
+}
+
+/// A score: how good is each feasible node, 0–100.
+pub trait ScorePlugin: Send + Sync + Debug {
+    /// Plugin name as in configs and answers.
+    fn name(&self) -> &'static str;
+    /// Scores every node in `nodes` into `out` (same length), each in 0..=100. Scoring all
+    /// feasible nodes at once lets cluster-wide plugins do one O(N) pass and normalise.
+    fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]);
+    /// The plugin's arguments, for display (`ListProfiles`).
+    fn args_yaml(&self) -> String {
+        String::new()
+    }
+}
+
+/// Highest score a plugin gives.
+pub const MAX_NODE_SCORE: i64 = 100;
+
+/// A configured profile: filters, weighted scores, window and stale policy.
+#[derive(Debug)]
+pub struct Profile {
+    /// Profile name (= schedulerName).
+    pub name: String,
+    /// Filters, run in order; the first failing one is the node's reason.
+    pub filters: Vec<Box<dyn FilterPlugin>>,
+    /// Score plugins with their weights.
+    pub scores: Vec<(Box<dyn ScorePlugin>, i64)>,
+    /// Load window, seconds.
+    pub window_seconds: u32,
+    /// Stale-node policy.
+    pub stale_policy: StalePolicy,
+    /// Multiplier for the total of a stale node under [`StalePolicy::Penalize`].
+    pub stale_penalty: f64,
+}
+
+/// A feasible node and its score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankedNode {
+    /// Index into the snapshot.
+    pub index: usize,
+    /// Weighted mean of the plugin scores, 0–100 (after any stale penalty).
+    pub total: f64,
+    /// Per plugin: (name, score, weight).
+    pub plugins: Vec<(&'static str, i64, i64)>,
+    /// Whether the node was stale.
+    pub stale: bool,
+}
+
+/// A node a filter rejected.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilteredNode {
+    /// Index into the snapshot.
+    pub index: usize,
+    /// Filter name.
+    pub plugin: &'static str,
+    /// Reason.
+    pub reason: String,
+}
+
+/// Filter name used for stale nodes under [`StalePolicy::Filter`].
+pub const STALE_FILTER: &str = "StaleLoad";
+/// Reason used for stale nodes under [`StalePolicy::Filter`].
+pub const STALE_REASON: &str = "node(s) had stale load metrics";
+
+/// Separator of several reasons of one filter for one node (`Insufficient cpu, Insufficient
+/// memory`); [`Evaluation::summary`] counts each part, as kube-scheduler does.
+pub const REASON_SEPARATOR: &str = ", ";
+
+/// A profile's verdict for one pod.
+#[derive(Debug, Clone, Default)]
+pub struct Evaluation {
+    /// Feasible nodes, best first (ties in random order).
+    pub ranked: Vec<RankedNode>,
+    /// Rejected nodes.
+    pub filtered: Vec<FilteredNode>,
+    /// Nodes considered.
+    pub evaluated: usize,
+}
+
+impl Evaluation {
+    /// kube-scheduler's summary: `0/12 nodes are available: 7 Insufficient cpu, 5 ...` when
+    /// nothing fits, else `N/M nodes are available`.
+    pub fn summary(&self) -> String {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for f in &self.filtered {
+            for reason in f.reason.split(REASON_SEPARATOR) {
+                *counts.entry(reason).or_default() += 1;
+            }
+        }
+        let mut parts: Vec<(usize, &str)> = counts.into_iter().map(|(r, c)| (c, r)).collect();
+        parts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        let head = format!("{}/{} nodes are available", self.feasible(), self.evaluated);
+        if parts.is_empty() {
+            head
+        } else {
+            let reasons: Vec<String> = parts.iter().map(|(c, r)| format!("{c} {r}")).collect();
+            format!("{head}: {}.", reasons.join(", "))
+        }
+    }
+
+    /// Nodes that passed every filter (`ranked` may hold fewer: it is cut to the limit).
+    pub fn feasible(&self) -> usize {
+        self.evaluated.saturating_sub(self.filtered.len())
+    }
+
+    /// The best node, if any.
+    pub fn best(&self) -> Option<&RankedNode> {
+        self.ranked.first()
+    }
+}
+
+impl Profile {
+    /// Filters and scores `snapshot`'s nodes (or only `candidates`, by index) for `pod`.
+    /// Only the best `limit` nodes are sorted (0: all); ties are broken at random.
+    pub fn evaluate(
+        &self,
+        snapshot: &ClusterSnapshot,
+        pod: &PodInfo,
+        candidates: Option<&[usize]>,
+        limit: usize,
+        rng: &mut impl Rng,
+    ) -> Evaluation {
+        // Digest rows pay off when most of the snapshot is evaluated (they are built once per
+        // snapshot generation and window, then shared).
+        let wide = candidates.is_none_or(|c| c.len().saturating_mul(8) >= snapshot.nodes.len());
+        let table = wide.then(|| snapshot.digests(self.window_seconds));
+        let ctx = CycleContext {
+            snapshot,
+            window_seconds: self.window_seconds,
+            stale_policy: self.stale_policy,
+            digests: table.as_deref(),
+        };
+        let all: Vec<usize>;
+        let indices: &[usize] = match candidates {
+            Some(c) => c,
+            None => {
+                all = (0..snapshot.nodes.len()).collect();
+                &all
+            }
+        };
+        let mut feasible: Vec<&NodeView> = Vec::with_capacity(indices.len());
+        let mut feasible_idx: Vec<usize> = Vec::with_capacity(indices.len());
+        let mut filtered = Vec::new();
+        'nodes: for &i in indices {
+            let node = &snapshot.nodes[i];
+            if node.stale && self.stale_policy == StalePolicy::Filter {
+                filtered.push(FilteredNode {
+                    index: i,
+                    plugin: STALE_FILTER,
+                    reason: STALE_REASON.to_string(),
+                });
+                continue;
+            }
+            for f in &self.filters {
+                if let Err(reason) = f.filter(&ctx, pod, node) {
+                    filtered.push(FilteredNode {
+                        index: i,
+                        plugin: f.name(),
+                        reason,
+                    });
+                    continue 'nodes;
+                }
+            }
+            feasible.push(node);
+            feasible_idx.push(i);
+        }
+        let n = feasible.len();
+        let mut per_plugin: Vec<Vec<i64>> = Vec::with_capacity(self.scores.len());
+        for (plugin, _) in &self.scores {
+            let mut out = vec![0i64; n];
+            if n > 0 {
+                plugin.score(&ctx, pod, &feasible, &mut out);
+            }
+            for s in &mut out {
+                *s = (*s).clamp(0, MAX_NODE_SCORE);
+            }
+            per_plugin.push(out);
+        }
+        let weight_sum: i64 = self.scores.iter().map(|(_, w)| *w).sum();
+        // (total, feasible position, random tie-break key): upstream picks uniformly among
+        // equal best scores. Breakdowns are only built for the nodes returned.
+        let mut order: Vec<(f64, usize, u32)> = (0..n)
+            .map(|j| {
+                let weighted: i64 = self
+                    .scores
+                    .iter()
+                    .zip(&per_plugin)
+                    .map(|((_, w), s)| w * s[j])
+                    .sum();
+                let mut total = if weight_sum > 0 {
+                    weighted as f64 / weight_sum as f64
+                } else {
+                    0.0
+                };
+                if feasible[j].stale && self.stale_policy == StalePolicy::Penalize {
+                    total *= self.stale_penalty;
+                }
+                (total, j, rng.random::<u32>())
+            })
+            .collect();
+        let cmp =
+            |a: &(f64, usize, u32), b: &(f64, usize, u32)| b.0.total_cmp(&a.0).then(a.2.cmp(&b.2));
+        if limit > 0 && limit < order.len() {
+            order.select_nth_unstable_by(limit - 1, cmp);
+            order.truncate(limit);
+        }
+        order.sort_unstable_by(cmp);
+        let ranked = order
+            .into_iter()
+            .map(|(total, j, _)| RankedNode {
+                index: feasible_idx[j],
+                total,
+                plugins: self
+                    .scores
+                    .iter()
+                    .zip(&per_plugin)
+                    .map(|((p, w), s)| (p.name(), s[j], *w))
+                    .collect(),
+                stale: feasible[j].stale,
+            })
+            .collect();
+        Evaluation {
+            ranked,
+            filtered,
+            evaluated: indices.len(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::NodeAllocation;
+    use rand::SeedableRng;
+    use std::sync::Arc;
+
+    #[derive(Debug)]
+    struct RejectNamed(&'static str);
+    impl FilterPlugin for RejectNamed {
+        fn name(&self) -> &'static str {
+            "RejectNamed"
+        }
+        fn filter(&self, _: &CycleContext<'_>, _: &PodInfo, node: &NodeView) -> Result<(), String> {
+            if &*node.name == self.0 {
+                Err("node(s) were named badly".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[derive(Debug)]
+    struct ByNameLength;
+    impl ScorePlugin for ByNameLength {
+        fn name(&self) -> &'static str {
+            "ByNameLength"
+        }
+        fn score(&self, _: &CycleContext<'_>, _: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+            for (o, n) in out.iter_mut().zip(nodes) {
+                *o = n.name.len() as i64 * 10;
+            }
+        }
+    }
+
+    fn node(name: &str) -> NodeView {
+        NodeView {
+            name: Arc::from(name),
+            agent: None,
+            kube: None,
+            alloc: Arc::new(NodeAllocation::default()),
+            stale: true,
+            report_age_seconds: None,
+        }
+    }
+
+    #[test]
+    fn ranks_filters_and_summarises_with_a_limit() {
+        let snap = ClusterSnapshot::new(vec![node("a"), node("bbb"), node("cc"), node("dddd")], 1);
+        let profile = Profile {
+            name: "t".into(),
+            filters: vec![Box::new(RejectNamed("dddd"))],
+            scores: vec![(Box::new(ByNameLength), 2)],
+            window_seconds: 60,
+            stale_policy: StalePolicy::Fallback,
+            stale_penalty: 0.5,
+        };
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let ev = profile.evaluate(&snap, &PodInfo::default(), None, 1, &mut rng);
+        assert_eq!(ev.ranked.len(), 1, "cut to the limit");
+        assert_eq!(&*snap.nodes[ev.ranked[0].index].name, "bbb");
+        assert_eq!(ev.ranked[0].total, 30.0);
+        assert_eq!(ev.ranked[0].plugins, vec![("ByNameLength", 30, 2)]);
+        assert_eq!(
+            ev.summary(),
+            "3/4 nodes are available: 1 node(s) were named badly."
+        );
+        let stale = Profile {
+            stale_policy: StalePolicy::Filter,
+            ..profile
+        };
+        let ev = stale.evaluate(&snap, &PodInfo::default(), None, 0, &mut rng);
+        assert_eq!(
+            ev.summary(),
+            "0/4 nodes are available: 4 node(s) had stale load metrics."
+        );
+    }
+}

@@ -1,0 +1,720 @@
+//! The read-only view of the cluster that filters and scores run against: one [`NodeView`]
+//! per node (agent load, Kubernetes node facts, pods and in-flight estimates) and the
+//! [`PodInfo`] being placed. Heavy parts are behind `Arc`s so a snapshot of thousands of
+//! nodes is built by cloning pointers, and the scheduler can change one node's allocation
+//! without copying the others.
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use loadstar_common::model::{LoadSummary, NodeCapacity, ResourceKind, ResourceList};
+use loadstar_common::window::WindowSummary;
+
+/// Owner (controller) of a pod, for spreading.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Owner {
+    /// Kind, e.g. `ReplicaSet`.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+}
+
+/// A taint effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaintEffect {
+    /// Do not schedule pods that do not tolerate it.
+    NoSchedule,
+    /// Prefer not to schedule pods that do not tolerate it.
+    PreferNoSchedule,
+    /// Do not schedule, and evict running pods that do not tolerate it.
+    NoExecute,
+}
+
+impl TaintEffect {
+    /// Parses the Kubernetes spelling.
+    pub fn parse(s: &str) -> Option<TaintEffect> {
+        match s {
+            "NoSchedule" => Some(TaintEffect::NoSchedule),
+            "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
+            "NoExecute" => Some(TaintEffect::NoExecute),
+            _ => None,
+        }
+    }
+}
+
+/// A node taint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    /// Key.
+    pub key: String,
+    /// Value (may be empty).
+    pub value: String,
+    /// Effect.
+    pub effect: TaintEffect,
+}
+
+/// A pod toleration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Toleration {
+    /// Key; empty with `exists` tolerates every key.
+    pub key: String,
+    /// True for operator `Exists`, false for `Equal`.
+    pub exists: bool,
+    /// Value for `Equal`.
+    pub value: String,
+    /// Effect; `None` matches every effect.
+    pub effect: Option<TaintEffect>,
+}
+
+/// Operator of a node selector requirement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectorOp {
+    /// Label value is one of `values`.
+    In,
+    /// Label value is none of `values` (or the label is absent).
+    NotIn,
+    /// Label is present.
+    Exists,
+    /// Label is absent.
+    DoesNotExist,
+    /// Label value, as an integer, is greater than the single value.
+    Gt,
+    /// Label value, as an integer, is less than the single value.
+    Lt,
+}
+
+/// One requirement of a node selector term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectorRequirement {
+    /// Label key.
+    pub key: String,
+    /// Operator.
+    pub op: SelectorOp,
+    /// Values.
+    pub values: Vec<String>,
+}
+
+/// A node selector term: all requirements must hold.
+pub type SelectorTerm = Vec<SelectorRequirement>;
+
+/// A host port a container asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostPort {
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// Host IP; empty or `0.0.0.0` means all.
+    pub host_ip: String,
+    /// Port number.
+    pub port: u16,
+}
+
+/// The pod being placed.
+#[derive(Debug, Clone, Default)]
+pub struct PodInfo {
+    /// metadata.uid (or a synthetic id for described pods).
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Controlling owner.
+    pub owner: Option<Owner>,
+    /// Effective requests as kube-scheduler computes them: sum of containers, max with each
+    /// init container, plus overhead.
+    pub requests: ResourceList,
+    /// Effective limits, computed the same way.
+    pub limits: ResourceList,
+    /// Requests for scoring with upstream's non-zero defaults (100m CPU / 200 MiB memory per
+    /// container that requests none), used by Least/Most/BalancedAllocation.
+    pub nonzero_cpu_millis: i64,
+    /// See [`PodInfo::nonzero_cpu_millis`].
+    pub nonzero_memory_bytes: i64,
+    /// spec.nodeSelector.
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node affinity terms (ORed); empty means none.
+    pub required_affinity: Vec<SelectorTerm>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Host ports of its containers.
+    pub host_ports: Vec<HostPort>,
+    /// spec.priority.
+    pub priority: i32,
+}
+
+/// Default CPU request upstream assumes for scoring a container without one (millicores).
+pub const DEFAULT_NONZERO_CPU_MILLIS: i64 = 100;
+/// Default memory request upstream assumes for scoring a container without one (bytes).
+pub const DEFAULT_NONZERO_MEMORY_BYTES: i64 = 200 * 1024 * 1024;
+
+/// A GPU's live state from the agent.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GpuState {
+    /// NVML index.
+    pub index: u32,
+    /// Compute utilisation ratio.
+    pub utilization: f64,
+    /// Memory in use, bytes.
+    pub memory_used_bytes: u64,
+    /// Memory in total, bytes.
+    pub memory_total_bytes: u64,
+    /// Compute processes on it.
+    pub process_count: u32,
+    /// False when NVML reported an error for it.
+    pub healthy: bool,
+}
+
+/// Measured usage of a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MeasuredPod {
+    /// CPU, millicores.
+    pub cpu_millis: f64,
+    /// Working set, bytes.
+    pub memory_bytes: f64,
+}
+
+/// What the node's agent last reported, validated.
+#[derive(Debug, Clone, Default)]
+pub struct AgentNode {
+    /// Capacity (computeS).
+    pub capacity: NodeCapacity,
+    /// Windowed utilisation (computeL), ratios.
+    pub load: LoadSummary,
+    /// memory.available, bytes.
+    pub memory_available_bytes: u64,
+    /// nodefs.available ratio.
+    pub nodefs_available_ratio: Option<f64>,
+    /// nodefs.inodesFree ratio.
+    pub nodefs_inodes_free_ratio: Option<f64>,
+    /// GPUs.
+    pub gpus: Vec<GpuState>,
+    /// Measured usage per pod UID.
+    pub pods: HashMap<String, MeasuredPod>,
+    /// Report interval, seconds.
+    pub interval_seconds: f64,
+    /// When the report was received.
+    pub received_at: Option<Instant>,
+    /// Last time the node was seen under eviction pressure (by the store's thresholds).
+    pub last_pressure_at: Option<Instant>,
+}
+
+/// What Kubernetes says about the node.
+#[derive(Debug, Clone, Default)]
+pub struct KubeNode {
+    /// status.allocatable.
+    pub allocatable: ResourceList,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// spec.unschedulable.
+    pub unschedulable: bool,
+    /// Ready condition is True.
+    pub ready: bool,
+}
+
+/// A pod bound or assumed on a node.
+#[derive(Debug, Clone, Default)]
+pub struct PodOnNode {
+    /// UID.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Owner.
+    pub owner: Option<Owner>,
+    /// Host ports.
+    pub host_ports: Vec<HostPort>,
+}
+
+/// An estimate of a recently placed pod's usage. It counts in full until the agent measures
+/// the pod; from then on the pod's *measured* usage counts, fading out as the load window
+/// fills with samples that include the pod (see [`NodeView::inflight_amounts`]). Dropping the
+/// estimate at the first measurement would make the node look empty for most of a long
+/// window — the herd effect this accounting exists to stop.
+#[derive(Debug, Clone)]
+pub struct Inflight {
+    /// Pod UID.
+    pub uid: String,
+    /// Estimated CPU, millicores.
+    pub cpu_millis: i64,
+    /// Estimated memory, bytes.
+    pub memory_bytes: i64,
+    /// When it was added.
+    pub added_at: Instant,
+    /// When a report first carried the pod's own measured usage (None: not yet).
+    pub measured_since: Option<Instant>,
+}
+
+impl Inflight {
+    /// A new, not yet measured estimate.
+    pub fn new(uid: String, cpu_millis: i64, memory_bytes: i64, added_at: Instant) -> Inflight {
+        Inflight {
+            uid,
+            cpu_millis,
+            memory_bytes,
+            added_at,
+            measured_since: None,
+        }
+    }
+}
+
+/// Updates a node's in-flight estimates for a report received at `now` that measured the pods
+/// in `measured`: a pod measured for the first time starts fading; an estimate goes when it
+/// was never measured within `max_unmeasured_age`, when its measurement began more than
+/// `fade` ago (the longest load window), or when a measured pod is no longer reported.
+/// Returns whether anything changed. The store and the simulator both call this.
+pub fn retire_inflight(
+    inflight: &mut Vec<Inflight>,
+    measured: &HashMap<String, MeasuredPod>,
+    now: Instant,
+    max_unmeasured_age: std::time::Duration,
+    fade: std::time::Duration,
+) -> bool {
+    let mut changed = false;
+    for e in inflight.iter_mut() {
+        if e.measured_since.is_none() && measured.contains_key(&e.uid) {
+            e.measured_since = Some(now);
+            changed = true;
+        }
+    }
+    let before = inflight.len();
+    inflight.retain(|e| match e.measured_since {
+        None => now.saturating_duration_since(e.added_at) <= max_unmeasured_age,
+        Some(t) => measured.contains_key(&e.uid) && now.saturating_duration_since(t) <= fade,
+    });
+    changed || inflight.len() != before
+}
+
+/// Requests placed on a node: pods bound or assumed there, and in-flight estimates.
+#[derive(Debug, Clone, Default)]
+pub struct NodeAllocation {
+    /// Sum of effective requests of the pods on the node (incl. `pods` = count).
+    pub requested: ResourceList,
+    /// Sum of non-zero CPU requests (upstream scoring convention), millicores.
+    pub nonzero_cpu_millis: i64,
+    /// Sum of non-zero memory requests, bytes.
+    pub nonzero_memory_bytes: i64,
+    /// The pods.
+    pub pods: Vec<PodOnNode>,
+    /// In-flight usage estimates.
+    pub inflight: Vec<Inflight>,
+}
+
+/// Everything known about one node at snapshot time.
+#[derive(Debug, Clone)]
+pub struct NodeView {
+    /// Node name.
+    pub name: Arc<str>,
+    /// Latest agent report (None: no agent has reported).
+    pub agent: Option<Arc<AgentNode>>,
+    /// Kubernetes facts (None: not known to Kubernetes, e.g. standalone mode).
+    pub kube: Option<Arc<KubeNode>>,
+    /// Requests and estimates placed on it.
+    pub alloc: Arc<NodeAllocation>,
+    /// True when the agent report is older than the stale threshold, or absent.
+    pub stale: bool,
+    /// Seconds since the latest report (None: never).
+    pub report_age_seconds: Option<f64>,
+}
+
+impl NodeView {
+    /// Allocatable resources: Kubernetes' when known, else derived from the agent's capacity
+    /// (CPUs × 1000 m, memory, 110 pods, GPU count), else zero.
+    pub fn allocatable(&self) -> ResourceList {
+        if let Some(k) = &self.kube {
+            return k.allocatable.clone();
+        }
+        match &self.agent {
+            Some(a) => ResourceList {
+                cpu_millis: i64::from(a.capacity.logical_cpus) * 1000,
+                memory_bytes: i64::try_from(a.capacity.memory_bytes).unwrap_or(i64::MAX),
+                pods: 110,
+                gpus: a.capacity.gpus.len() as i64,
+                ..Default::default()
+            },
+            None => ResourceList::default(),
+        }
+    }
+
+    /// [`NodeView::allocatable`] without copying Kubernetes' list, for hot paths: borrowed
+    /// when Kubernetes knows the node, else derived as there (no heap allocation).
+    #[inline]
+    pub fn allocatable_ref(&self) -> Cow<'_, ResourceList> {
+        match &self.kube {
+            Some(k) => Cow::Borrowed(&k.allocatable),
+            None => Cow::Owned(self.allocatable()),
+        }
+    }
+
+    /// Node labels (empty without Kubernetes).
+    #[inline]
+    pub fn labels(&self) -> Option<&BTreeMap<String, String>> {
+        self.kube.as_ref().map(|k| &k.labels)
+    }
+
+    /// In-flight usage not yet reflected in a load window spanning `window_span_seconds`:
+    /// (CPU millicores, memory bytes). An unmeasured pod counts its estimate in full; a
+    /// measured one counts its measured usage × (1 − covered), where covered is the share of
+    /// the window that has elapsed since its first measurement (at the latest report).
+    #[inline]
+    pub fn inflight_amounts(&self, window_span_seconds: f64) -> (f64, f64) {
+        let pods = self.agent.as_ref().map(|a| &a.pods);
+        let reference = self.agent.as_ref().and_then(|a| a.received_at);
+        self.alloc.inflight.iter().fold((0.0, 0.0), |(c, m), e| {
+            let measured = pods.and_then(|p| p.get(&e.uid));
+            match (e.measured_since, measured) {
+                (None, None) => (c + e.cpu_millis as f64, m + e.memory_bytes as f64),
+                (_, Some(u)) => {
+                    let covered = match (e.measured_since, reference) {
+                        (Some(t), Some(r)) if window_span_seconds > 0.0 => {
+                            (r.saturating_duration_since(t).as_secs_f64() / window_span_seconds)
+                                .clamp(0.0, 1.0)
+                        }
+                        _ => 0.0,
+                    };
+                    (
+                        c + u.cpu_millis * (1.0 - covered),
+                        m + u.memory_bytes * (1.0 - covered),
+                    )
+                }
+                // Measured before, gone now: the pod ended.
+                (Some(_), None) => (c, m),
+            }
+        })
+    }
+}
+
+/// Utilisation of one resource as the scoring policies see it: the window's statistics plus
+/// in-flight estimates (CPU and memory), as ratios of capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Usage {
+    /// Window mean (+ in-flight).
+    pub mean: f64,
+    /// Window population standard deviation.
+    pub stddev: f64,
+    /// Window p95 (+ in-flight).
+    pub p95: f64,
+    /// Window max (+ in-flight).
+    pub max: f64,
+    /// Latest sample (+ in-flight).
+    pub latest: f64,
+    /// Samples behind the window.
+    pub count: u64,
+}
+
+impl Usage {
+    /// From a window summary, shifted by `extra` (a ratio of capacity).
+    #[inline]
+    pub fn from_window(w: &WindowSummary, latest: f64, extra: f64) -> Usage {
+        Usage {
+            mean: w.mean + extra,
+            stddev: w.stddev,
+            p95: w.p95 + extra,
+            max: w.max + extra,
+            latest: latest + extra,
+            count: w.count,
+        }
+    }
+}
+
+/// The figures of one node that filters and scores read for every node of every pod, in one
+/// flat row: Kubernetes facts, allocation totals, agent pressure data and CPU/memory usage for
+/// one load window. A [`DigestTable`] keeps the rows of a whole snapshot contiguous, so a
+/// scoring pass reads a few cache lines per node from one array instead of chasing four
+/// `Arc`s and two window vectors per node (cache misses, not arithmetic, dominate at 5 000
+/// nodes). Fields are laid out in 64-byte groups by use: identity, flags and CPU/memory
+/// totals first; CPU usage; memory usage; other totals; agent pressure data.
+#[derive(Debug, Clone, Default)]
+#[repr(C, align(64))]
+pub struct NodeDigest {
+    agent_ptr: usize,
+    kube_ptr: usize,
+    alloc_ptr: usize,
+    /// Kubernetes knows the node.
+    pub has_kube: bool,
+    /// Ready condition (true without Kubernetes facts).
+    pub ready: bool,
+    /// Cordoned.
+    pub unschedulable: bool,
+    /// The node has taints (read them from the view).
+    pub has_taints: bool,
+    /// Allocatable or requested lists have extended resources (read them from the view).
+    pub has_extended: bool,
+    /// A pod on the node uses host ports (read them from the view).
+    pub has_host_ports: bool,
+    /// An agent has reported.
+    pub has_agent: bool,
+    /// The node has GPUs (allocatable `nvidia.com/gpu` or agent GPUs).
+    pub has_gpus: bool,
+    /// [`NodeView::allocatable`] CPU, millicores.
+    pub allocatable_cpu_millis: i64,
+    /// Allocatable memory, bytes.
+    pub allocatable_memory_bytes: i64,
+    /// Requested CPU, millicores.
+    pub requested_cpu_millis: i64,
+    /// Requested memory, bytes.
+    pub requested_memory_bytes: i64,
+    /// CPU usage of the window plus in-flight estimates, ignoring staleness.
+    pub cpu: Option<Usage>,
+    /// Agent capacity: logical CPUs × 1000 (0 without agent).
+    pub agent_cpu_millis: f64,
+    /// Memory usage of the window plus in-flight estimates, ignoring staleness.
+    pub memory: Option<Usage>,
+    /// Agent capacity: memory bytes (0 without agent).
+    pub agent_memory_bytes: u64,
+    /// Non-zero CPU requests, millicores.
+    pub nonzero_cpu_millis: i64,
+    /// Non-zero memory requests, bytes.
+    pub nonzero_memory_bytes: i64,
+    /// Allocatable ephemeral storage, bytes.
+    pub allocatable_ephemeral_bytes: i64,
+    /// Allocatable pod count.
+    pub allocatable_pods: i64,
+    /// Allocatable `nvidia.com/gpu`.
+    pub allocatable_gpus: i64,
+    /// Requested ephemeral storage, bytes.
+    pub requested_ephemeral_bytes: i64,
+    /// Requested `nvidia.com/gpu`.
+    pub requested_gpus: i64,
+    /// Pods bound or assumed on the node.
+    pub pod_count: i64,
+    /// Agent: GPUs with NVML state (read them from the view).
+    pub agent_gpus: usize,
+    /// Agent: memory.available, bytes.
+    pub memory_available_bytes: u64,
+    /// Agent: nodefs.available ratio.
+    pub nodefs_available_ratio: Option<f64>,
+    /// Agent: nodefs.inodesFree ratio.
+    pub nodefs_inodes_free_ratio: Option<f64>,
+    /// Agent: last time under eviction pressure.
+    pub last_pressure_at: Option<Instant>,
+}
+
+fn arc_addr<T>(a: &Option<Arc<T>>) -> usize {
+    a.as_ref().map_or(0, |a| Arc::as_ptr(a) as usize)
+}
+
+impl NodeDigest {
+    /// Computes the row of `node` for load window `window_seconds`.
+    pub fn of(node: &NodeView, window_seconds: u32) -> NodeDigest {
+        let agent = node.agent.as_deref();
+        let kube = node.kube.as_deref();
+        let a = &*node.alloc;
+        let allocatable = node.allocatable_ref();
+        let agent_gpus = agent.map_or(0, |g| g.gpus.len());
+        NodeDigest {
+            agent_ptr: arc_addr(&node.agent),
+            kube_ptr: arc_addr(&node.kube),
+            alloc_ptr: Arc::as_ptr(&node.alloc) as usize,
+            has_kube: kube.is_some(),
+            ready: kube.is_none_or(|k| k.ready),
+            unschedulable: kube.is_some_and(|k| k.unschedulable),
+            has_taints: kube.is_some_and(|k| !k.taints.is_empty()),
+            has_extended: !allocatable.extended.is_empty() || !a.requested.extended.is_empty(),
+            has_host_ports: a.pods.iter().any(|p| !p.host_ports.is_empty()),
+            has_agent: agent.is_some(),
+            has_gpus: allocatable.gpus > 0 || agent_gpus > 0,
+            allocatable_cpu_millis: allocatable.cpu_millis,
+            allocatable_memory_bytes: allocatable.memory_bytes,
+            requested_cpu_millis: a.requested.cpu_millis,
+            requested_memory_bytes: a.requested.memory_bytes,
+            cpu: raw_usage(node, ResourceKind::Cpu, window_seconds),
+            agent_cpu_millis: agent.map_or(0.0, |g| f64::from(g.capacity.logical_cpus) * 1000.0),
+            memory: raw_usage(node, ResourceKind::Memory, window_seconds),
+            agent_memory_bytes: agent.map_or(0, |g| g.capacity.memory_bytes),
+            nonzero_cpu_millis: a.nonzero_cpu_millis,
+            nonzero_memory_bytes: a.nonzero_memory_bytes,
+            allocatable_ephemeral_bytes: allocatable.ephemeral_storage_bytes,
+            allocatable_pods: allocatable.pods,
+            allocatable_gpus: allocatable.gpus,
+            requested_ephemeral_bytes: a.requested.ephemeral_storage_bytes,
+            requested_gpus: a.requested.gpus,
+            pod_count: a.pods.len() as i64,
+            agent_gpus,
+            memory_available_bytes: agent.map_or(0, |g| g.memory_available_bytes),
+            nodefs_available_ratio: agent.and_then(|g| g.nodefs_available_ratio),
+            nodefs_inodes_free_ratio: agent.and_then(|g| g.nodefs_inodes_free_ratio),
+            last_pressure_at: agent.and_then(|g| g.last_pressure_at),
+        }
+    }
+
+    /// Whether this row was computed from `node`'s current agent, Kubernetes and allocation
+    /// data (a replaced `Arc` means the node changed since).
+    #[inline]
+    pub fn matches(&self, node: &NodeView) -> bool {
+        self.alloc_ptr == Arc::as_ptr(&node.alloc) as usize
+            && self.agent_ptr == arc_addr(&node.agent)
+            && self.kube_ptr == arc_addr(&node.kube)
+    }
+
+    /// Usage of CPU or memory (`None` for other kinds: read those from the view).
+    #[inline]
+    pub fn usage(&self, kind: ResourceKind) -> Option<Usage> {
+        match kind {
+            ResourceKind::Cpu => self.cpu,
+            ResourceKind::Memory => self.memory,
+            _ => None,
+        }
+    }
+}
+
+/// The node's usage of `kind` in window `window_seconds` plus in-flight estimates, whether or
+/// not the node is stale (callers apply the stale policy).
+#[inline]
+pub fn raw_usage(node: &NodeView, kind: ResourceKind, window_seconds: u32) -> Option<Usage> {
+    let agent = node.agent.as_ref()?;
+    let load = agent.load.get(kind)?;
+    let w = load.window(window_seconds)?;
+    if w.count == 0 {
+        return None;
+    }
+    Some(Usage::from_window(
+        w,
+        load.latest,
+        inflight_extra(
+            node,
+            kind,
+            f64::from(w.window_seconds).min(w.count as f64 * agent.interval_seconds),
+        ),
+    ))
+}
+
+/// The [`NodeDigest`] rows of a whole snapshot for one load window, in `nodes` order.
+#[derive(Debug)]
+pub struct DigestTable {
+    /// Load window of the usage columns.
+    pub window_seconds: u32,
+    /// Snapshot generation the rows were built at.
+    pub generation: u64,
+    /// One row per node.
+    pub rows: Vec<NodeDigest>,
+}
+
+/// Digest tables built so far for a snapshot (at most [`DigestCache::MAX_TABLES`]). A clone
+/// starts empty, so a snapshot copied and then edited never reads its original's rows.
+#[derive(Debug, Default)]
+struct DigestCache(Mutex<Vec<Arc<DigestTable>>>);
+
+impl DigestCache {
+    const MAX_TABLES: usize = 4;
+}
+
+impl Clone for DigestCache {
+    fn clone(&self) -> Self {
+        DigestCache::default()
+    }
+}
+
+/// The whole cluster at one moment.
+///
+/// Code that edits `nodes` in place must replace the edited parts' `Arc`s (as
+/// `Arc::make_mut` does on a shared `Arc`) or bump `generation`: the digest tables behind
+/// [`ClusterSnapshot::digests`] are keyed by both.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterSnapshot {
+    /// Nodes sorted by name.
+    pub nodes: Vec<NodeView>,
+    /// Name → index into `nodes`.
+    pub index: HashMap<Arc<str>, usize>,
+    /// Store generation the snapshot reflects.
+    pub generation: u64,
+    digests: DigestCache,
+}
+
+impl ClusterSnapshot {
+    /// Builds a snapshot from node views (sorted here).
+    pub fn new(mut nodes: Vec<NodeView>, generation: u64) -> ClusterSnapshot {
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        ClusterSnapshot {
+            nodes,
+            index,
+            generation,
+            digests: DigestCache::default(),
+        }
+    }
+
+    /// The digest rows of every node for `window_seconds` at the current generation: built on
+    /// first use (one pass over the nodes), then shared by every later evaluation of this
+    /// snapshot, so scoring thousands of nodes reads one contiguous table.
+    pub fn digests(&self, window_seconds: u32) -> Arc<DigestTable> {
+        let mut tables = self
+            .digests
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(t) = tables
+            .iter()
+            .find(|t| t.window_seconds == window_seconds && t.generation == self.generation)
+        {
+            return t.clone();
+        }
+        let table = Arc::new(DigestTable {
+            window_seconds,
+            generation: self.generation,
+            rows: self
+                .nodes
+                .iter()
+                .map(|n| NodeDigest::of(n, window_seconds))
+                .collect(),
+        });
+        tables.retain(|t| t.generation == self.generation);
+        if tables.len() >= DigestCache::MAX_TABLES {
+            tables.remove(0);
+        }
+        tables.push(table.clone());
+        table
+    }
+
+    /// The node with this name.
+    #[inline]
+    pub fn get(&self, name: &str) -> Option<&NodeView> {
+        self.index.get(name).map(|&i| &self.nodes[i])
+    }
+
+    /// The index of `node` in `nodes` when `node` is a reference into this snapshot (as the
+    /// views handed to plugins are), in O(1); `None` for any other view.
+    #[inline]
+    pub fn position_of(&self, node: &NodeView) -> Option<usize> {
+        let size = std::mem::size_of::<NodeView>();
+        let base = self.nodes.as_ptr() as usize;
+        let offset = (node as *const NodeView as usize).checked_sub(base)?;
+        // A misaligned `node` gives an `i` whose element is not `node`: `ptr::eq` rejects it.
+        let i = offset / size;
+        (i < self.nodes.len() && std::ptr::eq(&self.nodes[i], node)).then_some(i)
+    }
+}
+
+/// Converts a ratio delta of `amount` over `capacity` (0 when capacity is 0).
+#[inline]
+pub fn ratio_of(amount: f64, capacity: f64) -> f64 {
+    if capacity > 0.0 {
+        amount / capacity
+    } else {
+        0.0
+    }
+}
+
+/// In-flight usage of CPU or memory not yet in a window spanning `window_span_seconds`, as a
+/// ratio of the node's capacity (0 for other resources).
+#[inline]
+pub fn inflight_extra(node: &NodeView, kind: ResourceKind, window_span_seconds: f64) -> f64 {
+    let Some(agent) = &node.agent else { return 0.0 };
+    if node.alloc.inflight.is_empty() || !matches!(kind, ResourceKind::Cpu | ResourceKind::Memory) {
+        return 0.0;
+    }
+    let (cpu, mem) = node.inflight_amounts(window_span_seconds);
+    match kind {
+        ResourceKind::Cpu => ratio_of(cpu, f64::from(agent.capacity.logical_cpus) * 1000.0),
+        ResourceKind::Memory => ratio_of(mem, agent.capacity.memory_bytes as f64),
+        _ => 0.0,
+    }
+}

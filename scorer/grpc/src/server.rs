@@ -1,0 +1,125 @@
+//! Assembles the scorer's gRPC server: Ingest, Scorer and Scheduler services, gRPC health,
+//! and server reflection in both v1 and v1alpha (grpcurl 1.8.6 only speaks v1alpha).
+use std::future::Future;
+use std::sync::Arc;
+
+use loadstar_proto::pb;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+
+use crate::ingest::IngestService;
+use crate::scheduler::SchedulerService;
+use crate::scorer::ScorerService;
+use loadstar_policy::profiles::Profiles;
+use loadstar_store::NodeStore;
+use loadstar_store::cluster::{Binder, PodResolver};
+use loadstar_store::metrics::Metrics;
+
+/// Largest gRPC message accepted (a report of a 2 048-pod node is ~200 KiB).
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Errors of the server module.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Reflection could not be built from the descriptor sets.
+    #[error("building gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// The transport failed.
+    #[error("gRPC server on {addr}: {source}")]
+    Transport {
+        /// Listen address.
+        addr: String,
+        /// The error.
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
+/// Everything the services share.
+#[derive(Debug, Clone)]
+pub struct ServerParts {
+    /// The node store.
+    pub store: Arc<NodeStore>,
+    /// The profiles.
+    pub profiles: Arc<Profiles>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Pod reference resolver (Kubernetes), if any.
+    pub resolver: Option<Arc<dyn PodResolver>>,
+    /// Binder (Kubernetes scheduler), if any.
+    pub binder: Option<Arc<dyn Binder>>,
+    /// Interval pushed back to agents in acks, seconds (0: none).
+    pub desired_interval_seconds: f64,
+}
+
+impl ServerParts {
+    /// The Scorer service over these parts.
+    pub fn scorer_service(&self) -> ScorerService {
+        ScorerService::new(
+            self.store.clone(),
+            self.profiles.clone(),
+            self.metrics.clone(),
+            self.resolver.clone(),
+        )
+    }
+}
+
+/// Serves every service on `listener` until `shutdown` resolves, then drains in-flight calls.
+pub async fn serve(
+    listener: TcpListener,
+    parts: ServerParts,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServerError> {
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<pb::ingest_server::IngestServer<IngestService>>()
+        .await;
+    health
+        .set_serving::<pb::scorer_server::ScorerServer<ScorerService>>()
+        .await;
+    health
+        .set_serving::<pb::scheduler_server::SchedulerServer<SchedulerService>>()
+        .await;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(loadstar_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+    // Long-lived streams end when shutdown starts, so the drain is not held open by them.
+    let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        shutdown.await;
+        let _ = closing_tx.send(true);
+    };
+    let ingest = IngestService::new(
+        parts.store.clone(),
+        parts.metrics.clone(),
+        parts.desired_interval_seconds,
+    )
+    .with_closing(closing.clone());
+    Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(
+            pb::ingest_server::IngestServer::new(ingest)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .add_service(
+            pb::scorer_server::ScorerServer::new(parts.scorer_service().with_closing(closing))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .add_service(pb::scheduler_server::SchedulerServer::new(
+            SchedulerService::new(parts.binder.clone()),
+        ))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+        .map_err(|source| ServerError::Transport { addr, source })
+}

@@ -1,0 +1,15 @@
+//! The server-shutdown signal that long-lived streams (agent ingest, node watches) wait on,
+//! so they end when the server stops taking work.
+use tokio::sync::watch;
+
+/// Resolves when `closing` turns true (never, without a signal).
+pub async fn closed(closing: Option<watch::Receiver<bool>>) {
+    match closing {
+        Some(mut rx) => {
+            if rx.wait_for(|c| *c).await.is_err() {
+                // The server is gone without signalling: treat as closed.
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}

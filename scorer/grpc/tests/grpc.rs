@@ -1,0 +1,424 @@
+//! The scorer's gRPC server end to end in one process: a real tonic server on 127.0.0.1:0,
+//! many concurrent agent streams, Score calls during ingest, malformed reports and garbage
+//! bytes on a stream, health and reflection.
+use std::sync::Arc;
+use std::time::Duration;
+
+use loadstar_grpc::server::{self, ServerParts};
+use loadstar_policy::config::ScorerConfig;
+use loadstar_policy::profiles::Profiles;
+use loadstar_proto::pb;
+use loadstar_proto::pb::ingest_client::IngestClient;
+use loadstar_proto::pb::scorer_client::ScorerClient;
+use loadstar_store::metrics::Metrics;
+use loadstar_store::{NodeStore, StoreConfig};
+use loadstar_testkit::agent::{self as simagent, SyntheticLoad};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+struct TestServer {
+    addr: String,
+    store: Arc<NodeStore>,
+    metrics: Arc<Metrics>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestServer {
+    async fn start() -> TestServer {
+        let config = ScorerConfig::embedded_default();
+        let profiles = Arc::new(Profiles::new(
+            config.build_profiles().expect("embedded default builds"),
+        ));
+        let store = Arc::new(NodeStore::new(StoreConfig {
+            snapshot_max_age: Duration::ZERO,
+            ..StoreConfig::default()
+        }));
+        let metrics = Metrics::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = format!("http://{}", listener.local_addr().expect("addr"));
+        let parts = ServerParts {
+            store: store.clone(),
+            profiles,
+            metrics: metrics.clone(),
+            resolver: None,
+            binder: None,
+            desired_interval_seconds: 1.0,
+        };
+        let (stop, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server::serve(listener, parts, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server runs");
+        });
+        TestServer {
+            addr,
+            store,
+            metrics,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn channel(&self) -> Channel {
+        Channel::from_shared(self.addr.clone())
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("server stops within 10 s")
+            .expect("server task");
+    }
+}
+
+fn description(cpu: &str, mem: &str) -> pb::ScoreRequest {
+    pb::ScoreRequest {
+        pod: Some(pb::score_request::Pod::Description(pb::PodDescription {
+            name: "web".into(),
+            requests: [
+                ("cpu".to_string(), cpu.to_string()),
+                ("memory".to_string(), mem.to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// Sends `reports` on one stream and returns the acks.
+async fn stream(channel: Channel, reports: Vec<pb::NodeReport>) -> Vec<pb::ReportAck> {
+    let n = reports.len();
+    let (tx, rx) = mpsc::channel(8);
+    let mut client = IngestClient::new(channel);
+    let mut acks = client
+        .report(ReceiverStream::new(rx))
+        .await
+        .expect("stream opens")
+        .into_inner();
+    let mut out = Vec::new();
+    for r in reports {
+        tx.send(r).await.expect("send");
+        out.push(acks.message().await.expect("ack").expect("ack present"));
+    }
+    assert_eq!(out.len(), n);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_streams_and_scores_concurrently() {
+    let server = TestServer::start().await;
+    let channel = server.channel().await;
+    let nodes = 200usize;
+    let mut tasks = Vec::new();
+    for i in 0..nodes {
+        let channel = channel.clone();
+        tasks.push(tokio::spawn(async move {
+            let cap = simagent::capacity(16, 64);
+            // node-000 is the hot one; the rest are cool.
+            let cpu = if i == 0 {
+                0.95
+            } else {
+                0.1 + (i % 10) as f64 * 0.02
+            };
+            let reports = (1..=5)
+                .map(|seq| {
+                    simagent::report(
+                        &format!("node-{i:03}"),
+                        "test",
+                        seq,
+                        &cap,
+                        SyntheticLoad {
+                            cpu,
+                            ..Default::default()
+                        },
+                    )
+                })
+                .collect();
+            stream(channel, reports).await
+        }));
+    }
+    // Score while the streams are ingesting.
+    let mut scorer = ScorerClient::new(channel.clone());
+    for _ in 0..20 {
+        scorer
+            .score(description("500m", "256Mi"))
+            .await
+            .expect("score during ingest");
+    }
+    for t in tasks {
+        let acks = t.await.expect("stream task");
+        assert!(acks.iter().all(|a| a.accepted), "{acks:?}");
+        assert!(acks.iter().all(|a| a.desired_interval_seconds == 1.0));
+    }
+    let list = scorer
+        .list_nodes(pb::ListNodesRequest {})
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(list.nodes.len(), nodes);
+    assert!(
+        list.nodes
+            .iter()
+            .all(|n| n.reports_accepted == 5 && !n.stale)
+    );
+    let resp = scorer
+        .score(description("500m", "256Mi"))
+        .await
+        .expect("score")
+        .into_inner();
+    assert_eq!(resp.profile, "loadstar");
+    assert_eq!(resp.nodes_evaluated as usize, nodes);
+    assert!(!resp.ranked.is_empty());
+    assert!(
+        resp.ranked
+            .iter()
+            .all(|r| (0.0..=100.0).contains(&r.total_score))
+    );
+    assert!(resp.ranked[0].plugins.len() > 1, "per-plugin breakdown");
+    let hot_rank = resp.ranked.iter().position(|r| r.node_name == "node-000");
+    // The hot node (95 % CPU) is either filtered by a load threshold or ranked last-ish.
+    match hot_rank {
+        None => assert!(
+            resp.filtered.iter().any(|f| f.node_name == "node-000"),
+            "hot node neither ranked nor filtered"
+        ),
+        Some(r) => assert!(
+            r > nodes / 2,
+            "hot node ranked {r} of {}",
+            resp.ranked.len()
+        ),
+    }
+    assert_eq!(server.metrics.reports_accepted.get(), (nodes * 5) as u64);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_reports_are_rejected_and_the_stream_goes_on() {
+    let server = TestServer::start().await;
+    let cap = simagent::capacity(8, 32);
+    let good = |seq| simagent::report("node-a", "i", seq, &cap, SyntheticLoad::default());
+    let mut nan = good(2);
+    nan.usage[0].windows[0].mean_ratio = f64::NAN;
+    let mut other_node = good(3);
+    other_node.node_name = "node-b".into();
+    let acks = stream(
+        server.channel().await,
+        vec![good(1), nan, other_node, good(2), good(2)],
+    )
+    .await;
+    assert!(acks[0].accepted);
+    assert!(!acks[1].accepted);
+    assert!(
+        acks[1]
+            .reject_reason
+            .contains("mean_ratio: non-finite value NaN"),
+        "{}",
+        acks[1].reject_reason
+    );
+    assert_eq!(
+        acks[2].reject_reason,
+        "stream for node node-a sent a report for node node-b"
+    );
+    assert!(acks[3].accepted, "the stream goes on after rejections");
+    assert!(
+        acks[4]
+            .reject_reason
+            .contains("sequence 2 does not follow 2")
+    );
+    let status = server.store.node_status("node-a").expect("node-a stored");
+    assert_eq!(status.reports_accepted, 2);
+    assert!(server.store.node_status("node-b").is_none());
+    server.stop().await;
+}
+
+/// A codec that sends raw bytes, to put garbage on the wire.
+mod raw {
+    use bytes::{Buf, BufMut};
+    use tonic::Status;
+    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+    #[derive(Default)]
+    pub struct RawCodec;
+    pub struct RawEncoder;
+    pub struct RawDecoder;
+
+    impl Encoder for RawEncoder {
+        type Item = Vec<u8>;
+        type Error = Status;
+        fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+            dst.put_slice(&item);
+            Ok(())
+        }
+    }
+    impl Decoder for RawDecoder {
+        type Item = Vec<u8>;
+        type Error = Status;
+        fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Status> {
+            let mut v = vec![0; src.remaining()];
+            src.copy_to_slice(&mut v);
+            Ok(Some(v))
+        }
+    }
+    impl Codec for RawCodec {
+        type Encode = Vec<u8>;
+        type Decode = Vec<u8>;
+        type Encoder = RawEncoder;
+        type Decoder = RawDecoder;
+        fn encoder(&mut self) -> RawEncoder {
+            RawEncoder
+        }
+        fn decoder(&mut self) -> RawDecoder {
+            RawDecoder
+        }
+    }
+}
+
+#[tokio::test]
+async fn garbage_bytes_end_only_that_stream() {
+    let server = TestServer::start().await;
+    let channel = server.channel().await;
+    // A healthy stream first.
+    let cap = simagent::capacity(8, 32);
+    let good = |seq| simagent::report("node-ok", "i", seq, &cap, SyntheticLoad::default());
+    assert!(stream(channel.clone(), vec![good(1)]).await[0].accepted);
+    // Garbage: field 1 declared as a 100-byte string with 3 bytes present, then junk.
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.expect("ready");
+    let path = http::uri::PathAndQuery::from_static("/loadstar.v1.Ingest/Report");
+    let garbage: Vec<Vec<u8>> = vec![vec![0x0a, 0x64, b'a', b'b', b'c'], vec![0xff; 32]];
+    let result = grpc
+        .streaming(
+            tonic::Request::new(tokio_stream::iter(garbage)),
+            path,
+            raw::RawCodec,
+        )
+        .await;
+    match result {
+        Ok(resp) => {
+            let mut inbound = resp.into_inner();
+            // The scorer ends the stream without an ack for the garbage.
+            let next = tokio::time::timeout(Duration::from_secs(5), inbound.message())
+                .await
+                .expect("the scorer ends the stream promptly");
+            assert!(
+                matches!(next, Ok(None) | Err(_)),
+                "no ack for garbage: {next:?}"
+            );
+        }
+        Err(status) => assert_ne!(status.code(), tonic::Code::Ok),
+    }
+    // The server and other streams carry on.
+    assert!(stream(channel.clone(), vec![good(2)]).await[0].accepted);
+    let mut scorer = ScorerClient::new(channel);
+    scorer
+        .score(description("100m", "64Mi"))
+        .await
+        .expect("score after garbage");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn references_without_kubernetes_say_why_and_health_serves() {
+    let server = TestServer::start().await;
+    let channel = server.channel().await;
+    let mut scorer = ScorerClient::new(channel.clone());
+    let err = scorer
+        .score(pb::ScoreRequest {
+            pod: Some(pb::score_request::Pod::Reference(pb::PodReference {
+                namespace: "default".into(),
+                name: "web".into(),
+            })),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no kubernetes");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        err.message().contains("no Kubernetes connection"),
+        "{}",
+        err.message()
+    );
+    let err = scorer
+        .score(pb::ScoreRequest::default())
+        .await
+        .expect_err("empty request");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let err = scorer
+        .score(pb::ScoreRequest {
+            profile: "nope".into(),
+            ..description("1", "1Gi")
+        })
+        .await
+        .expect_err("unknown profile");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    let err = scorer
+        .get_node(pb::GetNodeRequest {
+            node_name: "ghost".into(),
+        })
+        .await
+        .expect_err("unknown node");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let resp = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "loadstar.v1.Scorer".into(),
+        })
+        .await
+        .expect("health")
+        .into_inner();
+    assert_eq!(
+        resp.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    let profiles = scorer
+        .list_profiles(pb::ListProfilesRequest {})
+        .await
+        .expect("profiles")
+        .into_inner();
+    assert_eq!(profiles.profiles[0].name, "loadstar");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn watch_nodes_sends_snapshot_then_changes() {
+    let server = TestServer::start().await;
+    let channel = server.channel().await;
+    let cap = simagent::capacity(8, 32);
+    let r = |node: &str, seq| simagent::report(node, "i", seq, &cap, SyntheticLoad::default());
+    assert!(stream(channel.clone(), vec![r("node-a", 1)]).await[0].accepted);
+    let mut scorer = ScorerClient::new(channel.clone());
+    let mut watch = scorer
+        .watch_nodes(pb::WatchNodesRequest::default())
+        .await
+        .expect("watch")
+        .into_inner();
+    let first = watch.message().await.expect("event").expect("present");
+    assert_eq!(first.kind, pb::node_event::Kind::Added as i32);
+    assert_eq!(
+        first.node.as_ref().map(|n| n.node_name.as_str()),
+        Some("node-a")
+    );
+    assert!(stream(channel.clone(), vec![r("node-b", 1)]).await[0].accepted);
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.message())
+        .await
+        .expect("change arrives")
+        .expect("ok")
+        .expect("present");
+    assert_eq!(next.kind, pb::node_event::Kind::Added as i32);
+    assert_eq!(next.node.map(|n| n.node_name), Some("node-b".to_string()));
+    server.stop().await;
+}

@@ -1,0 +1,301 @@
+//! The scheduler's writes to the API server, each one small request whose reply is not
+//! decoded beyond its status: the `pods/{name}/binding` subresource (the 1.20 API server
+//! answers with a `Status`, not a `Binding`), core/v1 Events, and the `PodScheduled`
+//! condition as a strategic-merge patch of `pods/{name}/status`.
+use ::kube::Client;
+use ::kube::api::{Patch, PatchParams, PostParams};
+use ::kube::core::Request;
+use k8s_openapi::jiff::Timestamp;
+use serde::de::IgnoredAny;
+use serde_json::json;
+use thiserror::Error;
+
+/// Errors of API writes.
+#[derive(Debug, Error)]
+pub enum ApiError {
+    /// 409: the pod is already bound (or was replaced).
+    #[error("pod {pod}: conflict: {message}")]
+    Conflict {
+        /// namespace/name.
+        pod: String,
+        /// The server's message.
+        message: String,
+    },
+    /// 404: the pod is gone.
+    #[error("pod {pod}: not found")]
+    NotFound {
+        /// namespace/name.
+        pod: String,
+    },
+    /// Another API error status.
+    #[error("pod {pod}: {what}: API server answered {code}: {message}")]
+    Status {
+        /// namespace/name.
+        pod: String,
+        /// What was attempted.
+        what: &'static str,
+        /// HTTP code.
+        code: u16,
+        /// The server's message.
+        message: String,
+    },
+    /// The request failed before an answer (connection, timeout, encoding).
+    #[error("pod {pod}: {what}: {source}")]
+    Request {
+        /// namespace/name.
+        pod: String,
+        /// What was attempted.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: ::kube::Error,
+    },
+}
+
+impl ApiError {
+    fn from_kube(pod: String, what: &'static str, e: ::kube::Error) -> ApiError {
+        match e {
+            ::kube::Error::Api(s) if s.code == 409 => ApiError::Conflict {
+                pod,
+                message: s.message,
+            },
+            ::kube::Error::Api(s) if s.code == 404 => ApiError::NotFound { pod },
+            ::kube::Error::Api(s) => ApiError::Status {
+                pod,
+                what,
+                code: s.code,
+                message: s.message,
+            },
+            other => ApiError::Request {
+                pod,
+                what,
+                source: other,
+            },
+        }
+    }
+}
+
+/// The type of an Event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// `Normal`.
+    Normal,
+    /// `Warning`.
+    Warning,
+}
+
+/// An Event about a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEvent {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod UID.
+    pub uid: String,
+    /// Type.
+    pub type_: EventType,
+    /// Reason, e.g. `Scheduled`, `FailedScheduling`.
+    pub reason: &'static str,
+    /// Message.
+    pub message: String,
+}
+
+/// The reason of a successful placement's Event (as kube-scheduler).
+pub const REASON_SCHEDULED: &str = "Scheduled";
+/// The reason of a failed placement's Event (as kube-scheduler).
+pub const REASON_FAILED: &str = "FailedScheduling";
+
+fn pods_path(namespace: &str) -> String {
+    format!("/api/v1/namespaces/{namespace}/pods")
+}
+
+/// The body of a binding of `name` (UID `uid`, checked by the server) to `node`.
+pub fn binding_body(namespace: &str, name: &str, uid: &str, node: &str) -> Vec<u8> {
+    let mut meta = json!({"name": name, "namespace": namespace});
+    if !uid.is_empty() {
+        meta["uid"] = json!(uid);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": meta,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// The body of a core/v1 Event reported by `component` (instance `instance`) at `now`.
+pub fn event_body(ev: &PodEvent, component: &str, instance: &str, now: Timestamp) -> Vec<u8> {
+    let ts = Timestamp::from_second(now.as_second())
+        .unwrap_or(now)
+        .to_string();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": format!("{}.", ev.name), "namespace": ev.namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ev.namespace,
+                           "name": ev.name, "uid": ev.uid},
+        "reason": ev.reason,
+        "message": ev.message,
+        "type": match ev.type_ { EventType::Normal => "Normal", EventType::Warning => "Warning" },
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": instance,
+        "firstTimestamp": ts,
+        "lastTimestamp": ts,
+        "count": 1
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// The strategic-merge patch that sets `PodScheduled=False, reason=Unschedulable`.
+pub fn unschedulable_patch(message: &str, now: Timestamp) -> serde_json::Value {
+    let ts = Timestamp::from_second(now.as_second())
+        .unwrap_or(now)
+        .to_string();
+    json!({"status": {"conditions": [{
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastProbeTime": null,
+        "lastTransitionTime": ts
+    }]}})
+}
+
+/// The writes, over a main client (bindings, status) and an events client, each with its
+/// own rate limit (as kube-scheduler).
+#[derive(Clone)]
+pub struct KubeApi {
+    client: Client,
+    events: Client,
+    component: String,
+    instance: String,
+}
+
+impl std::fmt::Debug for KubeApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeApi")
+            .field("component", &self.component)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeApi {
+    /// Writes through `client`, Events through `events`, reporting as `component`/`instance`.
+    pub fn new(client: Client, events: Client, component: &str, instance: &str) -> KubeApi {
+        KubeApi {
+            client,
+            events,
+            component: component.to_string(),
+            instance: instance.to_string(),
+        }
+    }
+
+    /// Sends one write about `pod` through `client`; `what` names it in errors. The one
+    /// place where a request is built, sent, and its failure classified.
+    async fn send(
+        client: &Client,
+        pod: String,
+        what: &'static str,
+        build: Result<http::Request<Vec<u8>>, ::kube::core::request::Error>,
+    ) -> Result<(), ApiError> {
+        let req = match build {
+            Ok(req) => req,
+            Err(e) => {
+                return Err(ApiError::Request {
+                    pod,
+                    what,
+                    source: ::kube::Error::BuildRequest(e),
+                });
+            }
+        };
+        client
+            .request::<IgnoredAny>(req)
+            .await
+            .map(|_| ())
+            .map_err(|e| ApiError::from_kube(pod, what, e))
+    }
+
+    /// Binds the pod to `node`.
+    pub async fn bind(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+    ) -> Result<(), ApiError> {
+        let req = Request::new(pods_path(namespace)).create_subresource(
+            "binding",
+            name,
+            &PostParams::default(),
+            binding_body(namespace, name, uid, node),
+        );
+        Self::send(&self.client, format!("{namespace}/{name}"), "binding", req).await
+    }
+
+    /// Records an Event about a pod.
+    pub async fn event(&self, ev: &PodEvent) -> Result<(), ApiError> {
+        let req = Request::new(format!("/api/v1/namespaces/{}/events", ev.namespace)).create(
+            &PostParams::default(),
+            event_body(ev, &self.component, &self.instance, Timestamp::now()),
+        );
+        let pod = format!("{}/{}", ev.namespace, ev.name);
+        Self::send(&self.events, pod, "event", req).await
+    }
+
+    /// Sets the pod's `PodScheduled` condition to False/Unschedulable with `message`.
+    pub async fn mark_unschedulable(
+        &self,
+        namespace: &str,
+        name: &str,
+        message: &str,
+    ) -> Result<(), ApiError> {
+        let patch = unschedulable_patch(message, Timestamp::now());
+        let req = Request::new(pods_path(namespace)).patch_subresource(
+            "status",
+            name,
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        );
+        let pod = format!("{namespace}/{name}");
+        Self::send(&self.client, pod, "status patch", req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_what_the_api_expects() {
+        let b: serde_json::Value =
+            serde_json::from_slice(&binding_body("ns", "p", "u1", "n1")).expect("json");
+        assert_eq!(b["kind"], "Binding");
+        assert_eq!(b["metadata"]["uid"], "u1");
+        assert_eq!(b["target"]["name"], "n1");
+        let now = Timestamp::from_second(1_700_000_000).expect("ts");
+        let ev = PodEvent {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: "u1".into(),
+            type_: EventType::Warning,
+            reason: REASON_FAILED,
+            message: "0/3 nodes are available: 3 Insufficient cpu.".into(),
+        };
+        let e: serde_json::Value =
+            serde_json::from_slice(&event_body(&ev, "loadstar", "i1", now)).expect("json");
+        assert_eq!(e["involvedObject"]["uid"], "u1");
+        assert_eq!(e["type"], "Warning");
+        assert_eq!(e["firstTimestamp"], "2023-11-14T22:13:20Z");
+        // It parses as a k8s Event.
+        let parsed: k8s_openapi::api::core::v1::Event = serde_json::from_value(e).expect("event");
+        assert_eq!(parsed.reason.as_deref(), Some(REASON_FAILED));
+        let p = unschedulable_patch("why", now);
+        assert_eq!(p["status"]["conditions"][0]["reason"], "Unschedulable");
+    }
+}

@@ -1,0 +1,610 @@
+//! The shared cluster cache fed by the Node and Pod reflectors. Nodes go into the
+//! [`NodeStore`] as [`KubeNode`]s; pods bound (or assumed) to a node become that node's
+//! [`NodeAllocation`] (request sums, non-zero sums, the pod list); pending pods whose
+//! `schedulerName` names a profile enter the [`SchedulingQueue`]. Assumptions made by the
+//! scheduler before binding live here too, so a failed bind can be forgotten exactly.
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use ::kube::ResourceExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use loadstar_common::model::ResourceList;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use super::convert::{self, PodFacts};
+use super::queue::SchedulingQueue;
+use loadstar_framework::snapshot::{Inflight, KubeNode, NodeAllocation, PodInfo, PodOnNode};
+use loadstar_policy::profiles::Profiles;
+use loadstar_store::NodeStore;
+use loadstar_store::cluster::{ClusterError, PodResolver};
+
+/// Errors of the cache.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CacheError {
+    /// The pod is already placed (bound or assumed) on a node.
+    #[error("pod {pod} is already placed on node {node}")]
+    AlreadyPlaced {
+        /// namespace/name.
+        pod: String,
+        /// The node.
+        node: String,
+    },
+}
+
+/// A pod counted on a node.
+#[derive(Debug, Clone)]
+struct Placement {
+    node: Arc<str>,
+    requests: ResourceList,
+    nonzero_cpu_millis: i64,
+    nonzero_memory_bytes: i64,
+    /// True while only the scheduler's assumption (not yet seen bound in the watch).
+    assumed: bool,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Every non-terminal pod, by `namespace/name`.
+    pods: HashMap<String, Arc<PodFacts>>,
+    /// Pods counted on nodes, by UID.
+    placed: HashMap<String, Placement>,
+    /// Last conversion of each node.
+    nodes: HashMap<String, KubeNode>,
+    /// Keys seen since the watcher restarted (relist), to drop what vanished.
+    relist_pods: Option<HashSet<String>>,
+    relist_nodes: Option<HashSet<String>>,
+}
+
+/// Which reflectors have completed their first list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Synced {
+    /// Nodes listed.
+    pub nodes: bool,
+    /// Pods listed.
+    pub pods: bool,
+}
+
+impl Synced {
+    /// Both listed.
+    pub fn all(&self) -> bool {
+        self.nodes && self.pods
+    }
+}
+
+/// The cluster cache. Share it in an `Arc`.
+#[derive(Debug)]
+pub struct ClusterCache {
+    store: Arc<NodeStore>,
+    queue: Arc<SchedulingQueue>,
+    profiles: Arc<Profiles>,
+    inner: Mutex<Inner>,
+    node_epoch: AtomicU64,
+    synced: watch::Sender<Synced>,
+}
+
+fn pod_on_node(info: &PodInfo) -> PodOnNode {
+    PodOnNode {
+        uid: info.uid.clone(),
+        namespace: info.namespace.clone(),
+        labels: info.labels.clone(),
+        owner: info.owner.clone(),
+        host_ports: info.host_ports.clone(),
+    }
+}
+
+fn add_to(a: &mut NodeAllocation, p: &Placement, pod: PodOnNode) {
+    a.requested.add(&p.requests);
+    a.requested.pods = a.requested.pods.saturating_add(1);
+    a.nonzero_cpu_millis = a.nonzero_cpu_millis.saturating_add(p.nonzero_cpu_millis);
+    a.nonzero_memory_bytes = a
+        .nonzero_memory_bytes
+        .saturating_add(p.nonzero_memory_bytes);
+    a.pods.retain(|q| q.uid != pod.uid);
+    a.pods.push(pod);
+}
+
+fn remove_from(a: &mut NodeAllocation, p: &Placement, uid: &str) {
+    a.requested.sub(&p.requests);
+    a.requested.pods = a.requested.pods.saturating_sub(1).max(0);
+    a.nonzero_cpu_millis = a.nonzero_cpu_millis.saturating_sub(p.nonzero_cpu_millis);
+    a.nonzero_memory_bytes = a
+        .nonzero_memory_bytes
+        .saturating_sub(p.nonzero_memory_bytes);
+    a.pods.retain(|q| q.uid != uid);
+    a.inflight.retain(|i| i.uid != uid);
+}
+
+impl ClusterCache {
+    /// An empty cache writing into `store` and queueing pods for `profiles`.
+    pub fn new(
+        store: Arc<NodeStore>,
+        queue: Arc<SchedulingQueue>,
+        profiles: Arc<Profiles>,
+    ) -> ClusterCache {
+        ClusterCache {
+            store,
+            queue,
+            profiles,
+            inner: Mutex::new(Inner::default()),
+            node_epoch: AtomicU64::new(0),
+            synced: watch::channel(Synced::default()).0,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Increases whenever the set of nodes or a node's scheduling facts change (or an
+    /// assumption was made outside the scheduler loop): a cached snapshot older than this is
+    /// not good enough.
+    pub fn node_epoch(&self) -> u64 {
+        self.node_epoch.load(Ordering::Acquire)
+    }
+
+    /// Forces snapshot users to rebuild.
+    pub fn bump_epoch(&self) {
+        self.node_epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Watches the sync state.
+    pub fn synced(&self) -> watch::Receiver<Synced> {
+        self.synced.subscribe()
+    }
+
+    /// The pod `namespace/name`, if known.
+    pub fn pod(&self, key: &str) -> Option<Arc<PodFacts>> {
+        self.lock().pods.get(key).cloned()
+    }
+
+    /// Number of pods known.
+    pub fn pod_count(&self) -> usize {
+        self.lock().pods.len()
+    }
+
+    // ---- nodes ---------------------------------------------------------------------------
+
+    /// The node watcher (re)started a list.
+    pub fn nodes_relist_started(&self) {
+        self.lock().relist_nodes = Some(HashSet::new());
+    }
+
+    /// The node list completed: nodes not seen in it are gone.
+    pub fn nodes_relist_done(&self) {
+        let gone: Vec<String> = {
+            let mut inner = self.lock();
+            let Some(seen) = inner.relist_nodes.take() else {
+                return;
+            };
+            inner
+                .nodes
+                .keys()
+                .filter(|k| !seen.contains(*k))
+                .cloned()
+                .collect()
+        };
+        for name in gone {
+            self.delete_node(&name);
+        }
+        self.synced.send_modify(|s| s.nodes = true);
+    }
+
+    /// A node was added or changed.
+    pub fn apply_node(&self, node: &Node) {
+        let name = node.name_any();
+        let converted = match convert::kube_node(node) {
+            Ok(k) => k,
+            Err(e) => {
+                warn!(node = %name, error = %e, "node cannot be used for scheduling");
+                self.delete_node(&name);
+                return;
+            }
+        };
+        let changed = {
+            let mut inner = self.lock();
+            if let Some(seen) = inner.relist_nodes.as_mut() {
+                seen.insert(name.clone());
+            }
+            let changed = inner
+                .nodes
+                .get(&name)
+                .is_none_or(|old| convert::node_changed(old, &converted));
+            if changed {
+                inner.nodes.insert(name.clone(), converted.clone());
+            }
+            changed
+        };
+        if changed {
+            self.store.set_kube_node(&name, Some(converted));
+            self.bump_epoch();
+            let retried = self.queue.with(|q| q.retry_all());
+            if retried > 0 {
+                debug!(node = %name, retried, "node changed: retrying unschedulable pods");
+            }
+        }
+    }
+
+    /// A node was deleted.
+    pub fn delete_node(&self, name: &str) {
+        if self.lock().nodes.remove(name).is_some() {
+            self.store.set_kube_node(name, None);
+            self.bump_epoch();
+        }
+    }
+
+    // ---- pods ----------------------------------------------------------------------------
+
+    /// The pod watcher (re)started a list.
+    pub fn pods_relist_started(&self) {
+        self.lock().relist_pods = Some(HashSet::new());
+    }
+
+    /// The pod list completed: pods not seen in it are gone.
+    pub fn pods_relist_done(&self) {
+        let gone: Vec<Arc<PodFacts>> = {
+            let mut inner = self.lock();
+            let Some(seen) = inner.relist_pods.take() else {
+                return;
+            };
+            inner
+                .pods
+                .iter()
+                .filter(|(k, _)| !seen.contains(*k))
+                .map(|(_, v)| v.clone())
+                .collect()
+        };
+        for f in gone {
+            self.remove_pod(&f.key(), &f.uid);
+        }
+        self.synced.send_modify(|s| s.pods = true);
+    }
+
+    /// A pod was added or changed.
+    pub fn apply_pod(&self, pod: &Pod) {
+        let facts = Arc::new(convert::pod_facts(pod));
+        let key = facts.key();
+        if facts.terminal {
+            // A finished pod frees its node.
+            if let Some(seen) = self.lock().relist_pods.as_mut() {
+                seen.insert(key.clone());
+            }
+            self.remove_pod(&key, &facts.uid);
+            return;
+        }
+        let mut place: Option<(Arc<str>, Placement, PodOnNode)> = None;
+        let mut unplace: Option<Placement> = None;
+        {
+            let mut inner = self.lock();
+            if let Some(seen) = inner.relist_pods.as_mut() {
+                seen.insert(key.clone());
+            }
+            // A pod replaced under the same name (new UID) frees the old one's place.
+            if let Some(old_uid) = inner
+                .pods
+                .get(&key)
+                .filter(|old| old.uid != facts.uid)
+                .map(|old| old.uid.clone())
+                && let Some(p) = inner.placed.remove(&old_uid)
+            {
+                // Lock order is always cache, then store.
+                self.store
+                    .update_allocation(&p.node, |a| remove_from(a, &p, &old_uid));
+            }
+            inner.pods.insert(key.clone(), facts.clone());
+            if let (Some(node), Ok(info)) = (&facts.node_name, &facts.info) {
+                match inner.placed.get_mut(&facts.uid) {
+                    Some(p) if &*p.node == node.as_str() => p.assumed = false,
+                    existing => {
+                        if let Some(old) = existing {
+                            unplace = Some(old.clone());
+                        }
+                        let p = Placement {
+                            node: Arc::from(node.as_str()),
+                            requests: info.requests.clone(),
+                            nonzero_cpu_millis: info.nonzero_cpu_millis,
+                            nonzero_memory_bytes: info.nonzero_memory_bytes,
+                            assumed: false,
+                        };
+                        inner.placed.insert(facts.uid.clone(), p.clone());
+                        place = Some((p.node.clone(), p, pod_on_node(info)));
+                    }
+                }
+            }
+        }
+        if let Some(old) = unplace {
+            let uid = facts.uid.clone();
+            self.store
+                .update_allocation(&old.node, |a| remove_from(a, &old, &uid));
+        }
+        if let Some((node, p, on)) = place {
+            self.store.update_allocation(&node, |a| add_to(a, &p, on));
+        }
+        // Other schedulers' pods (and pods delegated through Bind) are never queued.
+        if self.profiles.contains(&facts.scheduler_name) {
+            let now = tokio::time::Instant::now();
+            if facts.node_name.is_some() || facts.deleting {
+                self.queue.with(|q| q.done(&key));
+            } else {
+                self.queue
+                    .with(|q| q.add(&key, facts.priority, facts.created_unix, now));
+            }
+        }
+    }
+
+    /// A pod was deleted.
+    pub fn delete_pod(&self, pod: &Pod) {
+        let facts = convert::pod_facts(pod);
+        self.remove_pod(&facts.key(), &facts.uid);
+    }
+
+    fn remove_pod(&self, key: &str, uid: &str) {
+        let (known, placed) = {
+            let mut inner = self.lock();
+            let known = inner.pods.remove(key).is_some();
+            (known, inner.placed.remove(uid))
+        };
+        self.queue.with(|q| q.remove(key));
+        if let Some(p) = &placed {
+            self.store
+                .update_allocation(&p.node, |a| remove_from(a, p, uid));
+        }
+        if known || placed.is_some() {
+            // Freed resources may help waiting pods.
+            self.queue.with(|q| q.retry_all());
+        }
+    }
+
+    // ---- assumptions ---------------------------------------------------------------------
+
+    /// Counts `info` on `node` before it is bound, with an in-flight usage estimate; returns
+    /// the node's new allocation (for a scheduler's own snapshot). Fails when the pod is
+    /// already placed (another path bound or assumed it).
+    pub fn assume(
+        &self,
+        info: &PodInfo,
+        node: &Arc<str>,
+        estimate: (i64, i64),
+    ) -> Result<Arc<NodeAllocation>, CacheError> {
+        let p = Placement {
+            node: node.clone(),
+            requests: info.requests.clone(),
+            nonzero_cpu_millis: info.nonzero_cpu_millis,
+            nonzero_memory_bytes: info.nonzero_memory_bytes,
+            assumed: true,
+        };
+        {
+            let mut inner = self.lock();
+            if let Some(existing) = inner.placed.get(&info.uid) {
+                return Err(CacheError::AlreadyPlaced {
+                    pod: format!("{}/{}", info.namespace, info.name),
+                    node: existing.node.to_string(),
+                });
+            }
+            inner.placed.insert(info.uid.clone(), p.clone());
+        }
+        let inflight = Inflight::new(info.uid.clone(), estimate.0, estimate.1, Instant::now());
+        let mut out = None;
+        self.store.update_allocation(node, |a| {
+            add_to(a, &p, pod_on_node(info));
+            a.inflight.retain(|e| e.uid != inflight.uid);
+            a.inflight.push(inflight);
+            out = Some(Arc::new(a.clone()));
+        });
+        Ok(out.unwrap_or_default())
+    }
+
+    /// Drops an assumption whose bind failed (no-op once the watch has shown the pod bound).
+    pub fn forget(&self, uid: &str) -> bool {
+        let p = {
+            let mut inner = self.lock();
+            match inner.placed.get(uid) {
+                Some(p) if p.assumed => inner.placed.remove(uid),
+                _ => None,
+            }
+        };
+        match p {
+            Some(p) => {
+                self.store
+                    .update_allocation(&p.node, |a| remove_from(a, &p, uid));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Where a pod is placed (bound or assumed), if anywhere.
+    pub fn placement(&self, uid: &str) -> Option<(String, bool)> {
+        self.lock()
+            .placed
+            .get(uid)
+            .map(|p| (p.node.to_string(), p.assumed))
+    }
+}
+
+#[async_trait::async_trait]
+impl PodResolver for ClusterCache {
+    async fn resolve(&self, namespace: &str, name: &str) -> Result<PodInfo, ClusterError> {
+        if !self.synced.borrow().pods {
+            return Err(ClusterError::Unavailable(
+                "the pod cache has not finished its first list yet; retry shortly".to_string(),
+            ));
+        }
+        let key = format!("{namespace}/{name}");
+        let facts = self
+            .pod(&key)
+            .ok_or_else(|| ClusterError::NotFound(format!("pod {key} is not in the cluster")))?;
+        facts
+            .info
+            .clone()
+            .map_err(|e| ClusterError::FailedPrecondition(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loadstar_framework::{Profile, StalePolicy};
+    use loadstar_store::StoreConfig;
+    use serde_json::json;
+
+    fn setup() -> (Arc<NodeStore>, Arc<SchedulingQueue>, ClusterCache) {
+        let store = Arc::new(NodeStore::new(StoreConfig::default()));
+        let queue = Arc::new(SchedulingQueue::new());
+        let profiles = Arc::new(Profiles::new(vec![Profile {
+            name: "loadstar".into(),
+            filters: vec![],
+            scores: vec![],
+            window_seconds: 60,
+            stale_policy: StalePolicy::Fallback,
+            stale_penalty: 1.0,
+        }]));
+        let cache = ClusterCache::new(store.clone(), queue.clone(), profiles);
+        (store, queue, cache)
+    }
+
+    fn pod(name: &str, uid: &str, sched: &str, node: Option<&str>, cpu: &str) -> Pod {
+        let mut spec = json!({
+            "schedulerName": sched,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]
+        });
+        if let Some(n) = node {
+            spec["nodeName"] = json!(n);
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "spec": spec
+        }))
+        .expect("pod json")
+    }
+
+    fn node(name: &str) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .expect("node json")
+    }
+
+    fn alloc(store: &NodeStore, n: &str) -> Arc<NodeAllocation> {
+        store.snapshot_now().get(n).expect("node").alloc.clone()
+    }
+
+    #[test]
+    fn bound_pods_become_allocations_and_ours_are_queued() {
+        let (store, queue, cache) = setup();
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        cache.apply_pod(&pod("a", "ua", "default-scheduler", Some("n1"), "500m"));
+        cache.apply_pod(&pod("b", "ub", "loadstar", None, "1"));
+        cache.apply_pod(&pod("c", "uc", "default-scheduler", None, "1"));
+        cache.pods_relist_done();
+        assert!(cache.synced().borrow().all());
+        let a = alloc(&store, "n1");
+        assert_eq!(a.requested.cpu_millis, 500);
+        assert_eq!(a.requested.pods, 1);
+        assert_eq!(a.pods.len(), 1);
+        assert_eq!(
+            a.nonzero_memory_bytes,
+            loadstar_framework::snapshot::DEFAULT_NONZERO_MEMORY_BYTES
+        );
+        // Only the loadstar pod is queued.
+        let keys: Vec<String> = queue.with(|q| {
+            std::iter::from_fn(|| q.pop(tokio::time::Instant::now()).ok().map(|p| p.key)).collect()
+        });
+        assert_eq!(keys, vec!["ns/b"]);
+        // Deleting the bound pod frees the node.
+        cache.delete_pod(&pod("a", "ua", "default-scheduler", Some("n1"), "500m"));
+        let a = alloc(&store, "n1");
+        assert_eq!((a.requested.cpu_millis, a.requested.pods), (0, 0));
+    }
+
+    #[test]
+    fn assumptions_are_confirmed_or_forgotten() {
+        let (store, _queue, cache) = setup();
+        cache.apply_node(&node("n1"));
+        let p = pod("b", "ub", "loadstar", None, "1");
+        cache.apply_pod(&p);
+        let info = cache
+            .pod("ns/b")
+            .expect("known")
+            .info
+            .clone()
+            .expect("valid");
+        let n1: Arc<str> = Arc::from("n1");
+        let a = cache.assume(&info, &n1, (1500, 1 << 20)).expect("assumed");
+        assert_eq!(a.requested.cpu_millis, 1000);
+        assert_eq!(a.inflight.len(), 1);
+        assert!(matches!(
+            cache.assume(&info, &n1, (0, 0)),
+            Err(CacheError::AlreadyPlaced { .. })
+        ));
+        assert!(cache.forget("ub"));
+        let a = alloc(&store, "n1");
+        assert_eq!((a.requested.cpu_millis, a.inflight.len()), (0, 0));
+        // Assume again, then the watch shows it bound: forgetting is then a no-op.
+        cache.assume(&info, &n1, (1500, 0)).expect("assumed");
+        cache.apply_pod(&pod("b", "ub", "loadstar", Some("n1"), "1"));
+        assert_eq!(cache.placement("ub"), Some(("n1".into(), false)));
+        assert!(!cache.forget("ub"));
+        let a = alloc(&store, "n1");
+        assert_eq!((a.requested.cpu_millis, a.requested.pods), (1000, 1));
+        // A pod that finished frees its node.
+        let mut done = pod("b", "ub", "loadstar", Some("n1"), "1");
+        done.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        });
+        cache.apply_pod(&done);
+        assert_eq!(alloc(&store, "n1").requested.pods, 0);
+    }
+
+    #[test]
+    fn relist_drops_vanished_objects() {
+        let (store, _queue, cache) = setup();
+        cache.apply_node(&node("n1"));
+        cache.apply_node(&node("n2"));
+        cache.apply_pod(&pod("a", "ua", "x", Some("n1"), "1"));
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        cache.pods_relist_done();
+        assert!(
+            store
+                .snapshot_now()
+                .get("n2")
+                .is_none_or(|n| n.kube.is_none())
+        );
+        assert_eq!(alloc(&store, "n1").requested.pods, 0);
+        assert_eq!(cache.pod_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn resolver_answers_from_the_cache() {
+        let (_store, _queue, cache) = setup();
+        assert!(matches!(
+            cache.resolve("ns", "a").await.expect_err("not synced"),
+            ClusterError::Unavailable(_)
+        ));
+        cache.pods_relist_started();
+        cache.apply_pod(&pod("a", "ua", "x", None, "250m"));
+        cache.pods_relist_done();
+        let info = cache.resolve("ns", "a").await.expect("found");
+        assert_eq!(info.requests.cpu_millis, 250);
+        assert!(matches!(
+            cache.resolve("ns", "zz").await.expect_err("missing"),
+            ClusterError::NotFound(_)
+        ));
+        cache.apply_pod(&pod("bad", "ub", "x", None, "lots"));
+        assert!(matches!(
+            cache.resolve("ns", "bad").await.expect_err("bad"),
+            ClusterError::FailedPrecondition(_)
+        ));
+    }
+}

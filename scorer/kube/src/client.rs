@@ -1,0 +1,282 @@
+//! Builds Kubernetes clients from `--kubeconfig` or the in-cluster service account, each
+//! behind its own client-side token bucket (`--kube-api-qps`, `--kube-api-burst`) like
+//! client-go's: a request waits for a token before it is sent.
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ::kube::client::ClientBuilder;
+use ::kube::config::{KubeConfigOptions, Kubeconfig};
+use ::kube::{Client, Config};
+use thiserror::Error;
+use tokio::time::{Instant, Sleep};
+use tower::{Layer, Service};
+
+/// Errors building a client.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// The kubeconfig could not be read or used.
+    #[error("kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// Its path.
+        path: String,
+        /// The error.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// No kubeconfig was given and the in-cluster configuration is unavailable.
+    #[error(
+        "no --kubeconfig given and not running in a cluster (KUBERNETES_SERVICE_HOST unset or \
+         service account files missing): {0}"
+    )]
+    InCluster(#[source] kube::config::InClusterError),
+    /// The HTTP client could not be built.
+    #[error("building the Kubernetes client for {url}: {source}")]
+    Build {
+        /// API server URL.
+        url: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Client-side rate limit: `qps` tokens per second, `burst` at most.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Sustained requests per second (≤ 0: unlimited).
+    pub qps: f64,
+    /// Bucket size.
+    pub burst: u32,
+}
+
+impl Default for RateLimit {
+    /// kube-scheduler's defaults: 50 QPS, burst 100.
+    fn default() -> Self {
+        RateLimit {
+            qps: 50.0,
+            burst: 100,
+        }
+    }
+}
+
+/// A token bucket. Pure: the caller passes the time.
+///
+/// Hand-written on purpose rather than taken from `governor` (the well-kept GCRA crate):
+/// governor reads its own clock (`quanta`), which tokio's paused test time does not drive, so
+/// [`RateLimitLayer`]'s pacing could no longer be tested deterministically without a custom
+/// `Clock` adapter larger than this bucket; and it needs a whole-number rate per period where
+/// `--kube-api-qps` is fractional like client-go's. The tower layer around it would stay
+/// either way, and `tower::limit::RateLimit` is a fixed window, not client-go's bucket.
+#[derive(Debug)]
+pub struct TokenBucket {
+    limit: RateLimit,
+    tokens: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket at `now`.
+    pub fn new(limit: RateLimit, now: Instant) -> TokenBucket {
+        TokenBucket {
+            limit,
+            tokens: f64::from(limit.burst.max(1)),
+            at: now,
+        }
+    }
+
+    /// Takes a token at `now`, or says how long to wait for one.
+    pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
+        if self.limit.qps.is_nan() || self.limit.qps <= 0.0 {
+            return Ok(());
+        }
+        let burst = f64::from(self.limit.burst.max(1));
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.limit.qps).min(burst);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64(
+                ((1.0 - self.tokens) / self.limit.qps).max(1e-6),
+            ))
+        }
+    }
+}
+
+/// A tower layer that makes requests wait for a token of a shared [`TokenBucket`].
+#[derive(Debug, Clone)]
+pub struct RateLimitLayer {
+    bucket: Arc<Mutex<TokenBucket>>,
+}
+
+impl RateLimitLayer {
+    /// A layer with a fresh, full bucket.
+    pub fn new(limit: RateLimit) -> RateLimitLayer {
+        RateLimitLayer {
+            bucket: Arc::new(Mutex::new(TokenBucket::new(limit, Instant::now()))),
+        }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimited<S>;
+    fn layer(&self, inner: S) -> RateLimited<S> {
+        RateLimited {
+            inner,
+            bucket: self.bucket.clone(),
+            sleep: None,
+            has_token: false,
+        }
+    }
+}
+
+/// The service of [`RateLimitLayer`]: not ready until it holds a token.
+pub struct RateLimited<S> {
+    inner: S,
+    bucket: Arc<Mutex<TokenBucket>>,
+    sleep: Option<Pin<Box<Sleep>>>,
+    has_token: bool,
+}
+
+impl<S> std::fmt::Debug for RateLimited<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimited")
+            .field("has_token", &self.has_token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, R> Service<R> for RateLimited<S>
+where
+    S: Service<R>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        while !self.has_token {
+            if let Some(sleep) = self.sleep.as_mut() {
+                if sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.sleep = None;
+            }
+            let taken = self
+                .bucket
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .try_take(Instant::now());
+            match taken {
+                Ok(()) => self.has_token = true,
+                Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
+            }
+        }
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        self.has_token = false;
+        self.inner.call(req)
+    }
+}
+
+/// Loads the connection config: the kubeconfig at `path`, else in-cluster.
+pub async fn load_config(path: Option<&Path>) -> Result<Config, ClientError> {
+    match path {
+        Some(p) => {
+            let err = |source| ClientError::Kubeconfig {
+                path: p.display().to_string(),
+                source,
+            };
+            let kc = Kubeconfig::read_from(p).map_err(err)?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(err)
+        }
+        None => Config::incluster().map_err(ClientError::InCluster),
+    }
+}
+
+/// A client for `config` with its own token bucket (`None`: unlimited).
+pub fn build(config: &Config, limit: Option<RateLimit>) -> Result<Client, ClientError> {
+    let url = config.cluster_url.to_string();
+    let builder = ClientBuilder::try_from(config.clone())
+        .map_err(|source| ClientError::Build { url, source })?;
+    Ok(match limit {
+        Some(l) => builder.with_layer(&RateLimitLayer::new(l)).build(),
+        None => builder.build(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_allows_burst_then_qps() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(
+            RateLimit {
+                qps: 10.0,
+                burst: 3,
+            },
+            t0,
+        );
+        for _ in 0..3 {
+            assert_eq!(b.try_take(t0), Ok(()));
+        }
+        let wait = b.try_take(t0).expect_err("empty");
+        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-6, "{wait:?}");
+        assert_eq!(b.try_take(t0 + Duration::from_millis(100)), Ok(()));
+        // Never more than the burst, however long idle.
+        let later = t0 + Duration::from_secs(60);
+        for _ in 0..3 {
+            assert_eq!(b.try_take(later), Ok(()));
+        }
+        assert!(b.try_take(later).is_err());
+        let mut unlimited = TokenBucket::new(RateLimit { qps: 0.0, burst: 0 }, t0);
+        for _ in 0..1000 {
+            assert_eq!(unlimited.try_take(t0), Ok(()));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn layer_paces_requests() {
+        struct Echo;
+        impl Service<u32> for Echo {
+            type Response = u32;
+            type Error = std::convert::Infallible;
+            type Future = std::future::Ready<Result<u32, Self::Error>>;
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+                Poll::Ready(Ok(()))
+            }
+            fn call(&mut self, x: u32) -> Self::Future {
+                std::future::ready(Ok(x))
+            }
+        }
+        let svc = Echo;
+        let mut svc = RateLimitLayer::new(RateLimit {
+            qps: 100.0,
+            burst: 2,
+        })
+        .layer(svc);
+        let start = Instant::now();
+        for i in 0..12u32 {
+            std::future::poll_fn(|cx| svc.poll_ready(cx))
+                .await
+                .expect("ready");
+            assert_eq!(svc.call(i).await.expect("call"), i);
+        }
+        // 2 from the burst, then 10 at 100/s.
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(99) && took < Duration::from_millis(120),
+            "{took:?}"
+        );
+    }
+}

@@ -1,0 +1,660 @@
+//! Pure conversions from Kubernetes objects to what the scorer schedules with: a `Pod` into
+//! [`PodInfo`] (effective requests as kube-scheduler computes them) plus the facts the queue
+//! needs, and a `Node` into [`KubeNode`]. Only these conversions are kept, never the watched
+//! objects themselves. No I/O: everything here is unit-tested without a cluster.
+use std::collections::BTreeMap;
+
+use ::kube::ResourceExt;
+use k8s_openapi::api::core::v1::{Container, Node, NodeSelectorRequirement, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use loadstar_common::model::{ResourceList, ResourceListError};
+use thiserror::Error;
+
+use loadstar_framework::snapshot::{
+    DEFAULT_NONZERO_CPU_MILLIS, DEFAULT_NONZERO_MEMORY_BYTES, HostPort, KubeNode, Owner, PodInfo,
+    SelectorOp, SelectorRequirement, SelectorTerm, Taint, TaintEffect, Toleration,
+};
+
+/// The scheduler name of pods that do not name one.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+
+/// The pseudo-label under which a node's own name is matched by `matchFields` requirements on
+/// `metadata.name` (the only field upstream supports there; DaemonSet pods use it).
+pub const FIELD_NODE_NAME: &str = "metadata.name";
+
+/// Errors converting a Kubernetes object.
+#[derive(Debug, Clone, Error, PartialEq)]
+pub enum ConvertError {
+    /// A resource quantity did not parse.
+    #[error("pod {pod}: {field}: {source}")]
+    Quantity {
+        /// namespace/name.
+        pod: String,
+        /// Where, e.g. `spec.containers[web].resources.requests`.
+        field: String,
+        /// The parse error.
+        #[source]
+        source: ResourceListError,
+    },
+    /// A toleration is invalid.
+    #[error("pod {pod}: spec.tolerations[{index}]: {reason}")]
+    Toleration {
+        /// namespace/name.
+        pod: String,
+        /// Index.
+        index: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A node affinity requirement is invalid.
+    #[error("pod {pod}: {field}: {reason}")]
+    Affinity {
+        /// namespace/name.
+        pod: String,
+        /// Where.
+        field: String,
+        /// Why.
+        reason: String,
+    },
+    /// A node's allocatable did not parse.
+    #[error("node {node}: status.allocatable: {source}")]
+    NodeAllocatable {
+        /// Node name.
+        node: String,
+        /// The parse error.
+        #[source]
+        source: ResourceListError,
+    },
+}
+
+/// What the scheduler needs to know about a pod besides its [`PodInfo`].
+#[derive(Debug, Clone)]
+pub struct PodFacts {
+    /// metadata.uid.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// spec.schedulerName (upstream's default when empty).
+    pub scheduler_name: String,
+    /// spec.nodeName, when bound.
+    pub node_name: Option<String>,
+    /// Phase is Succeeded or Failed: the pod no longer uses its node.
+    pub terminal: bool,
+    /// metadata.deletionTimestamp is set.
+    pub deleting: bool,
+    /// metadata.creationTimestamp, Unix seconds (0 when absent).
+    pub created_unix: i64,
+    /// spec.priority.
+    pub priority: i32,
+    /// The scheduling view, or why the pod cannot be scheduled as written.
+    pub info: Result<PodInfo, ConvertError>,
+}
+
+impl PodFacts {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+fn parse_list(
+    pod: &str,
+    field: impl FnOnce() -> String,
+    map: Option<&BTreeMap<String, Quantity>>,
+) -> Result<(ResourceList, bool, bool), ConvertError> {
+    let Some(map) = map else {
+        return Ok((ResourceList::default(), false, false));
+    };
+    let list = ResourceList::from_quantities(map.iter().map(|(k, v)| (k.as_str(), v.0.as_str())))
+        .map_err(|source| ConvertError::Quantity {
+        pod: pod.to_string(),
+        field: field(),
+        source,
+    })?;
+    Ok((list, map.contains_key("cpu"), map.contains_key("memory")))
+}
+
+/// A container's requests and limits, with its non-zero CPU/memory requests for scoring.
+struct ContainerResources {
+    requests: ResourceList,
+    limits: ResourceList,
+    nonzero_cpu: i64,
+    nonzero_mem: i64,
+}
+
+fn container_resources(
+    pod: &str,
+    kind: &str,
+    c: &Container,
+) -> Result<ContainerResources, ConvertError> {
+    let res = c.resources.as_ref();
+    let (requests, has_cpu, has_mem) = parse_list(
+        pod,
+        || format!("spec.{kind}[{}].resources.requests", c.name),
+        res.and_then(|r| r.requests.as_ref()),
+    )?;
+    let (limits, _, _) = parse_list(
+        pod,
+        || format!("spec.{kind}[{}].resources.limits", c.name),
+        res.and_then(|r| r.limits.as_ref()),
+    )?;
+    // Kubernetes defaults a missing request to the limit (the API server does it for
+    // containers; we repeat it for objects that bypassed defaulting).
+    let mut requests = requests;
+    let limit_map = res.and_then(|r| r.limits.as_ref());
+    let has = |k: &str| {
+        res.and_then(|r| r.requests.as_ref())
+            .is_some_and(|m| m.contains_key(k))
+    };
+    let mut has_cpu = has_cpu;
+    let mut has_mem = has_mem;
+    if let Some(lm) = limit_map {
+        for name in lm.keys() {
+            if !has(name) {
+                let v = limits.get(name);
+                match name.as_str() {
+                    "cpu" => {
+                        requests.cpu_millis = v;
+                        has_cpu = true;
+                    }
+                    "memory" => {
+                        requests.memory_bytes = v;
+                        has_mem = true;
+                    }
+                    "ephemeral-storage" => requests.ephemeral_storage_bytes = v,
+                    loadstar_common::model::GPU_RESOURCE => requests.gpus = v,
+                    "pods" => {}
+                    other => {
+                        requests.extended.insert(other.to_string(), v);
+                    }
+                }
+            }
+        }
+    }
+    Ok(ContainerResources {
+        nonzero_cpu: if has_cpu {
+            requests.cpu_millis
+        } else {
+            DEFAULT_NONZERO_CPU_MILLIS
+        },
+        nonzero_mem: if has_mem {
+            requests.memory_bytes
+        } else {
+            DEFAULT_NONZERO_MEMORY_BYTES
+        },
+        requests,
+        limits,
+    })
+}
+
+fn selector_requirement(
+    pod: &str,
+    field: &str,
+    r: &NodeSelectorRequirement,
+    key_override: Option<&str>,
+) -> Result<SelectorRequirement, ConvertError> {
+    let err = |reason: String| ConvertError::Affinity {
+        pod: pod.to_string(),
+        field: field.to_string(),
+        reason,
+    };
+    let op = match r.operator.as_str() {
+        "In" => SelectorOp::In,
+        "NotIn" => SelectorOp::NotIn,
+        "Exists" => SelectorOp::Exists,
+        "DoesNotExist" => SelectorOp::DoesNotExist,
+        "Gt" => SelectorOp::Gt,
+        "Lt" => SelectorOp::Lt,
+        other => return Err(err(format!("unknown operator {other:?}"))),
+    };
+    let values = r.values.clone().unwrap_or_default();
+    match op {
+        SelectorOp::Gt | SelectorOp::Lt
+            if values.len() != 1 || values[0].parse::<i64>().is_err() =>
+        {
+            return Err(err(format!(
+                "operator {} needs exactly one integer value, got {values:?}",
+                r.operator
+            )));
+        }
+        SelectorOp::In | SelectorOp::NotIn if values.is_empty() => {
+            return Err(err(format!("operator {} needs values", r.operator)));
+        }
+        _ => {}
+    }
+    Ok(SelectorRequirement {
+        key: key_override.unwrap_or(&r.key).to_string(),
+        op,
+        values,
+    })
+}
+
+/// Converts a pod. Never fails as a whole: a pod whose spec cannot be scheduled as written
+/// (a malformed quantity, an unknown operator) carries the error in [`PodFacts::info`].
+pub fn pod_facts(pod: &Pod) -> PodFacts {
+    let namespace = pod.namespace().unwrap_or_else(|| "default".to_string());
+    let name = pod.name_any();
+    let spec = pod.spec.as_ref();
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let priority = spec.and_then(|s| s.priority).unwrap_or(0);
+    let facts = PodFacts {
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        scheduler_name: spec
+            .and_then(|s| s.scheduler_name.clone())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.to_string()),
+        node_name: spec
+            .and_then(|s| s.node_name.clone())
+            .filter(|s| !s.is_empty()),
+        terminal: matches!(phase, Some("Succeeded") | Some("Failed")),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+        created_unix: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second())
+            .unwrap_or(0),
+        priority,
+        info: Err(ConvertError::Affinity {
+            pod: String::new(),
+            field: String::new(),
+            reason: String::new(),
+        }),
+        namespace,
+        name,
+    };
+    let info = pod_info(pod, &facts);
+    PodFacts { info, ..facts }
+}
+
+fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
+    let key = facts.key();
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(PodInfo {
+            uid: facts.uid.clone(),
+            namespace: facts.namespace.clone(),
+            name: facts.name.clone(),
+            priority: facts.priority,
+            ..Default::default()
+        });
+    };
+    // Effective requests: sum of containers, max with each init container, plus overhead.
+    let mut requests = ResourceList::default();
+    let mut limits = ResourceList::default();
+    let (mut nz_cpu, mut nz_mem) = (0i64, 0i64);
+    for c in &spec.containers {
+        let r = container_resources(&key, "containers", c)?;
+        requests.add(&r.requests);
+        limits.add(&r.limits);
+        nz_cpu = nz_cpu.saturating_add(r.nonzero_cpu);
+        nz_mem = nz_mem.saturating_add(r.nonzero_mem);
+    }
+    for c in spec.init_containers.iter().flatten() {
+        let r = container_resources(&key, "initContainers", c)?;
+        requests.max_with(&r.requests);
+        limits.max_with(&r.limits);
+        nz_cpu = nz_cpu.max(r.nonzero_cpu);
+        nz_mem = nz_mem.max(r.nonzero_mem);
+    }
+    let (overhead, _, _) = parse_list(&key, || "spec.overhead".into(), spec.overhead.as_ref())?;
+    requests.add(&overhead);
+    if !limits.to_quantities().is_empty() {
+        limits.add(&overhead);
+    }
+    nz_cpu = nz_cpu.saturating_add(overhead.cpu_millis);
+    nz_mem = nz_mem.saturating_add(overhead.memory_bytes);
+
+    let mut tolerations = Vec::new();
+    for (index, t) in spec.tolerations.iter().flatten().enumerate() {
+        let err = |reason: String| ConvertError::Toleration {
+            pod: key.clone(),
+            index,
+            reason,
+        };
+        let exists = match t.operator.as_deref() {
+            None | Some("") | Some("Equal") => false,
+            Some("Exists") => true,
+            Some(other) => return Err(err(format!("unknown operator {other:?}"))),
+        };
+        let effect = match t.effect.as_deref() {
+            None | Some("") => None,
+            Some(e) => {
+                Some(TaintEffect::parse(e).ok_or_else(|| err(format!("unknown effect {e:?}")))?)
+            }
+        };
+        let key_s = t.key.clone().unwrap_or_default();
+        if key_s.is_empty() && !exists {
+            return Err(err("an empty key needs operator Exists".into()));
+        }
+        tolerations.push(Toleration {
+            key: key_s,
+            exists,
+            value: t.value.clone().unwrap_or_default(),
+            effect,
+        });
+    }
+
+    let mut required_affinity: Vec<SelectorTerm> = Vec::new();
+    if let Some(sel) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+    {
+        for (ti, term) in sel.node_selector_terms.iter().enumerate() {
+            let mut reqs = Vec::new();
+            for (ri, r) in term.match_expressions.iter().flatten().enumerate() {
+                let field = format!(
+                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.\
+                     nodeSelectorTerms[{ti}].matchExpressions[{ri}]"
+                );
+                reqs.push(selector_requirement(&key, &field, r, None)?);
+            }
+            for (ri, r) in term.match_fields.iter().flatten().enumerate() {
+                let field = format!(
+                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.\
+                     nodeSelectorTerms[{ti}].matchFields[{ri}]"
+                );
+                if r.key != FIELD_NODE_NAME {
+                    return Err(ConvertError::Affinity {
+                        pod: key.clone(),
+                        field,
+                        reason: format!("unsupported field {:?} (only metadata.name)", r.key),
+                    });
+                }
+                reqs.push(selector_requirement(
+                    &key,
+                    &field,
+                    r,
+                    Some(FIELD_NODE_NAME),
+                )?);
+            }
+            // Upstream: a term with no requirements matches nothing; keep it (it never
+            // matches) so the pod stays unschedulable as upstream would leave it.
+            required_affinity.push(reqs);
+        }
+    }
+
+    let mut host_ports = Vec::new();
+    for c in &spec.containers {
+        for p in c.ports.iter().flatten() {
+            if let Some(hp) = p.host_port.filter(|p| *p > 0) {
+                host_ports.push(HostPort {
+                    protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    host_ip: p.host_ip.clone().unwrap_or_default(),
+                    port: u16::try_from(hp).unwrap_or(0),
+                });
+            }
+        }
+    }
+
+    let owner = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| Owner {
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+        });
+
+    Ok(PodInfo {
+        uid: facts.uid.clone(),
+        namespace: facts.namespace.clone(),
+        name: facts.name.clone(),
+        labels: pod.metadata.labels.clone().unwrap_or_default(),
+        owner,
+        requests,
+        limits,
+        nonzero_cpu_millis: nz_cpu,
+        nonzero_memory_bytes: nz_mem,
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        required_affinity,
+        tolerations,
+        host_ports,
+        priority: facts.priority,
+    })
+}
+
+/// Converts a node: allocatable (capacity when absent), labels (plus [`FIELD_NODE_NAME`]),
+/// taints, cordon, and the Ready condition.
+pub fn kube_node(node: &Node) -> Result<KubeNode, ConvertError> {
+    let name = node.name_any();
+    let status = node.status.as_ref();
+    let alloc = status
+        .and_then(|s| s.allocatable.as_ref())
+        .or_else(|| status.and_then(|s| s.capacity.as_ref()));
+    let allocatable = match alloc {
+        Some(m) => ResourceList::from_quantities(m.iter().map(|(k, v)| (k.as_str(), v.0.as_str())))
+            .map_err(|source| ConvertError::NodeAllocatable {
+                node: name.clone(),
+                source,
+            })?,
+        None => ResourceList::default(),
+    };
+    let mut labels = node.metadata.labels.clone().unwrap_or_default();
+    labels.insert(FIELD_NODE_NAME.to_string(), name);
+    let spec = node.spec.as_ref();
+    let taints = spec
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            Some(Taint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                // An unknown effect cannot be honoured; upstream's API validation rejects it.
+                effect: TaintEffect::parse(&t.effect)?,
+            })
+        })
+        .collect();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    Ok(KubeNode {
+        allocatable,
+        labels,
+        taints,
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        ready,
+    })
+}
+
+/// Whether two conversions of a node differ in anything scheduling reads (to retry
+/// unschedulable pods only on relevant changes).
+pub fn node_changed(a: &KubeNode, b: &KubeNode) -> bool {
+    a.allocatable != b.allocatable
+        || a.labels != b.labels
+        || a.taints != b.taints
+        || a.unschedulable != b.unschedulable
+        || a.ready != b.ready
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).expect("valid pod json")
+    }
+
+    #[test]
+    fn effective_requests_follow_upstream() {
+        let p = pod(json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u1",
+                         "creationTimestamp": "2024-01-01T00:00:10Z",
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                            "name": "web-1", "uid": "o", "controller": true}]},
+            "spec": {
+                "schedulerName": "loadstar",
+                "priority": 7,
+                "containers": [
+                    {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
+                     "ports": [{"containerPort": 80, "hostPort": 8080}]},
+                    {"name": "b", "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": "1"}}},
+                    {"name": "c"}
+                ],
+                "initContainers": [
+                    {"name": "init", "resources": {"requests": {"cpu": "2", "memory": "100Mi"}}}
+                ],
+                "overhead": {"cpu": "100m", "memory": "10Mi"}
+            }
+        }));
+        let f = pod_facts(&p);
+        assert_eq!(f.key(), "ns/web");
+        assert_eq!(f.scheduler_name, "loadstar");
+        assert_eq!(f.priority, 7);
+        assert_eq!(f.created_unix, 1_704_067_210);
+        let info = f.info.expect("valid");
+        // containers: 500m + 1000m (limit defaults request) + 0 = 1500m; init 2000m wins.
+        assert_eq!(info.requests.cpu_millis, 2000 + 100);
+        assert_eq!(info.requests.memory_bytes, (1 << 30) + 10 * (1 << 20));
+        assert_eq!(info.requests.gpus, 1);
+        // non-zero: 500 + 1000 + 100 (default) = 1600 vs init 2000 → 2000, + overhead.
+        assert_eq!(info.nonzero_cpu_millis, 2100);
+        // memory: 1Gi + 200Mi (b) + 200Mi (c) vs 100Mi → sum, + overhead.
+        assert_eq!(
+            info.nonzero_memory_bytes,
+            (1 << 30) + 2 * DEFAULT_NONZERO_MEMORY_BYTES + 10 * (1 << 20)
+        );
+        assert_eq!(info.host_ports.len(), 1);
+        assert_eq!(info.host_ports[0].port, 8080);
+        assert_eq!(info.host_ports[0].protocol, "TCP");
+        assert_eq!(
+            info.owner,
+            Some(Owner {
+                kind: "ReplicaSet".into(),
+                name: "web-1".into()
+            })
+        );
+    }
+
+    #[test]
+    fn pods_without_requests_get_nonzero_defaults_and_default_scheduler() {
+        let f = pod_facts(&pod(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}], "nodeName": "n1"},
+            "status": {"phase": "Succeeded"}
+        })));
+        assert_eq!(f.scheduler_name, DEFAULT_SCHEDULER_NAME);
+        assert_eq!(f.namespace, "default");
+        assert_eq!(f.node_name.as_deref(), Some("n1"));
+        assert!(f.terminal);
+        let info = f.info.expect("valid");
+        assert_eq!(info.requests, ResourceList::default());
+        assert_eq!(info.nonzero_cpu_millis, 2 * DEFAULT_NONZERO_CPU_MILLIS);
+        assert_eq!(info.nonzero_memory_bytes, 2 * DEFAULT_NONZERO_MEMORY_BYTES);
+    }
+
+    #[test]
+    fn tolerations_selectors_and_affinity_convert() {
+        let f = pod_facts(&pod(json!({
+            "metadata": {"name": "p", "namespace": "x"},
+            "spec": {
+                "containers": [{"name": "a"}],
+                "nodeSelector": {"disk": "ssd"},
+                "tolerations": [
+                    {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                    {"key": "team", "value": "a"},
+                    {"operator": "Exists"}
+                ],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [
+                            {"key": "zone", "operator": "In", "values": ["a", "b"]},
+                            {"key": "cores", "operator": "Gt", "values": ["8"]}
+                        ]},
+                        {"matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+                        ]}
+                    ]}}}
+            }
+        })));
+        let info = f.info.expect("valid");
+        assert_eq!(info.node_selector["disk"], "ssd");
+        assert_eq!(info.tolerations.len(), 3);
+        assert!(info.tolerations[0].exists);
+        assert_eq!(info.tolerations[0].effect, Some(TaintEffect::NoSchedule));
+        assert_eq!(info.tolerations[1].value, "a");
+        assert!(info.tolerations[2].key.is_empty() && info.tolerations[2].exists);
+        assert_eq!(info.required_affinity.len(), 2);
+        assert_eq!(info.required_affinity[0][1].op, SelectorOp::Gt);
+        assert_eq!(info.required_affinity[1][0].key, FIELD_NODE_NAME);
+    }
+
+    #[test]
+    fn bad_pods_carry_errors_with_their_path() {
+        let f = pod_facts(&pod(json!({
+            "metadata": {"name": "bad", "namespace": "ns"},
+            "spec": {"containers": [{"name": "a", "resources": {"requests": {"memory": "1GB"}}}]}
+        })));
+        let e = f.info.expect_err("bad quantity");
+        assert_eq!(
+            e.to_string(),
+            "pod ns/bad: spec.containers[a].resources.requests: resource \"memory\": invalid \
+             quantity \"1GB\": unknown suffix"
+        );
+        let f = pod_facts(&pod(json!({
+            "metadata": {"name": "bad", "namespace": "ns"},
+            "spec": {"containers": [{"name": "a"}],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "k", "operator": "Gt", "values": ["x"]}]}]}}}}
+        })));
+        assert!(matches!(f.info, Err(ConvertError::Affinity { .. })));
+        // A pod without a spec does not panic.
+        assert!(
+            pod_facts(&pod(json!({"metadata": {"name": "empty"}})))
+                .info
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn nodes_convert_with_readiness_taints_and_name_label() {
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1", "labels": {"zone": "a"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "gpu", "value": "yes", "effect": "NoSchedule"},
+                {"key": "odd", "effect": "Bogus"}
+            ]},
+            "status": {
+                "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                "allocatable": {"cpu": "7500m", "memory": "30Gi", "pods": "110",
+                                "nvidia.com/gpu": "2"},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }))
+        .expect("node json");
+        let k = kube_node(&n).expect("valid");
+        assert_eq!(k.allocatable.cpu_millis, 7500);
+        assert_eq!(k.allocatable.pods, 110);
+        assert_eq!(k.allocatable.gpus, 2);
+        assert!(k.ready && k.unschedulable);
+        assert_eq!(k.taints.len(), 1);
+        assert_eq!(k.labels[FIELD_NODE_NAME], "n1");
+        let mut other = k.clone();
+        assert!(!node_changed(&k, &other));
+        other.ready = false;
+        assert!(node_changed(&k, &other));
+
+        let bad: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n2"},
+            "status": {"allocatable": {"cpu": "lots"}}
+        }))
+        .expect("node json");
+        assert!(matches!(
+            kube_node(&bad),
+            Err(ConvertError::NodeAllocatable { .. })
+        ));
+    }
+}

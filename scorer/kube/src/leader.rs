@@ -1,0 +1,384 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, as client-go's `leaderelection`:
+//! candidates try every retry period; a lease is free when it names no holder or its record
+//! has not changed for the lease duration (by this process's clock, so clock skew does not
+//! matter); the leader renews every retry period and steps down at once if a renewal has not
+//! succeeded within the renew deadline or the lease names someone else. On shutdown the
+//! leader releases the lease so a standby takes over without waiting.
+use std::time::Duration;
+
+use ::kube::Api;
+use ::kube::api::{ObjectMeta, PostParams};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use thiserror::Error;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+/// Errors of one election attempt.
+#[derive(Debug, Error)]
+pub enum LeaderError {
+    /// The Lease could not be read or written.
+    #[error("lease {namespace}/{name}: {source}")]
+    Api {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// The error.
+        #[source]
+        source: ::kube::Error,
+    },
+    /// The attempt took longer than allowed.
+    #[error("lease {namespace}/{name}: attempt timed out")]
+    Timeout {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+}
+
+/// Election settings; defaults as upstream (15 s lease, 10 s renew deadline, 2 s retry).
+#[derive(Debug, Clone)]
+pub struct LeaderConfig {
+    /// Lease namespace.
+    pub namespace: String,
+    /// Lease name.
+    pub name: String,
+    /// This candidate's identity (unique per process).
+    pub identity: String,
+    /// How long a lease is valid without renewal.
+    pub lease_duration: Duration,
+    /// The leader steps down if it could not renew for this long.
+    pub renew_deadline: Duration,
+    /// Time between attempts.
+    pub retry_period: Duration,
+}
+
+impl LeaderConfig {
+    /// Upstream's timings for `namespace/name` and `identity`.
+    pub fn new(namespace: &str, name: &str, identity: &str) -> LeaderConfig {
+        LeaderConfig {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            identity: identity.to_string(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Who leads, as this process knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Leadership {
+    /// This process leads and may bind.
+    pub is_leader: bool,
+    /// The current holder's identity, if known.
+    pub holder: Option<String>,
+}
+
+/// A leadership channel that always says "leader" (`--leader-elect=false`).
+pub fn always_leader(identity: &str) -> watch::Receiver<Leadership> {
+    let (tx, rx) = watch::channel(Leadership {
+        is_leader: true,
+        holder: Some(identity.to_string()),
+    });
+    // Keep the sender alive for the life of the process so the value never closes.
+    std::mem::forget(tx);
+    rx
+}
+
+/// What the elector observed of the lease record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Observed {
+    holder: String,
+    resource_version: String,
+    at: Instant,
+}
+
+/// Decides, from the record read and what was observed before, whether this candidate may
+/// take or keep the lease at `now`. Pure.
+fn may_acquire(
+    identity: &str,
+    holder: &str,
+    observed_at: Instant,
+    lease_duration: Duration,
+    now: Instant,
+) -> bool {
+    holder.is_empty() || holder == identity || observed_at + lease_duration <= now
+}
+
+/// The elector. Run it with [`LeaderElector::run`]; read the state from [`LeaderElector::subscribe`].
+#[derive(Debug)]
+pub struct LeaderElector {
+    api: Api<Lease>,
+    config: LeaderConfig,
+    state: watch::Sender<Leadership>,
+    observed: Option<Observed>,
+    last_renew: Option<Instant>,
+}
+
+impl LeaderElector {
+    /// An elector over the Lease API of `client`.
+    pub fn new(client: ::kube::Client, config: LeaderConfig) -> LeaderElector {
+        LeaderElector {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+            state: watch::channel(Leadership::default()).0,
+            observed: None,
+            last_renew: None,
+        }
+    }
+
+    /// The leadership channel.
+    pub fn subscribe(&self) -> watch::Receiver<Leadership> {
+        self.state.subscribe()
+    }
+
+    fn err(&self, source: ::kube::Error) -> LeaderError {
+        LeaderError::Api {
+            namespace: self.config.namespace.clone(),
+            name: self.config.name.clone(),
+            source,
+        }
+    }
+
+    fn spec_for_me(&self, old: Option<&LeaseSpec>) -> LeaseSpec {
+        let now = MicroTime(Timestamp::now());
+        let was_mine =
+            old.and_then(|s| s.holder_identity.as_deref()) == Some(&self.config.identity);
+        let transitions = old.and_then(|s| s.lease_transitions).unwrap_or(0);
+        LeaseSpec {
+            holder_identity: Some(self.config.identity.clone()),
+            lease_duration_seconds: Some(
+                i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(15),
+            ),
+            acquire_time: if was_mine {
+                old.and_then(|s| s.acquire_time.clone())
+            } else {
+                Some(now.clone())
+            },
+            renew_time: Some(now),
+            lease_transitions: Some(if was_mine || old.is_none() {
+                transitions
+            } else {
+                transitions + 1
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The Lease as the API server has it now (`None`: it does not exist).
+    async fn current_lease(&self) -> Result<Option<Lease>, LeaderError> {
+        self.api
+            .get_opt(&self.config.name)
+            .await
+            .map_err(|e| self.err(e))
+    }
+
+    /// One attempt to acquire or renew; returns whether this process holds the lease.
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, LeaderError> {
+        let now = Instant::now();
+        let Some(mut lease) = self.current_lease().await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.config.name.clone()),
+                    namespace: Some(self.config.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(self.spec_for_me(None)),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(::kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(self.err(e)),
+            };
+        };
+        let holder = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default();
+        let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+        let changed = self
+            .observed
+            .as_ref()
+            .is_none_or(|o| o.holder != holder || o.resource_version != rv);
+        if changed {
+            self.observed = Some(Observed {
+                holder: holder.clone(),
+                resource_version: rv,
+                at: now,
+            });
+        }
+        let observed_at = self.observed.as_ref().map_or(now, |o| o.at);
+        let _ = self.state.send_if_modified(|s| {
+            let h = (!holder.is_empty()).then(|| holder.clone());
+            let m = s.holder != h;
+            s.holder = h;
+            m
+        });
+        if !may_acquire(
+            &self.config.identity,
+            &holder,
+            observed_at,
+            self.config.lease_duration,
+            now,
+        ) {
+            return Ok(false);
+        }
+        lease.spec = Some(self.spec_for_me(lease.spec.as_ref()));
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(l) => {
+                self.observed = Some(Observed {
+                    holder: self.config.identity.clone(),
+                    resource_version: l.metadata.resource_version.unwrap_or_default(),
+                    at: Instant::now(),
+                });
+                Ok(true)
+            }
+            Err(::kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    fn set_leader(&self, leader: bool) {
+        let identity = self.config.identity.clone();
+        self.state.send_if_modified(|s| {
+            let changed = s.is_leader != leader;
+            s.is_leader = leader;
+            if leader {
+                s.holder = Some(identity);
+            }
+            changed
+        });
+    }
+
+    /// Campaigns until `shutdown` resolves, then releases the lease if held.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut tick = tokio::time::interval(self.config.retry_period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tick.tick() => {}
+            }
+            let leading = self.state.borrow().is_leader;
+            // A renewal must finish before the renew deadline; an acquisition within a period.
+            let budget = match (leading, self.last_renew) {
+                (true, Some(at)) => self
+                    .config
+                    .renew_deadline
+                    .saturating_sub(at.elapsed())
+                    .max(Duration::from_millis(1)),
+                _ => self.config.retry_period.max(Duration::from_secs(1)),
+            };
+            let attempt = tokio::select! {
+                _ = &mut shutdown => break,
+                r = tokio::time::timeout(budget, self.try_acquire_or_renew()) => r,
+            };
+            let result = attempt.unwrap_or_else(|_| {
+                Err(LeaderError::Timeout {
+                    namespace: self.config.namespace.clone(),
+                    name: self.config.name.clone(),
+                })
+            });
+            match result {
+                Ok(true) => {
+                    self.last_renew = Some(Instant::now());
+                    if !leading {
+                        info!(identity = %self.config.identity, lease = %self.config.name,
+                              "became the leader");
+                    }
+                    self.set_leader(true);
+                }
+                Ok(false) => {
+                    if leading {
+                        warn!(identity = %self.config.identity, "lease taken by another; stepping down");
+                    }
+                    self.set_leader(false);
+                }
+                Err(e) => {
+                    let expired = self
+                        .last_renew
+                        .is_none_or(|at| at.elapsed() >= self.config.renew_deadline);
+                    if leading && expired {
+                        warn!(error = %e, "could not renew the lease in time; stepping down");
+                        self.set_leader(false);
+                    } else {
+                        warn!(error = %e, "leader election attempt failed");
+                    }
+                }
+            }
+        }
+        if self.state.borrow().is_leader {
+            self.set_leader(false);
+            match tokio::time::timeout(self.config.retry_period, self.release()).await {
+                Ok(Ok(())) => info!(lease = %self.config.name, "lease released"),
+                Ok(Err(e)) => warn!(error = %e, "could not release the lease"),
+                Err(_) => warn!("releasing the lease timed out"),
+            }
+        }
+    }
+
+    /// Gives the lease up (empty holder), if this process still holds it.
+    async fn release(&self) -> Result<(), LeaderError> {
+        let Some(mut lease) = self.current_lease().await? else {
+            return Ok(());
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(&self.config.identity) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        self.api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_is_free_when_empty_mine_or_expired() {
+        let t0 = Instant::now();
+        let d = Duration::from_secs(15);
+        assert!(may_acquire("me", "", t0, d, t0));
+        assert!(may_acquire("me", "me", t0, d, t0));
+        assert!(!may_acquire(
+            "me",
+            "other",
+            t0,
+            d,
+            t0 + Duration::from_secs(14)
+        ));
+        assert!(may_acquire(
+            "me",
+            "other",
+            t0,
+            d,
+            t0 + Duration::from_secs(15)
+        ));
+    }
+
+    #[test]
+    fn always_leader_says_so() {
+        let rx = always_leader("me");
+        assert!(rx.borrow().is_leader);
+        assert_eq!(rx.borrow().holder.as_deref(), Some("me"));
+    }
+}

@@ -1,0 +1,17 @@
+//! The Kubernetes integration: a rate-limited client, Node and Pod reflectors feeding the node
+//! store, a priority scheduling queue with backoff, the assume-then-bind scheduler loop with
+//! Events and conditions, and Lease-based leader election.
+//!
+//! The flow follows kube-scheduler's: watch → trim → convert → cache (the [`NodeStore`] for
+//! nodes and their allocations, [`cache::ClusterCache`] for pods) → queue → evaluate the
+//! profile on a snapshot that includes earlier assumptions → assume → bind asynchronously.
+//!
+//! [`NodeStore`]: loadstar_store::NodeStore
+pub mod api;
+pub mod cache;
+pub mod client;
+pub mod convert;
+pub mod leader;
+pub mod queue;
+pub mod runtime;
+pub mod scheduler;

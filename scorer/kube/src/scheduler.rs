@@ -1,0 +1,858 @@
+//! The scheduling loop: pop the next pending pod, evaluate its profile on a snapshot that
+//! already counts every earlier assumption, assume the pod onto the best node (requests and
+//! an in-flight usage estimate), and bind it asynchronously with bounded concurrency. A
+//! failed bind forgets the assumption and requeues the pod; a 409 (bound elsewhere) is
+//! dropped quietly. Successes get a `Scheduled` Event; pods that fit nowhere get a
+//! `FailedScheduling` Event and a `PodScheduled=False, reason=Unschedulable` condition whose
+//! message is the profile's summary. Only the leader binds.
+//!
+//! Also the `Scheduler.Bind` gRPC path ([`Binder`]): place (or place on a named node) and
+//! bind a pod by reference.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::Instant;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::api::{ApiError, EventType, KubeApi, PodEvent, REASON_FAILED, REASON_SCHEDULED};
+use super::cache::ClusterCache;
+use super::convert::PodFacts;
+use super::leader::Leadership;
+use super::queue::{QueuedPod, SchedulingQueue};
+use loadstar_framework::snapshot::{ClusterSnapshot, PodInfo};
+use loadstar_policy::profiles::{ProfileError, Profiles};
+use loadstar_store::NodeStore;
+use loadstar_store::cluster::{BindOutcome, BindRequest, Binder, ClusterError};
+use loadstar_store::metrics::{Metrics, ResultLabel};
+
+/// Estimates a placed pod's usage (CPU millicores, memory bytes) until the agent measures it.
+pub type Estimator = Arc<dyn Fn(&PodInfo) -> (i64, i64) + Send + Sync>;
+
+/// Scheduler settings; see [`SchedulerConfig::default`].
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Bindings in flight at most.
+    pub bind_concurrency: usize,
+    /// Events and status patches in flight at most.
+    pub write_concurrency: usize,
+    /// The loop's own snapshot is rebuilt from the store when older than this (and the store
+    /// changed); its own assumptions are patched in immediately.
+    pub snapshot_refresh: Duration,
+    /// How long shutdown waits for bindings in flight.
+    pub drain_timeout: Duration,
+    /// A binding not answered within this is abandoned and the pod retried.
+    pub bind_timeout: Duration,
+}
+
+impl Default for SchedulerConfig {
+    /// 64 bindings and 64 writes in flight (Events keep pace with bindings, as
+    /// kube-scheduler's do), snapshots refreshed every 100 ms, 10 s drain, 30 s per binding.
+    fn default() -> Self {
+        SchedulerConfig {
+            bind_concurrency: 64,
+            write_concurrency: 64,
+            snapshot_refresh: Duration::from_millis(100),
+            drain_timeout: Duration::from_secs(10),
+            bind_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A write that does not block scheduling.
+#[derive(Debug)]
+enum Write {
+    Event(PodEvent),
+    Unschedulable {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+}
+
+/// Result labels of the binds metric.
+const BOUND: &str = "bound";
+const CONFLICT: &str = "conflict";
+const GONE: &str = "gone";
+const ERROR: &str = "error";
+
+/// The scheduler. Share it in an `Arc`.
+#[derive(Debug)]
+pub struct Scheduler {
+    cache: Arc<ClusterCache>,
+    queue: Arc<SchedulingQueue>,
+    store: Arc<NodeStore>,
+    profiles: Arc<Profiles>,
+    metrics: Arc<Metrics>,
+    api: KubeApi,
+    leader: watch::Receiver<Leadership>,
+    estimate: EstimatorBox,
+    config: SchedulerConfig,
+    binds: Arc<Semaphore>,
+    writes: mpsc::Sender<Write>,
+    write_rx: Mutex<Option<mpsc::Receiver<Write>>>,
+    /// The last failure message reported per pod, so retries do not repeat Events.
+    reported: Mutex<HashMap<String, String>>,
+}
+
+/// Debug-printable wrapper of the estimator.
+struct EstimatorBox(Estimator);
+
+impl std::fmt::Debug for EstimatorBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Estimator")
+    }
+}
+
+/// The loop's snapshot: rebuilt from the store now and then, patched with each assumption.
+struct LocalSnapshot {
+    snap: ClusterSnapshot,
+    /// Indices of the nodes Kubernetes knows (agent-only entries and allocations left on
+    /// deleted nodes are never candidates).
+    candidates: Vec<usize>,
+    built: Instant,
+    epoch: u64,
+    fresh: bool,
+}
+
+enum Outcome {
+    Bound,
+    Requeue,
+}
+
+impl Scheduler {
+    /// A scheduler over the cache, queue and store, binding through `api` while `leader`
+    /// says so.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cache: Arc<ClusterCache>,
+        queue: Arc<SchedulingQueue>,
+        store: Arc<NodeStore>,
+        profiles: Arc<Profiles>,
+        metrics: Arc<Metrics>,
+        api: KubeApi,
+        leader: watch::Receiver<Leadership>,
+        estimate: Estimator,
+        config: SchedulerConfig,
+    ) -> Scheduler {
+        let (tx, rx) = mpsc::channel(8192);
+        Scheduler {
+            binds: Arc::new(Semaphore::new(config.bind_concurrency.max(1))),
+            cache,
+            queue,
+            store,
+            profiles,
+            metrics,
+            api,
+            leader,
+            estimate: EstimatorBox(estimate),
+            config,
+            writes: tx,
+            write_rx: Mutex::new(Some(rx)),
+            reported: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn is_leader(&self) -> bool {
+        self.leader.borrow().is_leader
+    }
+
+    fn count(&self, result: &str) {
+        self.metrics
+            .binds
+            .get_or_create(&ResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    fn write(&self, w: Write) {
+        if let Err(e) = self.writes.try_send(w) {
+            debug!(error = %e, "event/status queue full; dropping a write");
+        }
+    }
+
+    fn failed(&self, facts: &PodFacts, message: String) {
+        let key = facts.key();
+        {
+            let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+            if reported.get(&key) == Some(&message) {
+                return;
+            }
+            if reported.len() > 50_000 {
+                reported.clear();
+            }
+            reported.insert(key, message.clone());
+        }
+        info!(pod = %facts.key(), reason = %message, "pod is unschedulable");
+        self.write(Write::Event(PodEvent {
+            namespace: facts.namespace.clone(),
+            name: facts.name.clone(),
+            uid: facts.uid.clone(),
+            type_: EventType::Warning,
+            reason: REASON_FAILED,
+            message: message.clone(),
+        }));
+        self.write(Write::Unschedulable {
+            namespace: facts.namespace.clone(),
+            name: facts.name.clone(),
+            message,
+        });
+    }
+
+    fn scheduled(&self, namespace: &str, name: &str, uid: &str, node: &str) {
+        let key = format!("{namespace}/{name}");
+        self.reported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        self.write(Write::Event(PodEvent {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: uid.to_string(),
+            type_: EventType::Normal,
+            reason: REASON_SCHEDULED,
+            message: format!("Successfully assigned {key} to {node}"),
+        }));
+    }
+
+    /// Sends Events and status patches with bounded concurrency until the scheduler is dropped.
+    fn spawn_writer(self: &Arc<Self>) {
+        let Some(mut rx) = self
+            .write_rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let api = self.api.clone();
+        let slots = Arc::new(Semaphore::new(self.config.write_concurrency.max(1)));
+        tokio::spawn(async move {
+            while let Some(w) = rx.recv().await {
+                let Ok(permit) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let api = api.clone();
+                tokio::spawn(async move {
+                    let r = match &w {
+                        Write::Event(ev) => api.event(ev).await,
+                        Write::Unschedulable {
+                            namespace,
+                            name,
+                            message,
+                        } => api.mark_unschedulable(namespace, name, message).await,
+                    };
+                    match r {
+                        Ok(()) | Err(ApiError::NotFound { .. }) => {}
+                        Err(e) => warn!(error = %e, "could not record scheduling outcome"),
+                    }
+                    drop(permit);
+                });
+            }
+        });
+    }
+
+    fn refresh(&self, local: &mut Option<LocalSnapshot>, force: bool) {
+        let epoch = self.cache.node_epoch();
+        let stale = match local.as_ref() {
+            None => true,
+            Some(l) => {
+                force && !l.fresh
+                    || l.epoch != epoch
+                    || (l.built.elapsed() >= self.config.snapshot_refresh
+                        && self.store.generation() != l.snap.generation)
+            }
+        };
+        if stale {
+            let snap = (*self.store.snapshot_now()).clone();
+            *local = Some(LocalSnapshot {
+                candidates: kube_nodes(&snap),
+                snap,
+                built: Instant::now(),
+                epoch,
+                fresh: true,
+            });
+        }
+    }
+
+    /// Runs the loop until `shutdown` resolves, then waits (bounded) for bindings in flight.
+    pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        self.spawn_writer();
+        let mut synced = self.cache.synced();
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = synced.wait_for(|s| s.all()) => {}
+        }
+        info!("caches synced; scheduler ready");
+        let mut leader = self.leader.clone();
+        let mut rng = SmallRng::from_rng(&mut rand::rng());
+        let mut local: Option<LocalSnapshot> = None;
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                r = leader.wait_for(|l| l.is_leader) => if r.is_err() { break },
+            }
+            let pod = tokio::select! {
+                _ = &mut shutdown => break,
+                _ = leader.wait_for(|l| !l.is_leader) => continue,
+                p = self.queue.pop() => p,
+            };
+            if !self.is_leader() {
+                self.queue.with(|q| q.requeue_now(&pod.key));
+                continue;
+            }
+            let Ok(permit) = self.binds.clone().acquire_owned().await else {
+                break;
+            };
+            let span = info_span!(
+                "schedule",
+                pod = %pod.key,
+                attempt = pod.attempts,
+                node = tracing::field::Empty
+            );
+            {
+                let _enter = span.enter();
+                self.schedule_one(pod, permit, &mut local, &mut rng, &span);
+            }
+        }
+        info!("scheduler stopping: waiting for bindings in flight");
+        let all = u32::try_from(self.config.bind_concurrency.max(1)).unwrap_or(u32::MAX);
+        match tokio::time::timeout(self.config.drain_timeout, self.binds.acquire_many(all)).await {
+            Ok(_) => info!("bindings drained"),
+            Err(_) => {
+                warn!(timeout = ?self.config.drain_timeout, "bindings still in flight at shutdown")
+            }
+        }
+    }
+
+    fn schedule_one(
+        self: &Arc<Self>,
+        pod: QueuedPod,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        local: &mut Option<LocalSnapshot>,
+        rng: &mut SmallRng,
+        span: &tracing::Span,
+    ) {
+        let Some(facts) = self.cache.pod(&pod.key) else {
+            self.queue.with(|q| q.done(&pod.key));
+            return;
+        };
+        if facts.node_name.is_some() || facts.deleting {
+            self.queue.with(|q| q.done(&pod.key));
+            return;
+        }
+        let info = match &facts.info {
+            Ok(i) => i,
+            Err(e) => {
+                self.failed(&facts, e.to_string());
+                self.queue
+                    .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
+                return;
+            }
+        };
+        let Ok(profile) = self.profiles.get(&facts.scheduler_name) else {
+            self.queue.with(|q| q.done(&pod.key));
+            return;
+        };
+        // A retried pod sees a snapshot at least as new as the event that woke it.
+        self.refresh(local, pod.attempts > 0);
+        let Some(l) = local.as_mut() else { return };
+        l.fresh = false;
+        let ev = profile.evaluate(&l.snap, info, Some(&l.candidates), 1, rng);
+        let Some(best) = ev.best() else {
+            self.failed(&facts, ev.summary());
+            self.queue
+                .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
+            return;
+        };
+        let index = best.index;
+        let node = l.snap.nodes[index].name.clone();
+        let estimate = (self.estimate.0)(info);
+        match self.cache.assume(info, &node, estimate) {
+            Ok(alloc) => l.snap.nodes[index].alloc = alloc,
+            Err(e) => {
+                debug!(error = %e, "pod already placed; not binding it again");
+                self.queue
+                    .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
+                return;
+            }
+        }
+        span.record("node", &*node);
+        debug!(node = %node, score = best.total, "assumed");
+        let this = self.clone();
+        let bind_span = span.clone();
+        tokio::spawn(
+            async move {
+                let outcome = this.bind_assumed(&facts, &node, pod.enqueued_at).await;
+                match outcome {
+                    Outcome::Bound => this.queue.with(|q| q.done(&pod.key)),
+                    Outcome::Requeue => this
+                        .queue
+                        .with(|q| q.requeue_backoff(&pod.key, Instant::now())),
+                }
+                drop(permit);
+            }
+            .instrument(bind_span),
+        );
+    }
+
+    /// Binds an assumed pod; forgets the assumption unless bound.
+    async fn bind_assumed(&self, facts: &PodFacts, node: &str, enqueued_at: Instant) -> Outcome {
+        if !self.is_leader() {
+            // Lost the lease between assuming and binding: leave it to the new leader.
+            self.cache.forget(&facts.uid);
+            return Outcome::Requeue;
+        }
+        let bind = self
+            .api
+            .bind(&facts.namespace, &facts.name, &facts.uid, node);
+        let Ok(result) = tokio::time::timeout(self.config.bind_timeout, bind).await else {
+            self.count(ERROR);
+            warn!(node, timeout = ?self.config.bind_timeout, "binding timed out; will retry");
+            self.cache.forget(&facts.uid);
+            return Outcome::Requeue;
+        };
+        match result {
+            Ok(()) => {
+                self.count(BOUND);
+                self.metrics
+                    .scheduling_latency
+                    .observe(enqueued_at.elapsed().as_secs_f64());
+                debug!(node, "bound");
+                self.scheduled(&facts.namespace, &facts.name, &facts.uid, node);
+                Outcome::Bound
+            }
+            Err(ApiError::Conflict { message, .. }) => {
+                self.count(CONFLICT);
+                debug!(node, %message, "already bound elsewhere; dropping");
+                self.cache.forget(&facts.uid);
+                Outcome::Bound
+            }
+            Err(ApiError::NotFound { .. }) => {
+                self.count(GONE);
+                self.cache.forget(&facts.uid);
+                Outcome::Bound
+            }
+            Err(e) => {
+                self.count(ERROR);
+                warn!(error = %e, node, "binding failed; will retry");
+                self.cache.forget(&facts.uid);
+                Outcome::Requeue
+            }
+        }
+    }
+}
+
+/// Indices of the snapshot's nodes that Kubernetes knows.
+fn kube_nodes(snap: &ClusterSnapshot) -> Vec<usize> {
+    snap.nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.kube.is_some())
+        .map(|(i, _)| i)
+        .collect()
+}
+
+fn profile_error(e: ProfileError) -> ClusterError {
+    match e {
+        ProfileError::NoneConfigured => ClusterError::FailedPrecondition(e.to_string()),
+        ProfileError::Unknown { .. } => ClusterError::NotFound(e.to_string()),
+    }
+}
+
+fn cluster_error(e: ApiError) -> ClusterError {
+    match e {
+        ApiError::Conflict { .. } => ClusterError::Conflict(e.to_string()),
+        ApiError::NotFound { .. } => ClusterError::NotFound(e.to_string()),
+        _ => ClusterError::Unavailable(e.to_string()),
+    }
+}
+
+#[async_trait::async_trait]
+impl Binder for Scheduler {
+    async fn bind(&self, request: BindRequest) -> Result<BindOutcome, ClusterError> {
+        let leadership = self.leader.borrow().clone();
+        if !leadership.is_leader {
+            return Err(ClusterError::Unavailable(match leadership.holder {
+                Some(h) => format!("this scorer is not the leader; the leader is {h}"),
+                None => "this scorer is not the leader and no leader is known yet".to_string(),
+            }));
+        }
+        if !self.cache.synced().borrow().all() {
+            return Err(ClusterError::Unavailable(
+                "the cluster cache has not finished its first list yet; retry shortly".to_string(),
+            ));
+        }
+        let ns = if request.namespace.is_empty() {
+            "default".to_string()
+        } else {
+            request.namespace.clone()
+        };
+        let key = format!("{ns}/{}", request.name);
+        let span = info_span!("bind_request", pod = %key);
+        async move {
+            let facts = self.cache.pod(&key).ok_or_else(|| {
+                ClusterError::NotFound(format!("pod {key} is not in the cluster"))
+            })?;
+            if let Some(n) = &facts.node_name {
+                return Err(ClusterError::FailedPrecondition(format!(
+                    "pod {key} is already bound to node {n}"
+                )));
+            }
+            let info = facts
+                .info
+                .as_ref()
+                .map_err(|e| ClusterError::FailedPrecondition(e.to_string()))?;
+            let profile_name = if !request.profile.is_empty() {
+                request.profile.as_str()
+            } else if self.profiles.contains(&facts.scheduler_name) {
+                facts.scheduler_name.as_str()
+            } else {
+                ""
+            };
+            let profile = self
+                .profiles
+                .get(profile_name)
+                .map_err(profile_error)?
+                .clone();
+            let snap = self.store.snapshot_now();
+            let candidates = if request.node_name.is_empty() {
+                kube_nodes(&snap)
+            } else {
+                let i = snap
+                    .index
+                    .get(request.node_name.as_str())
+                    .filter(|&&i| snap.nodes[i].kube.is_some())
+                    .ok_or_else(|| {
+                        ClusterError::NotFound(format!(
+                            "node {:?} is not a Kubernetes node known to this scorer",
+                            request.node_name
+                        ))
+                    })?;
+                vec![*i]
+            };
+            let mut rng = SmallRng::from_rng(&mut rand::rng());
+            let ev = profile.evaluate(&snap, info, Some(&candidates), 0, &mut rng);
+            let Some(best) = ev.best() else {
+                self.failed(&facts, ev.summary());
+                return Err(ClusterError::FailedPrecondition(ev.summary()));
+            };
+            let node = snap.nodes[best.index].name.clone();
+            self.cache
+                .assume(info, &node, (self.estimate.0)(info))
+                .map_err(|e| ClusterError::Aborted(e.to_string()))?;
+            self.cache.bump_epoch();
+            let started = Instant::now();
+            match self.api.bind(&ns, &facts.name, &facts.uid, &node).await {
+                Ok(()) => {
+                    self.count(BOUND);
+                    self.metrics
+                        .scheduling_latency
+                        .observe(started.elapsed().as_secs_f64());
+                    self.scheduled(&ns, &facts.name, &facts.uid, &node);
+                    self.queue.with(|q| q.done(&key));
+                    Ok(BindOutcome {
+                        node_name: node.to_string(),
+                        profile,
+                        snapshot: snap,
+                        evaluation: ev,
+                    })
+                }
+                Err(e) => {
+                    self.count(ERROR);
+                    self.cache.forget(&facts.uid);
+                    Err(cluster_error(e))
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use ::kube::client::Body;
+    use serde_json::json;
+
+    use super::*;
+    use crate::leader::always_leader;
+    use loadstar_store::StoreConfig;
+
+    type Log = Arc<Mutex<Vec<(String, String, String)>>>;
+
+    /// An API server stand-in: records every request and answers bindings of the pods in
+    /// `conflict` with 409, everything else with success.
+    #[derive(Clone)]
+    struct MockApi {
+        log: Log,
+        conflict: Arc<HashSet<String>>,
+    }
+
+    impl tower::Service<http::Request<Body>> for MockApi {
+        type Response = http::Response<Body>;
+        type Error = std::convert::Infallible;
+        type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+            let log = self.log.clone();
+            let conflict = self.conflict.clone();
+            Box::pin(async move {
+                let method = req.method().to_string();
+                let path = req.uri().path().to_string();
+                let body = req
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .map(|b| String::from_utf8_lossy(&b).to_string())
+                    .unwrap_or_default();
+                let pod = path.split('/').nth(6).unwrap_or_default().to_string();
+                let (code, reply) = if path.ends_with("/binding") && conflict.contains(&pod) {
+                    (
+                        409,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "message": "already assigned", "reason": "Conflict", "code": 409}),
+                    )
+                } else {
+                    (
+                        201,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+                    )
+                };
+                log.lock().expect("log").push((method, path, body));
+                Ok(http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(Body::from(reply.to_string().into_bytes()))
+                    .expect("response"))
+            })
+        }
+    }
+
+    fn node(name: &str, cpu: &str) -> k8s_openapi::api::core::v1::Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "status": {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .expect("node")
+    }
+
+    fn pod(name: &str, cpu: &str) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
+            "spec": {"schedulerName": "loadstar",
+                     "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+        }))
+        .expect("pod")
+    }
+
+    fn setup(
+        conflict: &[&str],
+        leader: watch::Receiver<Leadership>,
+    ) -> (Arc<Scheduler>, Arc<ClusterCache>, Log) {
+        let store = Arc::new(NodeStore::new(StoreConfig::default()));
+        let queue = Arc::new(SchedulingQueue::new());
+        let profiles = Arc::new(Profiles::new(
+            loadstar_policy::config::ScorerConfig::embedded_default()
+                .build_profiles()
+                .expect("default profiles"),
+        ));
+        let cache = Arc::new(ClusterCache::new(
+            store.clone(),
+            queue.clone(),
+            profiles.clone(),
+        ));
+        let log: Log = Arc::default();
+        let mock = MockApi {
+            log: log.clone(),
+            conflict: Arc::new(conflict.iter().map(|s| s.to_string()).collect()),
+        };
+        let client = ::kube::Client::new(mock, "default");
+        let api = KubeApi::new(client.clone(), client, "loadstar-scorer", "test-1");
+        let scheduler = Arc::new(Scheduler::new(
+            cache.clone(),
+            queue,
+            store,
+            profiles,
+            Metrics::new(),
+            api,
+            leader,
+            Arc::new(|_: &PodInfo| (250, 1 << 28)),
+            SchedulerConfig::default(),
+        ));
+        (scheduler, cache, log)
+    }
+
+    async fn wait_for(log: &Log, what: &str, f: impl Fn(&[(String, String, String)]) -> bool) {
+        for _ in 0..500 {
+            if f(&log.lock().expect("log")) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "timed out waiting for {what}: {:?}",
+            log.lock().expect("log")
+        );
+    }
+
+    #[tokio::test]
+    async fn binds_fitting_pods_reports_unschedulable_ones_and_drops_conflicts() {
+        let (scheduler, cache, log) = setup(&["taken"], always_leader("test-1"));
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1", "4"));
+        cache.apply_node(&node("n2", "4"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        for (name, cpu) in [("a", "3"), ("b", "3"), ("c", "3"), ("taken", "100m")] {
+            cache.apply_pod(&pod(name, cpu));
+        }
+        cache.pods_relist_done();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let run = tokio::spawn(scheduler.clone().run({
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        }));
+        wait_for(&log, "two Scheduled events and c's condition", |l| {
+            l.iter().filter(|e| e.2.contains("\"Scheduled\"")).count() == 2
+                && l.iter().any(|e| e.1.ends_with("/pods/c/status"))
+                && l.iter().any(|e| e.1.ends_with("/pods/taken/binding"))
+        })
+        .await;
+        let entries = log.lock().expect("log").clone();
+        // a and b bound to different nodes (3 of 4 cores each).
+        let (na, _) = cache.placement("uid-a").expect("a placed");
+        let (nb, _) = cache.placement("uid-b").expect("b placed");
+        assert_ne!(na, nb);
+        for (pod, node) in [("a", &na), ("b", &nb)] {
+            let binding = entries
+                .iter()
+                .find(|e| e.1 == format!("/api/v1/namespaces/ns/pods/{pod}/binding"))
+                .expect("binding request");
+            assert_eq!(binding.0, "POST");
+            assert!(
+                binding.2.contains(&format!("\"name\":\"{node}\"")),
+                "{binding:?}"
+            );
+            assert!(entries.iter().any(|e| {
+                e.2.contains(&format!("Successfully assigned ns/{pod} to {node}"))
+            }));
+        }
+        // c: a FailedScheduling event and the condition, with the summary.
+        let summary = "0/2 nodes are available: 2 Insufficient cpu.";
+        assert!(entries.iter().any(|e| e.1 == "/api/v1/namespaces/ns/events"
+            && e.2.contains("FailedScheduling")
+            && e.2.contains(summary)));
+        let patch = entries
+            .iter()
+            .find(|e| e.1.ends_with("/pods/c/status"))
+            .expect("status patch");
+        assert_eq!(patch.0, "PATCH");
+        assert!(patch.2.contains("Unschedulable") && patch.2.contains(summary));
+        // The conflicting pod was dropped quietly: no Scheduled event, assumption forgotten.
+        wait_for(&log, "conflict handled", |_| {
+            cache.placement("uid-taken").is_none()
+        })
+        .await;
+        assert!(
+            !entries
+                .iter()
+                .any(|e| e.2.contains("Successfully assigned ns/taken"))
+        );
+        stop.notify_one();
+        run.await.expect("scheduler stops");
+    }
+
+    #[tokio::test]
+    async fn only_the_leader_binds_and_others_name_it() {
+        let (tx, rx) = watch::channel(Leadership {
+            is_leader: false,
+            holder: Some("replica-a".into()),
+        });
+        let (scheduler, cache, log) = setup(&[], rx);
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1", "4"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        cache.apply_pod(&pod("a", "1"));
+        cache.pods_relist_done();
+        let err = Binder::bind(
+            &*scheduler,
+            BindRequest {
+                namespace: "ns".into(),
+                name: "a".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect_err("not the leader");
+        assert!(matches!(err, ClusterError::Unavailable(_)), "{err}");
+        assert!(err.to_string().contains("replica-a"), "{err}");
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let run = tokio::spawn(scheduler.clone().run({
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            log.lock().expect("log").is_empty(),
+            "a standby never writes"
+        );
+        tx.send_replace(Leadership {
+            is_leader: true,
+            holder: Some("test-1".into()),
+        });
+        wait_for(&log, "binding after becoming leader", |l| {
+            l.iter().any(|e| e.1.ends_with("/pods/a/binding"))
+        })
+        .await;
+        stop.notify_one();
+        run.await.expect("scheduler stops");
+    }
+
+    #[tokio::test]
+    async fn a_malformed_pod_gets_an_event_not_a_crash() {
+        let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1", "4"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        cache.apply_pod(&pod("bad", "lots"));
+        cache.apply_pod(&pod("good", "1"));
+        cache.pods_relist_done();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let run = tokio::spawn(scheduler.clone().run({
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        }));
+        wait_for(
+            &log,
+            "the bad pod's event and the good pod's binding",
+            |l| {
+                l.iter().any(|e| {
+                    e.2.contains("FailedScheduling")
+                        && e.2.contains("invalid quantity \\\"lots\\\"")
+                }) && l.iter().any(|e| e.1.ends_with("/pods/good/binding"))
+            },
+        )
+        .await;
+        assert!(cache.placement("uid-bad").is_none());
+        stop.notify_one();
+        run.await.expect("scheduler stops");
+    }
+}

@@ -1,0 +1,167 @@
+//! Filter and score plugins (one file per policy) and the registry that builds them by name
+//! from a profile's config.
+//!
+//! Every plugin is a pure function of the [`CycleContext`](loadstar_framework::CycleContext)'s
+//! snapshot and the pod: no I/O, no clocks except the eviction filter's transition period.
+//! Plugins are built from their YAML `args` (a [`serde_norway::Value`]) into typed argument
+//! structs that reject unknown fields; errors carry the path of the offending field inside
+//! `args`, which the profile config prefixes with the plugin's own path.
+//!
+//! Load comes from [`CycleContext::usage`](loadstar_framework::CycleContext::usage) (the
+//! profile's window plus in-flight estimates); when it is `None` (no agent, or stale under
+//! the `fallback` policy) each load-aware plugin falls back to requests as documented on it.
+pub mod args;
+pub mod balanced_allocation;
+pub mod config;
+pub mod eviction;
+pub mod gpu_bin_pack;
+pub mod inflight;
+pub mod least_allocated;
+pub mod load_ratio;
+pub mod load_variation_risk_balancing;
+pub mod min_variance;
+pub mod most_allocated;
+pub mod node_affinity;
+pub mod node_ports;
+pub mod node_ready;
+pub mod node_resources_fit;
+pub mod profiles;
+pub mod registry;
+pub mod resource_allocation;
+pub mod selector_spread;
+pub mod taint_toleration;
+pub mod target_load_packing;
+pub mod usage_threshold;
+pub mod util;
+
+pub use args::{NoArgs, PluginError};
+pub use registry::{FILTER_NAMES, SCORE_NAMES, build_filter, build_score};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn yaml(s: &str) -> serde_norway::Value {
+        serde_norway::from_str(s).expect("yaml")
+    }
+
+    #[test]
+    fn every_name_builds_with_defaults() {
+        for name in FILTER_NAMES {
+            let f = build_filter(name, &serde_norway::Value::Null).expect(name);
+            assert_eq!(f.name(), *name);
+        }
+        for name in SCORE_NAMES {
+            let s = build_score(name, &serde_norway::Value::Null).expect(name);
+            assert_eq!(s.name(), *name);
+        }
+    }
+
+    #[test]
+    fn digest_rows_give_the_same_verdicts_and_track_edits() {
+        use std::borrow::Cow;
+
+        use loadstar_common::model::ResourceKind;
+        use loadstar_framework::snapshot::raw_usage;
+        use loadstar_framework::{CycleContext, StalePolicy};
+        use loadstar_testkit::snapshot::*;
+
+        let loaded = |name: &str, cpu: f64, mem: f64| {
+            let n = with_capacity(kube_node(name, 8000, 32 * GIB), 8, 32 * GIB);
+            with_load(
+                with_load(n, ResourceKind::Cpu, cpu, 0.1),
+                ResourceKind::Memory,
+                mem,
+                0.05,
+            )
+        };
+        let mut stale = loaded("d", 0.3, 0.3);
+        stale.stale = true;
+        let mut snap = snapshot(vec![
+            loaded("a", 0.2, 0.4),
+            with_requested(loaded("b", 0.7, 0.2), 4000, 8 * GIB),
+            kube_node("c", 4000, 16 * GIB),
+            stale,
+        ]);
+        let table = snap.digests(60);
+        let p = pod(1500, 2 * GIB);
+        for policy in [StalePolicy::Fallback, StalePolicy::Penalize] {
+            let plain = CycleContext::new(&snap, 60, policy);
+            let fast = CycleContext {
+                digests: Some(&table),
+                ..plain
+            };
+            let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes.iter().collect();
+            for n in &nodes {
+                assert!(matches!(fast.digest(n), Cow::Borrowed(_)));
+                assert!(matches!(plain.digest(n), Cow::Owned(_)));
+                for kind in ResourceKind::ALL {
+                    assert_eq!(fast.usage(n, kind), plain.usage(n, kind));
+                }
+            }
+            for name in SCORE_NAMES {
+                let plugin = build_score(name, &serde_norway::Value::Null).expect(name);
+                let (mut a, mut b) = (vec![0; nodes.len()], vec![0; nodes.len()]);
+                plugin.score(&plain, &p, &nodes, &mut a);
+                plugin.score(&fast, &p, &nodes, &mut b);
+                assert_eq!(a, b, "{name}");
+            }
+            for name in FILTER_NAMES {
+                let plugin = build_filter(name, &serde_norway::Value::Null).expect(name);
+                for n in &nodes {
+                    assert_eq!(
+                        plugin.filter(&plain, &p, n),
+                        plugin.filter(&fast, &p, n),
+                        "{name}"
+                    );
+                }
+            }
+        }
+        // A node edited after the table was built (its allocation `Arc` replaced) is read
+        // from the view, not from its stale row.
+        snap.nodes[0] = with_requested(snap.nodes[0].clone(), 7000, 0);
+        let fast = CycleContext {
+            digests: Some(&table),
+            ..CycleContext::new(&snap, 60, StalePolicy::Fallback)
+        };
+        let d = fast.digest(&snap.nodes[0]);
+        assert!(matches!(d, Cow::Owned(_)));
+        assert_eq!(d.requested_cpu_millis, 7000);
+        assert_eq!(
+            fast.usage(&snap.nodes[0], ResourceKind::Cpu),
+            raw_usage(&snap.nodes[0], ResourceKind::Cpu, 60)
+        );
+        // A new generation gets a new table; the same one is shared.
+        assert!(std::sync::Arc::ptr_eq(&table, &snap.digests(60)));
+        snap.generation += 1;
+        assert_eq!(snap.digests(60).generation, snap.generation);
+    }
+
+    #[test]
+    fn unknown_names_and_fields_are_rejected_with_paths() {
+        let err = build_score("Nope", &serde_norway::Value::Null).expect_err("unknown");
+        assert!(err.to_string().starts_with("unknown score plugin \"Nope\""));
+        let err = build_filter("NodePorts", &yaml("{foo: 1}")).expect_err("no args");
+        assert!(matches!(&err, PluginError::InvalidArgs { path, .. } if path == "foo"));
+        assert!(err.to_string().contains("unknown field `foo`"), "{err}");
+        let err =
+            build_score("TargetLoadPacking", &yaml("{targetUtilization: 120}")).expect_err("range");
+        assert_eq!(
+            err,
+            PluginError::invalid(
+                "TargetLoadPacking",
+                "targetUtilization",
+                "must be between 1 and 99, got 120"
+            )
+        );
+        let err = build_score(
+            "LeastAllocated",
+            &yaml("{resources: [{name: cpu, weight: 1}, {name: memory, weight: nope}]}"),
+        )
+        .expect_err("type");
+        assert!(
+            matches!(&err, PluginError::InvalidArgs { path, .. } if path == "resources[1].weight"),
+            "{err:?}"
+        );
+    }
+}

@@ -1,0 +1,309 @@
+//! `LoadVariationRiskBalancing` (Trimaran, `pkg/trimaran/loadvariationriskbalancing/` and
+//! `pkg/trimaran/resourcestats.go` of kubernetes-sigs/scheduler-plugins): equalise the *risk*
+//! of nodes, risk being the mean load plus its variation.
+//!
+//! Per resource, with capacity = the node's allocatable: μ = (mean·capacity + pod request) /
+//! capacity clamped to [0, 1] (the used mean clamped to [0, capacity] first), σ = stddev
+//! clamped to [0, 1]; σ' = σ^(1/sensitivity) (when sensitivity ≥ 0), then × margin, clamped
+//! to [0, 1]; resource score = (1 − (μ + σ')/2)·100. The node score is the minimum of the
+//! CPU and memory scores when both have data, else the maximum (a missing one scores 0) —
+//! Trimaran's rule; rounded half away from zero (`math.Round`). Defaults margin 1,
+//! sensitivity 1. `mean` is the profile window's mean plus in-flight estimates.
+//!
+//! Option `extendedResources: true` (not Trimaran; off by default) adds network, disk IO and
+//! GPU utilisation with a zero request except GPUs (the pod's GPU count over the node's), and
+//! takes the minimum over every resource with data.
+//!
+//! Without load for a resource (no agent, or stale under `fallback`) Trimaran has no data for
+//! it; Loadstar falls back to requests for CPU and memory (μ = (requested + request) /
+//! allocatable, σ = 0), so request-only nodes are still compared, and leaves the extended
+//! resources out.
+use serde::{Deserialize, Serialize};
+
+use loadstar_common::model::ResourceKind;
+use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo, Usage};
+use loadstar_framework::{CycleContext, MAX_NODE_SCORE, ScorePlugin, StalePolicy};
+
+use super::util;
+use crate::args::{PluginError, args_to_yaml, parse_args};
+
+/// Plugin name.
+pub const NAME: &str = "LoadVariationRiskBalancing";
+
+/// Arguments (Trimaran's `LoadVariationRiskBalancingArgs`, plus `extendedResources`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct LvrbArgs {
+    /// Multiplier on the deviation term (≥ 0).
+    pub safe_variance_margin: f64,
+    /// Root power applied to the deviation (≥ 0).
+    pub safe_variance_sensitivity: f64,
+    /// Also score network, disk IO and GPU (not Trimaran).
+    pub extended_resources: bool,
+}
+
+impl Default for LvrbArgs {
+    fn default() -> Self {
+        LvrbArgs {
+            safe_variance_margin: 1.0,
+            safe_variance_sensitivity: 1.0,
+            extended_resources: false,
+        }
+    }
+}
+
+/// Trimaran's `computeScore` on ratios: `mean` and `stddev` of utilisation (of capacity) and
+/// the pod's request as a ratio of capacity; a float 0–100.
+pub fn risk_score(mean: f64, stddev: f64, request: f64, margin: f64, sensitivity: f64) -> f64 {
+    let mean = util::finite_or_zero(mean).clamp(0.0, 1.0);
+    let request = util::finite_or_zero(request).max(0.0);
+    let mu = (mean + request).clamp(0.0, 1.0);
+    let mut sigma = util::finite_or_zero(stddev).clamp(0.0, 1.0);
+    if sensitivity >= 0.0 && sensitivity != 1.0 {
+        sigma = sigma.powf(1.0 / sensitivity);
+    }
+    sigma = util::finite_or_zero(sigma * margin).clamp(0.0, 1.0);
+    let risk = (mu + sigma) / 2.0;
+    (1.0 - risk) * MAX_NODE_SCORE as f64
+}
+
+/// The load-variation risk-balancing score.
+#[derive(Debug, Clone, Default)]
+pub struct LoadVariationRiskBalancing {
+    args: LvrbArgs,
+}
+
+impl LoadVariationRiskBalancing {
+    /// Builds it from its arguments.
+    pub fn from_args(args: &serde_norway::Value) -> Result<Self, PluginError> {
+        let args: LvrbArgs = parse_args(NAME, args)?;
+        for (path, v) in [
+            ("safeVarianceMargin", args.safe_variance_margin),
+            ("safeVarianceSensitivity", args.safe_variance_sensitivity),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(PluginError::invalid(
+                    NAME,
+                    path,
+                    format!("must be a non-negative number, got {v}"),
+                ));
+            }
+        }
+        Ok(LoadVariationRiskBalancing { args })
+    }
+
+    /// The CPU or memory score: measured `used` over allocatable, else (no fresh load) the
+    /// node's requests; `None` without either.
+    fn cpu_memory_score(
+        &self,
+        used: Option<&Usage>,
+        requested: i64,
+        allocatable: i64,
+        request: f64,
+    ) -> Option<f64> {
+        let (m, s) = (
+            self.args.safe_variance_margin,
+            self.args.safe_variance_sensitivity,
+        );
+        let alloc = allocatable as f64;
+        match used {
+            Some(u) => {
+                if alloc <= 0.0 {
+                    return Some(0.0); // Trimaran: invalid capacity scores 0
+                }
+                Some(risk_score(u.mean, u.stddev, request / alloc, m, s))
+            }
+            None if alloc > 0.0 => Some(risk_score(
+                requested as f64 / alloc,
+                0.0,
+                request / alloc,
+                m,
+                s,
+            )),
+            None => None,
+        }
+    }
+
+    /// The score of one resource, `None` without data.
+    fn resource_score(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        node: &NodeView,
+        d: &NodeDigest,
+        kind: ResourceKind,
+    ) -> Option<f64> {
+        let alloc = match kind {
+            ResourceKind::Cpu => d.allocatable_cpu_millis as f64,
+            ResourceKind::Memory => d.allocatable_memory_bytes as f64,
+            _ => 0.0,
+        };
+        let (m, s) = (
+            self.args.safe_variance_margin,
+            self.args.safe_variance_sensitivity,
+        );
+        let request = match kind {
+            ResourceKind::Cpu => pod.requests.cpu_millis as f64,
+            ResourceKind::Memory => pod.requests.memory_bytes as f64,
+            ResourceKind::Gpu => util::pod_gpus(pod) as f64,
+            _ => 0.0,
+        };
+        match ctx.usage_of(node, d, kind) {
+            Some(u) => {
+                let cap = match kind {
+                    ResourceKind::Cpu | ResourceKind::Memory => alloc,
+                    _ => util::capacity(d, kind),
+                };
+                if cap <= 0.0 && request > 0.0 {
+                    return Some(0.0);
+                }
+                let req_ratio = if cap > 0.0 { request / cap } else { 0.0 };
+                Some(risk_score(u.mean, u.stddev, req_ratio, m, s))
+            }
+            None => {
+                if !matches!(kind, ResourceKind::Cpu | ResourceKind::Memory) || alloc <= 0.0 {
+                    return None;
+                }
+                let requested = match kind {
+                    ResourceKind::Cpu => d.requested_cpu_millis,
+                    _ => d.requested_memory_bytes,
+                } as f64;
+                Some(risk_score(requested / alloc, 0.0, request / alloc, m, s))
+            }
+        }
+    }
+}
+
+impl ScorePlugin for LoadVariationRiskBalancing {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+        let (cpu_req, mem_req) = (
+            pod.requests.cpu_millis as f64,
+            pod.requests.memory_bytes as f64,
+        );
+        for (o, n) in out.iter_mut().zip(nodes) {
+            let d = ctx.digest(n);
+            // The hot path reads the digest directly (same rule as `ctx.usage`).
+            let fresh = !(n.stale && ctx.stale_policy == StalePolicy::Fallback);
+            let cpu = self.cpu_memory_score(
+                d.cpu.as_ref().filter(|_| fresh),
+                d.requested_cpu_millis,
+                d.allocatable_cpu_millis,
+                cpu_req,
+            );
+            let mem = self.cpu_memory_score(
+                d.memory.as_ref().filter(|_| fresh),
+                d.requested_memory_bytes,
+                d.allocatable_memory_bytes,
+                mem_req,
+            );
+            let mut total = match (cpu, mem) {
+                (Some(c), Some(m)) => c.min(m),
+                (c, m) => c.unwrap_or(0.0).max(m.unwrap_or(0.0)),
+            };
+            if self.args.extended_resources {
+                for kind in [
+                    ResourceKind::Network,
+                    ResourceKind::DiskIo,
+                    ResourceKind::Gpu,
+                ] {
+                    if let Some(s) = self.resource_score(ctx, pod, n, &d, kind) {
+                        total = total.min(s);
+                    }
+                }
+            }
+            *o = util::round_half_away(total).clamp(0, MAX_NODE_SCORE);
+        }
+    }
+
+    fn args_yaml(&self) -> String {
+        args_to_yaml(&self.args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loadstar_testkit::snapshot::*;
+    use proptest::prelude::*;
+
+    fn node(name: &str, cpu: (f64, f64), mem: Option<(f64, f64)>) -> NodeView {
+        let n = with_capacity(kube_node(name, 1000, GIB), 1, GIB);
+        let n = with_load(n, ResourceKind::Cpu, cpu.0, cpu.1);
+        match mem {
+            Some((m, s)) => with_load(n, ResourceKind::Memory, m, s),
+            None => n,
+        }
+    }
+
+    #[test]
+    fn trimaran_formula() {
+        // μ = 0.3 + 0.2 = 0.5, σ = 0.1 → risk 0.3 → 70.
+        assert!((risk_score(0.3, 0.1, 0.2, 1.0, 1.0) - 70.0).abs() < 1e-9);
+        // Sensitivity 2: σ' = √0.09 = 0.3 → risk (0.5 + 0.3)/2 = 0.4 → 60.
+        assert!((risk_score(0.3, 0.09, 0.2, 1.0, 2.0) - 60.0).abs() < 1e-9);
+        // Margin clamps σ' to 1.
+        assert!((risk_score(0.0, 0.5, 0.0, 10.0, 1.0) - 50.0).abs() < 1e-9);
+        // Over-full clamps μ to 1.
+        assert!((risk_score(0.9, 0.0, 0.5, 1.0, 1.0) - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn node_score_is_min_of_cpu_and_memory() {
+        let plugin = LoadVariationRiskBalancing::default();
+        // Trimaran test "two resources": pod 0; cpu 30 % ± 10 % → 80, memory 50 % ± 20 % → 65.
+        let snap = snapshot(vec![
+            node("a", (0.3, 0.1), Some((0.5, 0.2))),
+            node("b", (0.3, 0.1), None),
+        ]);
+        let s = score_all(&plugin, &snap, &pod(0, 0));
+        assert_eq!(s[0], 65);
+        // Memory without load falls back to requests (0 → 100): min(80, 100) = 80.
+        assert_eq!(s[1], 80);
+        // A pod of 200m on a 1000m node: cpu μ = 0.5 → risk 0.3 → 70.
+        let s = score_all(&plugin, &snap, &pod(200, 0));
+        assert_eq!(s[1], 70);
+    }
+
+    #[test]
+    fn extended_resources_only_when_enabled() {
+        let n = with_load(
+            node("a", (0.1, 0.0), Some((0.1, 0.0))),
+            ResourceKind::Network,
+            0.8,
+            0.1,
+        );
+        let snap = snapshot(vec![n]);
+        assert_eq!(
+            score_all(&LoadVariationRiskBalancing::default(), &snap, &pod(0, 0)),
+            vec![95]
+        );
+        let ext = LoadVariationRiskBalancing::from_args(
+            &serde_norway::from_str("{extendedResources: true}").expect("yaml"),
+        )
+        .expect("valid");
+        assert_eq!(score_all(&ext, &snap, &pod(0, 0)), vec![55]);
+        assert!(
+            LoadVariationRiskBalancing::from_args(
+                &serde_norway::from_str("{safeVarianceMargin: -1}").expect("yaml")
+            )
+            .is_err()
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn in_range_nan_free_and_decreasing_in_load(
+            mean in -1.0f64..2.0, extra in 0.0f64..1.0, sd in -1.0f64..2.0,
+            req in -1.0f64..2.0, margin in 0.0f64..5.0, sens in 0.0f64..5.0
+        ) {
+            let a = risk_score(mean, sd, req, margin, sens);
+            let b = risk_score(mean + extra, sd, req, margin, sens);
+            prop_assert!(a.is_finite() && (0.0..=100.0).contains(&a));
+            prop_assert!(b <= a + 1e-9);
+        }
+    }
+}

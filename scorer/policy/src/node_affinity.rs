@@ -1,0 +1,166 @@
+//! `NodeAffinity` filter: the pod's `nodeSelector` and required node affinity, as
+//! kube-scheduler's `NodeAffinity` plugin (`pkg/scheduler/framework/plugins/nodeaffinity/
+//! node_affinity.go`, matching rules of `k8s.io/component-helpers/scheduling/corev1/
+//! nodeaffinity`).
+//!
+//! Every `nodeSelector` label must equal the node's; and when required terms are given, at
+//! least one term must match, a term matching when all its requirements hold. An empty term
+//! matches nothing (upstream). Operators: `In` (label present, value listed), `NotIn` (absent,
+//! or value not listed), `Exists`, `DoesNotExist`, `Gt`/`Lt` (label and the single value both
+//! parse as integers and compare strictly; anything else does not match). Reason, as
+//! upstream: `node(s) didn't match Pod's node affinity/selector`. A node without Kubernetes
+//! facts has no labels.
+use std::collections::BTreeMap;
+
+use loadstar_framework::snapshot::{NodeView, PodInfo, SelectorOp, SelectorRequirement};
+use loadstar_framework::{CycleContext, FilterPlugin};
+
+use crate::args::{NoArgs, PluginError, parse_args};
+
+/// Plugin name.
+pub const NAME: &str = "NodeAffinity";
+/// Upstream's reason.
+pub const REASON: &str = "node(s) didn't match Pod's node affinity/selector";
+
+/// Whether one requirement holds for `labels`.
+pub fn requirement_matches(r: &SelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let value = labels.get(&r.key);
+    match r.op {
+        SelectorOp::In => value.is_some_and(|v| r.values.iter().any(|x| x == v)),
+        SelectorOp::NotIn => value.is_none_or(|v| r.values.iter().all(|x| x != v)),
+        SelectorOp::Exists => value.is_some(),
+        SelectorOp::DoesNotExist => value.is_none(),
+        SelectorOp::Gt | SelectorOp::Lt => {
+            let [bound] = r.values.as_slice() else {
+                return false;
+            };
+            let (Some(v), Ok(bound)) = (value, bound.parse::<i64>()) else {
+                return false;
+            };
+            let Ok(v) = v.parse::<i64>() else {
+                return false;
+            };
+            if r.op == SelectorOp::Gt {
+                v > bound
+            } else {
+                v < bound
+            }
+        }
+    }
+}
+
+/// Whether the pod's selector and required terms match `labels`.
+pub fn pod_matches(pod: &PodInfo, labels: &BTreeMap<String, String>) -> bool {
+    let selector_ok = pod
+        .node_selector
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    selector_ok
+        && (pod.required_affinity.is_empty()
+            || pod.required_affinity.iter().any(|term| {
+                !term.is_empty() && term.iter().all(|r| requirement_matches(r, labels))
+            }))
+}
+
+/// The node selector / required affinity filter.
+#[derive(Debug, Clone, Default)]
+pub struct NodeAffinity;
+
+impl NodeAffinity {
+    /// Builds it; it takes no arguments.
+    pub fn from_args(args: &serde_norway::Value) -> Result<Self, PluginError> {
+        parse_args::<NoArgs>(NAME, args)?;
+        Ok(NodeAffinity)
+    }
+}
+
+impl FilterPlugin for NodeAffinity {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+        if pod.node_selector.is_empty() && pod.required_affinity.is_empty() {
+            return Ok(());
+        }
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        let labels = node.labels().unwrap_or(&EMPTY);
+        if pod_matches(pod, labels) {
+            Ok(())
+        } else {
+            Err(REASON.into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loadstar_testkit::snapshot::*;
+
+    fn req(key: &str, op: SelectorOp, values: &[&str]) -> SelectorRequirement {
+        SelectorRequirement {
+            key: key.into(),
+            op,
+            values: values.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn operators_match_like_upstream() {
+        use SelectorOp::*;
+        let l = labels(&[("zone", "a"), ("gen", "5"), ("bad", "x")]);
+        assert!(requirement_matches(&req("zone", In, &["a", "b"]), &l));
+        assert!(!requirement_matches(&req("zone", In, &["b"]), &l));
+        assert!(!requirement_matches(&req("nope", In, &["a"]), &l));
+        assert!(requirement_matches(&req("zone", NotIn, &["b"]), &l));
+        assert!(requirement_matches(&req("nope", NotIn, &["b"]), &l));
+        assert!(!requirement_matches(&req("zone", NotIn, &["a"]), &l));
+        assert!(requirement_matches(&req("zone", Exists, &[]), &l));
+        assert!(!requirement_matches(&req("nope", Exists, &[]), &l));
+        assert!(requirement_matches(&req("nope", DoesNotExist, &[]), &l));
+        assert!(!requirement_matches(&req("zone", DoesNotExist, &[]), &l));
+        assert!(requirement_matches(&req("gen", Gt, &["4"]), &l));
+        assert!(!requirement_matches(&req("gen", Gt, &["5"]), &l));
+        assert!(requirement_matches(&req("gen", Lt, &["6"]), &l));
+        assert!(!requirement_matches(&req("gen", Lt, &["5"]), &l));
+        assert!(!requirement_matches(&req("bad", Gt, &["1"]), &l));
+        assert!(!requirement_matches(&req("gen", Gt, &["1", "2"]), &l));
+        assert!(!requirement_matches(&req("nope", Lt, &["9"]), &l));
+    }
+
+    #[test]
+    fn selector_and_terms_combine() {
+        let node = edit_kube(kube_node("n", 1000, GIB), |k| {
+            k.labels = labels(&[("disk", "ssd"), ("zone", "a")])
+        });
+        let mut p = pod(100, MIB);
+        assert_eq!(filter_one(&NodeAffinity, node.clone(), &p), Ok(()));
+        p.node_selector = labels(&[("disk", "ssd")]);
+        assert_eq!(filter_one(&NodeAffinity, node.clone(), &p), Ok(()));
+        // Terms are ORed; requirements within a term ANDed.
+        p.required_affinity = vec![
+            vec![req("zone", SelectorOp::In, &["b"])],
+            vec![
+                req("zone", SelectorOp::In, &["a"]),
+                req("gpu", SelectorOp::DoesNotExist, &[]),
+            ],
+        ];
+        assert_eq!(filter_one(&NodeAffinity, node.clone(), &p), Ok(()));
+        p.required_affinity = vec![vec![]];
+        assert_eq!(
+            filter_one(&NodeAffinity, node.clone(), &p),
+            Err(REASON.into())
+        );
+        p.required_affinity.clear();
+        p.node_selector = labels(&[("disk", "hdd")]);
+        assert_eq!(filter_one(&NodeAffinity, node, &p), Err(REASON.into()));
+    }
+}

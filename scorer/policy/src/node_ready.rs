@@ -1,0 +1,105 @@
+//! `NodeReady` filter: the node's `Ready` condition is true and it is not cordoned.
+//!
+//! Upstream splits this between the `NodeUnschedulable` plugin
+//! (`pkg/scheduler/framework/plugins/nodeunschedulable/node_unschedulable.go`: a cordoned node
+//! passes only pods tolerating `node.kubernetes.io/unschedulable:NoSchedule`, reason
+//! `node(s) were unschedulable`) and the node lifecycle controller's
+//! `node.kubernetes.io/not-ready:NoSchedule` taint. Loadstar checks the condition directly
+//! (its cache may see the condition before the taint) and honours the same toleration, with
+//! the historical `CheckNodeCondition` reason `node(s) were not ready`. Nodes without
+//! Kubernetes facts (standalone mode, agent-only nodes) pass.
+use loadstar_framework::snapshot::{NodeView, PodInfo, TaintEffect};
+use loadstar_framework::{CycleContext, FilterPlugin};
+
+use super::taint_toleration::tolerates;
+use crate::args::{NoArgs, PluginError, parse_args};
+
+/// Plugin name.
+pub const NAME: &str = "NodeReady";
+/// Reason for a node whose Ready condition is not true.
+pub const REASON_NOT_READY: &str = "node(s) were not ready";
+/// Reason for a cordoned node.
+pub const REASON_UNSCHEDULABLE: &str = "node(s) were unschedulable";
+/// Taint key the pod may tolerate to land on a not-ready node.
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+/// Taint key the pod may tolerate to land on a cordoned node.
+pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+/// The readiness filter.
+#[derive(Debug, Clone, Default)]
+pub struct NodeReady;
+
+impl NodeReady {
+    /// Builds it; it takes no arguments.
+    pub fn from_args(args: &serde_norway::Value) -> Result<Self, PluginError> {
+        parse_args::<NoArgs>(NAME, args)?;
+        Ok(NodeReady)
+    }
+}
+
+fn tolerates_key(pod: &PodInfo, key: &str) -> bool {
+    pod.tolerations
+        .iter()
+        .any(|t| tolerates(t, key, "", TaintEffect::NoSchedule))
+}
+
+impl FilterPlugin for NodeReady {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+        let d = ctx.digest(node);
+        if !d.has_kube {
+            return Ok(());
+        }
+        if !d.ready && !tolerates_key(pod, NOT_READY_TAINT) {
+            return Err(REASON_NOT_READY.into());
+        }
+        if d.unschedulable && !tolerates_key(pod, UNSCHEDULABLE_TAINT) {
+            return Err(REASON_UNSCHEDULABLE.into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loadstar_framework::snapshot::Toleration;
+    use loadstar_testkit::snapshot::*;
+
+    #[test]
+    fn ready_schedulable_and_unknown_nodes_pass() {
+        let p = pod(100, MIB);
+        assert_eq!(
+            filter_one(&NodeReady, kube_node("a", 1000, GIB), &p),
+            Ok(())
+        );
+        let mut bare = kube_node("b", 1000, GIB);
+        bare.kube = None;
+        assert_eq!(filter_one(&NodeReady, bare, &p), Ok(()));
+    }
+
+    #[test]
+    fn not_ready_and_cordoned_nodes_fail_unless_tolerated() {
+        let mut p = pod(100, MIB);
+        let not_ready = edit_kube(kube_node("a", 1000, GIB), |k| k.ready = false);
+        let cordoned = edit_kube(kube_node("b", 1000, GIB), |k| k.unschedulable = true);
+        assert_eq!(
+            filter_one(&NodeReady, not_ready.clone(), &p),
+            Err(REASON_NOT_READY.into())
+        );
+        assert_eq!(
+            filter_one(&NodeReady, cordoned.clone(), &p),
+            Err(REASON_UNSCHEDULABLE.into())
+        );
+        p.tolerations = vec![Toleration {
+            key: UNSCHEDULABLE_TAINT.into(),
+            exists: true,
+            ..Default::default()
+        }];
+        assert_eq!(filter_one(&NodeReady, cordoned, &p), Ok(()));
+        assert!(filter_one(&NodeReady, not_ready, &p).is_err());
+    }
+}

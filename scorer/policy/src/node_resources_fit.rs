@@ -1,0 +1,216 @@
+//! `NodeResourcesFit` filter: the pod's requests fit in allocatable − requested, as
+//! kube-scheduler's `NodeResourcesFit` plugin (`pkg/scheduler/framework/plugins/
+//! noderesources/fit.go`, `fitsRequest`).
+//!
+//! Checked, in upstream's order, with upstream's reasons: the pod count (`Too many pods`,
+//! always checked), then — unless the pod requests nothing at all — `Insufficient cpu`,
+//! `Insufficient memory`, `Insufficient ephemeral-storage` and `Insufficient <name>` for
+//! `nvidia.com/gpu` and every other extended resource the pod requests (zero requests are
+//! skipped; GPUs first, then the others by name). All failing reasons are reported, joined
+//! with [`REASON_SEPARATOR`] like upstream's status message, and counted one by one in the
+//! summary. Resources listed in `ignoredResources` are not checked (upstream's argument of
+//! the same name, extended resources only).
+//!
+//! The pod's effective requests (sum of containers, max with init containers, plus overhead)
+//! are computed by the pod builder; requested amounts come from the node's allocation.
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use loadstar_framework::snapshot::{NodeView, PodInfo};
+use loadstar_framework::{CycleContext, FilterPlugin, REASON_SEPARATOR};
+
+use crate::args::{PluginError, parse_args};
+use loadstar_common::model::GPU_RESOURCE;
+
+/// Plugin name.
+pub const NAME: &str = "NodeResourcesFit";
+/// Reason when the node runs its maximum number of pods.
+pub const REASON_TOO_MANY_PODS: &str = "Too many pods";
+
+/// Arguments.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct FitArgs {
+    /// Extended resources not to check (e.g. ones a device plugin over-reports).
+    pub ignored_resources: BTreeSet<String>,
+}
+
+/// The resource-fit filter.
+#[derive(Debug, Clone, Default)]
+pub struct NodeResourcesFit {
+    args: FitArgs,
+}
+
+impl NodeResourcesFit {
+    /// Builds it from its arguments.
+    pub fn from_args(args: &serde_norway::Value) -> Result<Self, PluginError> {
+        let args: FitArgs = parse_args(NAME, args)?;
+        for (i, r) in args.ignored_resources.iter().enumerate() {
+            if matches!(
+                r.as_str(),
+                "cpu" | "memory" | "ephemeral-storage" | "pods" | ""
+            ) {
+                return Err(PluginError::invalid(
+                    NAME,
+                    format!("ignoredResources[{i}]"),
+                    format!("{r:?} is not an extended resource"),
+                ));
+            }
+        }
+        Ok(NodeResourcesFit { args })
+    }
+}
+
+impl FilterPlugin for NodeResourcesFit {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+        let d = ctx.digest(node);
+        let req = &pod.requests;
+        let mut reasons: Vec<String> = Vec::new();
+        if d.pod_count + 1 > d.allocatable_pods {
+            reasons.push(REASON_TOO_MANY_PODS.into());
+        }
+        let nothing = req.cpu_millis == 0
+            && req.memory_bytes == 0
+            && req.ephemeral_storage_bytes == 0
+            && req.gpus == 0
+            && req.extended.values().all(|v| *v == 0);
+        if !nothing {
+            let mut check = |name: &str, want: i64, have: i64, used: i64| {
+                if want > 0 && want > have.saturating_sub(used) {
+                    reasons.push(format!("Insufficient {name}"));
+                }
+            };
+            check(
+                "cpu",
+                req.cpu_millis,
+                d.allocatable_cpu_millis,
+                d.requested_cpu_millis,
+            );
+            check(
+                "memory",
+                req.memory_bytes,
+                d.allocatable_memory_bytes,
+                d.requested_memory_bytes,
+            );
+            check(
+                "ephemeral-storage",
+                req.ephemeral_storage_bytes,
+                d.allocatable_ephemeral_bytes,
+                d.requested_ephemeral_bytes,
+            );
+            if !self.args.ignored_resources.contains(GPU_RESOURCE) {
+                check(GPU_RESOURCE, req.gpus, d.allocatable_gpus, d.requested_gpus);
+            }
+            if !req.extended.is_empty() {
+                // Rare: read the extended lists from the view itself.
+                let alloc = node.allocatable_ref();
+                let used = &node.alloc.requested;
+                for (name, want) in &req.extended {
+                    if self.args.ignored_resources.contains(name) {
+                        continue;
+                    }
+                    check(
+                        name,
+                        *want,
+                        alloc.extended.get(name).copied().unwrap_or(0),
+                        used.extended.get(name).copied().unwrap_or(0),
+                    );
+                }
+            }
+        }
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons.join(REASON_SEPARATOR))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loadstar_framework::snapshot::PodOnNode;
+    use loadstar_framework::{Evaluation, FilteredNode};
+    use loadstar_testkit::snapshot::*;
+
+    fn fit() -> NodeResourcesFit {
+        NodeResourcesFit::from_args(&serde_norway::Value::Null).expect("defaults")
+    }
+
+    #[test]
+    fn fits_and_reports_each_insufficient_resource() {
+        let node = with_requested(kube_node("n", 4000, 8 * GIB), 3000, 6 * GIB);
+        assert_eq!(
+            filter_one(&fit(), node.clone(), &pod(1000, 2 * GIB)),
+            Ok(())
+        );
+        assert_eq!(
+            filter_one(&fit(), node.clone(), &pod(1001, 2 * GIB)),
+            Err("Insufficient cpu".into())
+        );
+        assert_eq!(
+            filter_one(&fit(), node, &pod(2000, 3 * GIB)),
+            Err("Insufficient cpu, Insufficient memory".into())
+        );
+    }
+
+    #[test]
+    fn gpus_extended_and_pod_count() {
+        let node = edit_kube(kube_node("n", 4000, 8 * GIB), |k| {
+            k.allocatable.gpus = 2;
+            k.allocatable.pods = 1;
+            k.allocatable.extended.insert("example.com/fpga".into(), 1);
+        });
+        let node = with_pod(node, PodOnNode::default());
+        let mut p = pod(0, 0);
+        p.requests.gpus = 4;
+        p.requests.extended.insert("example.com/fpga".into(), 2);
+        assert_eq!(
+            filter_one(&fit(), node.clone(), &p),
+            Err("Too many pods, Insufficient nvidia.com/gpu, Insufficient example.com/fpga".into())
+        );
+        let ignoring = NodeResourcesFit::from_args(
+            &serde_norway::from_str("{ignoredResources: [example.com/fpga]}").expect("yaml"),
+        )
+        .expect("valid");
+        assert_eq!(
+            filter_one(&ignoring, node, &p),
+            Err("Too many pods, Insufficient nvidia.com/gpu".into())
+        );
+        assert!(
+            NodeResourcesFit::from_args(
+                &serde_norway::from_str("{ignoredResources: [cpu]}").expect("yaml")
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn summary_counts_each_reason() {
+        let e = Evaluation {
+            ranked: vec![],
+            filtered: vec![
+                FilteredNode {
+                    index: 0,
+                    plugin: NAME,
+                    reason: "Insufficient cpu, Insufficient memory".into(),
+                },
+                FilteredNode {
+                    index: 1,
+                    plugin: NAME,
+                    reason: "Insufficient cpu".into(),
+                },
+            ],
+            evaluated: 2,
+        };
+        assert_eq!(
+            e.summary(),
+            "0/2 nodes are available: 2 Insufficient cpu, 1 Insufficient memory."
+        );
+    }
+}

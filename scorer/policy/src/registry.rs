@@ -1,0 +1,93 @@
+//! The plugin registry: every filter and score plugin by name, built from its YAML `args`.
+use loadstar_framework::{FilterPlugin, ScorePlugin};
+
+use crate::args::PluginError;
+use crate::{
+    balanced_allocation, eviction, gpu_bin_pack, least_allocated, load_ratio,
+    load_variation_risk_balancing, min_variance, most_allocated, node_affinity, node_ports,
+    node_ready, node_resources_fit, selector_spread, taint_toleration, target_load_packing,
+    usage_threshold,
+};
+
+/// Names of the filter plugins [`build_filter`] knows, in the order a profile usually runs
+/// them (cheap Kubernetes checks first, load checks last).
+pub const FILTER_NAMES: &[&str] = &[
+    node_ready::NAME,
+    taint_toleration::NAME,
+    node_affinity::NAME,
+    node_resources_fit::NAME,
+    node_ports::NAME,
+    eviction::NAME,
+    usage_threshold::NAME,
+];
+
+/// Names of the score plugins [`build_score`] knows.
+pub const SCORE_NAMES: &[&str] = &[
+    load_ratio::NAME,
+    least_allocated::NAME,
+    balanced_allocation::NAME,
+    most_allocated::NAME,
+    target_load_packing::NAME,
+    load_variation_risk_balancing::NAME,
+    min_variance::NAME,
+    gpu_bin_pack::NAME,
+    selector_spread::NAME,
+    taint_toleration::NAME,
+];
+
+/// Builds the filter plugin `name` with `args` (null = defaults).
+pub fn build_filter(
+    name: &str,
+    args: &serde_norway::Value,
+) -> Result<Box<dyn FilterPlugin>, PluginError> {
+    Ok(match name {
+        node_ready::NAME => Box::new(node_ready::NodeReady::from_args(args)?),
+        taint_toleration::NAME => Box::new(taint_toleration::TaintToleration::from_args(args)?),
+        node_affinity::NAME => Box::new(node_affinity::NodeAffinity::from_args(args)?),
+        node_resources_fit::NAME => {
+            Box::new(node_resources_fit::NodeResourcesFit::from_args(args)?)
+        }
+        node_ports::NAME => Box::new(node_ports::NodePorts::from_args(args)?),
+        eviction::NAME => Box::new(eviction::EvictionPressure::from_args(args)?),
+        usage_threshold::NAME => Box::new(usage_threshold::UsageThreshold::from_args(args)?),
+        _ => {
+            return Err(PluginError::Unknown {
+                kind: "filter",
+                name: name.into(),
+                known: FILTER_NAMES.join(", "),
+            });
+        }
+    })
+}
+
+/// Builds the score plugin `name` with `args` (null = defaults).
+pub fn build_score(
+    name: &str,
+    args: &serde_norway::Value,
+) -> Result<Box<dyn ScorePlugin>, PluginError> {
+    Ok(match name {
+        load_ratio::NAME => Box::new(load_ratio::LoadRatio::from_args(args)?),
+        least_allocated::NAME => Box::new(least_allocated::LeastAllocated::from_args(args)?),
+        balanced_allocation::NAME => {
+            Box::new(balanced_allocation::BalancedAllocation::from_args(args)?)
+        }
+        most_allocated::NAME => Box::new(most_allocated::MostAllocated::from_args(args)?),
+        target_load_packing::NAME => {
+            Box::new(target_load_packing::TargetLoadPacking::from_args(args)?)
+        }
+        load_variation_risk_balancing::NAME => {
+            Box::new(load_variation_risk_balancing::LoadVariationRiskBalancing::from_args(args)?)
+        }
+        min_variance::NAME => Box::new(min_variance::MinVariance::from_args(args)?),
+        gpu_bin_pack::NAME => Box::new(gpu_bin_pack::GpuBinPack::from_args(args)?),
+        selector_spread::NAME => Box::new(selector_spread::SelectorSpread::from_args(args)?),
+        taint_toleration::NAME => Box::new(taint_toleration::TaintToleration::from_args(args)?),
+        _ => {
+            return Err(PluginError::Unknown {
+                kind: "score",
+                name: name.into(),
+                known: SCORE_NAMES.join(", "),
+            });
+        }
+    })
+}

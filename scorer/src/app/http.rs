@@ -1,0 +1,50 @@
+//! The scorer's HTTP side port: `/metrics` (OpenMetrics text), `/healthz` and `/readyz`.
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use loadstar_store::metrics::{Metrics, Readiness};
+
+#[derive(Clone)]
+struct HttpState {
+    metrics: Arc<Metrics>,
+    ready: Arc<Readiness>,
+}
+
+async fn metrics_handler(State(s): State<HttpState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+}
+
+async fn ready_handler(State(s): State<HttpState>) -> impl IntoResponse {
+    if s.ready.get() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` resolves.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Arc<Readiness>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready_handler))
+        .with_state(HttpState { metrics, ready });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,168 @@
+//! The scorer's Prometheus metrics (names are constants with unit suffixes) and its readiness
+//! flag, recorded by the ingest, gRPC and Kubernetes layers; the binary serves them over HTTP.
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Reports accepted into the store.
+pub const REPORTS_ACCEPTED: &str = "loadstar_scorer_reports_accepted";
+/// Reports rejected, by reason.
+pub const REPORTS_REJECTED: &str = "loadstar_scorer_reports_rejected";
+/// Open agent streams.
+pub const INGEST_STREAMS: &str = "loadstar_scorer_ingest_streams";
+/// Nodes in the store.
+pub const NODES: &str = "loadstar_scorer_nodes";
+/// Delay from an agent's sample time to the report's arrival, seconds.
+pub const REPORT_LAG: &str = "loadstar_scorer_report_lag_seconds";
+/// Time to answer one Score call, seconds.
+pub const SCORE_DURATION: &str = "loadstar_scorer_score_duration_seconds";
+/// Pods bound, by result.
+pub const BINDS: &str = "loadstar_scorer_binds";
+/// Time from a pod entering the queue to its binding, seconds.
+pub const SCHEDULING_LATENCY: &str = "loadstar_scorer_scheduling_latency_seconds";
+
+/// Label set with a reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// The reason.
+    pub reason: String,
+}
+
+/// Label set with a result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// The result, e.g. `bound`, `conflict`, `error`.
+    pub result: String,
+}
+
+/// All of the scorer's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    /// See [`REPORTS_ACCEPTED`].
+    pub reports_accepted: Counter,
+    /// See [`REPORTS_REJECTED`].
+    pub reports_rejected: Family<ReasonLabel, Counter>,
+    /// See [`INGEST_STREAMS`].
+    pub ingest_streams: Gauge,
+    /// See [`NODES`].
+    pub nodes: Gauge,
+    /// See [`REPORT_LAG`].
+    pub report_lag: Histogram,
+    /// See [`SCORE_DURATION`].
+    pub score_duration: Histogram,
+    /// See [`BINDS`].
+    pub binds: Family<ResultLabel, Counter>,
+    /// See [`SCHEDULING_LATENCY`].
+    pub scheduling_latency: Histogram,
+    registry: Registry,
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Arc<Metrics> {
+        let mut registry = Registry::default();
+        let reports_accepted = Counter::default();
+        let reports_rejected = Family::<ReasonLabel, Counter>::default();
+        let ingest_streams = Gauge::default();
+        let nodes = Gauge::default();
+        let report_lag = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        let score_duration = Histogram::new(exponential_buckets(0.00001, 2.0, 18));
+        let binds = Family::<ResultLabel, Counter>::default();
+        let scheduling_latency = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            REPORTS_ACCEPTED,
+            "Agent reports accepted",
+            reports_accepted.clone(),
+        );
+        registry.register(
+            REPORTS_REJECTED,
+            "Agent reports rejected, by reason",
+            reports_rejected.clone(),
+        );
+        registry.register(
+            INGEST_STREAMS,
+            "Open agent report streams",
+            ingest_streams.clone(),
+        );
+        registry.register(NODES, "Nodes in the store", nodes.clone());
+        registry.register(
+            REPORT_LAG,
+            "Sample time to report arrival",
+            report_lag.clone(),
+        );
+        registry.register(
+            SCORE_DURATION,
+            "Score call duration",
+            score_duration.clone(),
+        );
+        registry.register(BINDS, "Pod bindings, by result", binds.clone());
+        registry.register(
+            SCHEDULING_LATENCY,
+            "Queue entry to binding",
+            scheduling_latency.clone(),
+        );
+        Arc::new(Metrics {
+            reports_accepted,
+            reports_rejected,
+            ingest_streams,
+            nodes,
+            report_lag,
+            score_duration,
+            binds,
+            scheduling_latency,
+            registry,
+        })
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Readiness flag shared with `/readyz`.
+#[derive(Debug, Default)]
+pub struct Readiness(AtomicBool);
+
+impl Readiness {
+    /// Marks ready or not.
+    pub fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::Release);
+    }
+    /// Whether ready.
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_unit_suffixed_names() {
+        let m = Metrics::new();
+        m.reports_accepted.inc();
+        m.reports_rejected
+            .get_or_create(&ReasonLabel {
+                reason: "field".into(),
+            })
+            .inc();
+        let text = m.encode();
+        assert!(
+            text.contains("loadstar_scorer_reports_accepted_total 1"),
+            "{text}"
+        );
+        assert!(text.contains("loadstar_scorer_reports_rejected_total{reason=\"field\"} 1"));
+        assert!(text.contains("loadstar_scorer_score_duration_seconds_bucket"));
+    }
+}

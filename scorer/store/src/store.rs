@@ -1,0 +1,650 @@
+//! The live node store: every node's latest validated agent report, its Kubernetes facts and
+//! the requests placed on it. Writers (one per agent stream, the Kubernetes reflector, the
+//! scheduler) lock one of 16 shards briefly to swap an `Arc`; readers that score take a
+//! published [`ClusterSnapshot`] (rebuilt by cloning `Arc`s when the store changed and the
+//! cached one is older than `snapshot_max_age`), so scoring never waits on ingest.
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use loadstar_proto::pb;
+use tokio::sync::broadcast;
+
+use crate::validate::{self, ReportError, ReportLimits};
+use loadstar_framework::snapshot::{
+    AgentNode, ClusterSnapshot, Inflight, KubeNode, NodeAllocation, NodeView, retire_inflight,
+};
+
+const SHARDS: usize = 16;
+
+/// Decides whether a node is under eviction pressure (the eviction policy's thresholds).
+pub type PressureCheck = Arc<dyn Fn(&AgentNode) -> bool + Send + Sync>;
+
+/// Store settings; see [`StoreConfig::default`] for the defaults.
+#[derive(Clone)]
+pub struct StoreConfig {
+    /// A node is stale after this long without a report; `None`: 3 × its report interval.
+    pub stale_after: Option<Duration>,
+    /// Multiple of the report interval after which a node is stale (when `stale_after` is None).
+    pub stale_intervals: f64,
+    /// A cached snapshot is reused for reads while younger than this, even if the store
+    /// changed (bounds snapshot rebuilds under thousands of 1 Hz streams).
+    pub snapshot_max_age: Duration,
+    /// In-flight estimates expire after this long even if the agent never measures the pod.
+    pub inflight_ttl: Duration,
+    /// A measured pod's in-flight usage is kept, fading, this long after its first
+    /// measurement: the longest load window.
+    pub inflight_fade: Duration,
+    /// Agent-only nodes silent for this long are forgotten.
+    pub forget_after: Duration,
+    /// Report size limits.
+    pub limits: ReportLimits,
+    /// Eviction pressure check run on every accepted report.
+    pub pressure: Option<PressureCheck>,
+}
+
+impl Default for StoreConfig {
+    /// Stale after 3 intervals, snapshots reused for 50 ms, in-flight TTL 5 min, agent-only
+    /// nodes forgotten after 10 min, default report limits, no pressure check.
+    fn default() -> Self {
+        StoreConfig {
+            stale_after: None,
+            stale_intervals: 3.0,
+            snapshot_max_age: Duration::from_millis(50),
+            inflight_ttl: Duration::from_secs(300),
+            inflight_fade: Duration::from_secs(900),
+            forget_after: Duration::from_secs(600),
+            limits: ReportLimits::default(),
+            pressure: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("stale_after", &self.stale_after)
+            .field("snapshot_max_age", &self.snapshot_max_age)
+            .field("inflight_ttl", &self.inflight_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What changed about a node, for `WatchNodes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// First seen.
+    Added,
+    /// New report or other change.
+    Updated,
+    /// Became stale.
+    Stale,
+    /// Removed.
+    Removed,
+}
+
+/// A change notification.
+#[derive(Debug, Clone)]
+pub struct NodeChange {
+    /// What happened.
+    pub kind: ChangeKind,
+    /// Node name.
+    pub node: Arc<str>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct NodeEntry {
+    agent: Option<Arc<AgentNode>>,
+    report: Option<Arc<pb::NodeReport>>,
+    kube: Option<Arc<KubeNode>>,
+    alloc: Arc<NodeAllocation>,
+    accepted: u64,
+    rejected: u64,
+    last_reject: String,
+    last_instance: String,
+    last_sequence: u64,
+    stale_notified: bool,
+}
+
+/// The live node store. Cheap to share: wrap in an `Arc`.
+pub struct NodeStore {
+    shards: Vec<RwLock<HashMap<Arc<str>, NodeEntry>>>,
+    generation: AtomicU64,
+    cache: Mutex<Option<(Instant, Arc<ClusterSnapshot>)>>,
+    events: broadcast::Sender<NodeChange>,
+    config: StoreConfig,
+}
+
+impl std::fmt::Debug for NodeStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeStore")
+            .field("generation", &self.generation.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock_read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn lock_write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+impl NodeStore {
+    /// An empty store.
+    pub fn new(config: StoreConfig) -> NodeStore {
+        NodeStore {
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            generation: AtomicU64::new(1),
+            cache: Mutex::new(None),
+            events: broadcast::channel(4096).0,
+            config,
+        }
+    }
+
+    /// The store's settings.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    fn shard(&self, name: &str) -> &RwLock<HashMap<Arc<str>, NodeEntry>> {
+        let mut h = DefaultHasher::new();
+        name.hash(&mut h);
+        &self.shards[(h.finish() as usize) % SHARDS]
+    }
+
+    fn bump(&self, kind: ChangeKind, node: Arc<str>) {
+        self.generation.fetch_add(1, Ordering::Release);
+        // No receivers is fine: nobody is watching.
+        let _ = self.events.send(NodeChange { kind, node });
+    }
+
+    /// Subscribes to node changes.
+    pub fn subscribe(&self) -> broadcast::Receiver<NodeChange> {
+        self.events.subscribe()
+    }
+
+    /// Current generation (increases on every change).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Validates and stores an agent report received at `now`. A rejected report changes
+    /// nothing but the node's rejection counters.
+    pub fn apply_report(&self, report: pb::NodeReport, now: Instant) -> Result<(), ReportError> {
+        let validated = validate::validate(&report, &self.config.limits);
+        let name: Arc<str> = Arc::from(report.node_name.as_str());
+        let mut shard = lock_write(self.shard(&name));
+        let mut agent = match validated {
+            Ok(a) => a,
+            Err(e) => {
+                // Count rejections only for nodes we already know, so garbage names cannot
+                // grow the store.
+                if let Some(entry) = shard.get_mut(&name) {
+                    entry.rejected += 1;
+                    entry.last_reject = e.to_string();
+                }
+                return Err(e);
+            }
+        };
+        let added = !shard.contains_key(&name);
+        let entry = shard.entry(name.clone()).or_default();
+        if entry.last_instance == report.agent_instance
+            && !report.agent_instance.is_empty()
+            && report.sequence <= entry.last_sequence
+        {
+            let e = ReportError::Sequence {
+                node: report.node_name.clone(),
+                last: entry.last_sequence,
+                got: report.sequence,
+            };
+            entry.rejected += 1;
+            entry.last_reject = e.to_string();
+            return Err(e);
+        }
+        agent.received_at = Some(now);
+        agent.last_pressure_at = entry.agent.as_ref().and_then(|a| a.last_pressure_at);
+        if let Some(check) = &self.config.pressure
+            && check(&agent)
+        {
+            agent.last_pressure_at = Some(now);
+        }
+        // Measured pods start fading their in-flight estimates; stale estimates expire.
+        let mut inflight = entry.alloc.inflight.clone();
+        if retire_inflight(
+            &mut inflight,
+            &agent.pods,
+            now,
+            self.config.inflight_ttl,
+            self.config.inflight_fade,
+        ) {
+            Arc::make_mut(&mut entry.alloc).inflight = inflight;
+        }
+        entry.agent = Some(Arc::new(agent));
+        entry.last_instance = report.agent_instance.clone();
+        entry.last_sequence = report.sequence;
+        entry.report = Some(Arc::new(report));
+        entry.accepted += 1;
+        entry.stale_notified = false;
+        drop(shard);
+        self.bump(
+            if added {
+                ChangeKind::Added
+            } else {
+                ChangeKind::Updated
+            },
+            name,
+        );
+        Ok(())
+    }
+
+    /// Sets (or clears, with `None`) what Kubernetes says about a node.
+    pub fn set_kube_node(&self, name: &str, kube: Option<KubeNode>) {
+        let key: Arc<str> = Arc::from(name);
+        let mut shard = lock_write(self.shard(name));
+        let kind = match (shard.get_mut(&key), kube) {
+            (Some(entry), k) => {
+                let removed = k.is_none();
+                entry.kube = k.map(Arc::new);
+                if removed && entry.agent.is_none() {
+                    shard.remove(&key);
+                    ChangeKind::Removed
+                } else {
+                    ChangeKind::Updated
+                }
+            }
+            (None, Some(k)) => {
+                shard.insert(
+                    key.clone(),
+                    NodeEntry {
+                        kube: Some(Arc::new(k)),
+                        ..Default::default()
+                    },
+                );
+                ChangeKind::Added
+            }
+            (None, None) => return,
+        };
+        drop(shard);
+        self.bump(kind, key);
+    }
+
+    /// Changes the requests placed on a node (creating an entry if needed).
+    pub fn update_allocation(&self, name: &str, f: impl FnOnce(&mut NodeAllocation)) {
+        let key: Arc<str> = Arc::from(name);
+        let mut shard = lock_write(self.shard(name));
+        let entry = shard.entry(key.clone()).or_default();
+        f(Arc::make_mut(&mut entry.alloc));
+        drop(shard);
+        self.bump(ChangeKind::Updated, key);
+    }
+
+    /// Adds an in-flight estimate to a node.
+    pub fn add_inflight(&self, name: &str, inflight: Inflight) {
+        self.update_allocation(name, |a| {
+            a.inflight.retain(|e| e.uid != inflight.uid);
+            a.inflight.push(inflight);
+        });
+    }
+
+    fn stale_after(&self, agent: &AgentNode) -> Duration {
+        self.config.stale_after.unwrap_or_else(|| {
+            Duration::from_secs_f64(
+                (agent.interval_seconds * self.config.stale_intervals).clamp(0.01, 86_400.0),
+            )
+        })
+    }
+
+    fn view(&self, name: &Arc<str>, e: &NodeEntry, now: Instant) -> NodeView {
+        let age = e
+            .agent
+            .as_ref()
+            .and_then(|a| a.received_at)
+            .map(|t| now.saturating_duration_since(t));
+        let stale = match (&e.agent, age) {
+            (Some(a), Some(age)) => age > self.stale_after(a),
+            _ => true,
+        };
+        NodeView {
+            name: name.clone(),
+            agent: e.agent.clone(),
+            kube: e.kube.clone(),
+            alloc: e.alloc.clone(),
+            stale,
+            report_age_seconds: age.map(|d| d.as_secs_f64()),
+        }
+    }
+
+    /// Builds a new snapshot now.
+    pub fn snapshot_now(&self) -> Arc<ClusterSnapshot> {
+        let now = Instant::now();
+        let generation = self.generation();
+        let mut nodes = Vec::new();
+        for shard in &self.shards {
+            let shard = lock_read(shard);
+            nodes.extend(shard.iter().map(|(name, e)| self.view(name, e, now)));
+        }
+        let snap = Arc::new(ClusterSnapshot::new(nodes, generation));
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        *cache = Some((now, snap.clone()));
+        snap
+    }
+
+    /// The published snapshot: the cached one if the store has not changed or it is younger
+    /// than `snapshot_max_age`, else a new one.
+    pub fn snapshot(&self) -> Arc<ClusterSnapshot> {
+        {
+            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, snap)) = cache.as_ref()
+                && (snap.generation == self.generation()
+                    || at.elapsed() < self.config.snapshot_max_age)
+            {
+                return snap.clone();
+            }
+        }
+        self.snapshot_now()
+    }
+
+    /// Status of one node for the gRPC API.
+    pub fn node_status(&self, name: &str) -> Option<pb::NodeStatus> {
+        let shard = lock_read(self.shard(name));
+        let (k, e) = shard.get_key_value(name)?;
+        Some(self.status_of(k, e, Instant::now()))
+    }
+
+    /// Status of every node, sorted by name.
+    pub fn list_status(&self) -> Vec<pb::NodeStatus> {
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let shard = lock_read(shard);
+            out.extend(shard.iter().map(|(k, e)| self.status_of(k, e, now)));
+        }
+        out.sort_by(|a, b| a.node_name.cmp(&b.node_name));
+        out
+    }
+
+    /// Number of nodes known.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock_read(s).len()).sum()
+    }
+
+    /// True when no node is known.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn status_of(&self, name: &Arc<str>, e: &NodeEntry, now: Instant) -> pb::NodeStatus {
+        let view = self.view(name, e, now);
+        let source = match (&e.agent, &e.kube) {
+            (Some(_), Some(_)) => pb::NodeSource::AgentAndKubernetes,
+            (Some(_), None) => pb::NodeSource::Agent,
+            (None, Some(_)) => pb::NodeSource::Kubernetes,
+            (None, None) => pb::NodeSource::Unspecified,
+        };
+        pb::NodeStatus {
+            node_name: name.to_string(),
+            last_report: e.report.as_deref().cloned(),
+            report_age_seconds: view.report_age_seconds.unwrap_or(0.0),
+            stale: view.stale,
+            source: source as i32,
+            inflight: e
+                .alloc
+                .inflight
+                .iter()
+                .map(|i| pb::InflightEstimate {
+                    pod_uid: i.uid.clone(),
+                    cpu_millicores: i.cpu_millis,
+                    memory_bytes: i.memory_bytes,
+                    age_seconds: now.saturating_duration_since(i.added_at).as_secs_f64(),
+                })
+                .collect(),
+            reports_accepted: e.accepted,
+            reports_rejected: e.rejected,
+            last_reject_reason: e.last_reject.clone(),
+            allocatable: view.allocatable().to_quantities().into_iter().collect(),
+            requested: e.alloc.requested.to_quantities().into_iter().collect(),
+        }
+    }
+
+    /// Emits `Stale` once for each node that went stale, forgets agent-only nodes silent for
+    /// `forget_after`, and expires in-flight estimates. Call periodically.
+    pub fn sweep(&self, now: Instant) {
+        let mut changes = Vec::new();
+        for shard in &self.shards {
+            let mut shard = lock_write(shard);
+            let mut forget = Vec::new();
+            for (name, e) in shard.iter_mut() {
+                let Some(agent) = &e.agent else { continue };
+                let Some(at) = agent.received_at else {
+                    continue;
+                };
+                let age = now.saturating_duration_since(at);
+                if e.kube.is_none() && age > self.config.forget_after {
+                    forget.push(name.clone());
+                } else if age > self.stale_after(agent) && !e.stale_notified {
+                    e.stale_notified = true;
+                    changes.push(NodeChange {
+                        kind: ChangeKind::Stale,
+                        node: name.clone(),
+                    });
+                }
+                let mut inflight = e.alloc.inflight.clone();
+                if retire_inflight(
+                    &mut inflight,
+                    &agent.pods,
+                    now,
+                    self.config.inflight_ttl,
+                    self.config.inflight_fade,
+                ) {
+                    Arc::make_mut(&mut e.alloc).inflight = inflight;
+                }
+            }
+            for name in forget {
+                shard.remove(&name);
+                changes.push(NodeChange {
+                    kind: ChangeKind::Removed,
+                    node: name,
+                });
+            }
+        }
+        for c in changes {
+            self.bump(c.kind, c.node);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loadstar_testkit::agent::fixed_report as report;
+
+    #[test]
+    fn stores_reports_and_rejects_replays() {
+        let store = NodeStore::new(StoreConfig::default());
+        let now = Instant::now();
+        store
+            .apply_report(report("a", 1, 0.5, 0.5), now)
+            .expect("ok");
+        store
+            .apply_report(report("a", 2, 0.6, 0.5), now)
+            .expect("ok");
+        let e = store
+            .apply_report(report("a", 2, 0.6, 0.5), now)
+            .expect_err("replay");
+        assert!(matches!(
+            e,
+            ReportError::Sequence {
+                last: 2,
+                got: 2,
+                ..
+            }
+        ));
+        // A restarted agent (new instance) may start again at 1.
+        let mut r = report("a", 1, 0.1, 0.1);
+        r.agent_instance = "i2".into();
+        store.apply_report(r, now).expect("restart");
+        let status = store.node_status("a").expect("known");
+        assert_eq!((status.reports_accepted, status.reports_rejected), (3, 1));
+        assert!(
+            status
+                .last_reject_reason
+                .contains("sequence 2 does not follow 2")
+        );
+    }
+
+    #[test]
+    fn bad_report_does_not_touch_other_nodes_or_add_nodes() {
+        let store = NodeStore::new(StoreConfig::default());
+        let now = Instant::now();
+        store
+            .apply_report(report("good", 1, 0.5, 0.5), now)
+            .expect("ok");
+        let mut bad = report("bad", 1, 0.5, 0.5);
+        bad.usage[0].latest_ratio = f64::NAN;
+        assert!(store.apply_report(bad, now).is_err());
+        assert_eq!(store.len(), 1);
+        assert!(store.node_status("good").is_some_and(|s| !s.stale));
+    }
+
+    #[test]
+    fn staleness_follows_the_interval() {
+        let store = NodeStore::new(StoreConfig::default());
+        let past = Instant::now() - Duration::from_secs(10);
+        store
+            .apply_report(report("old", 1, 0.5, 0.5), past)
+            .expect("ok");
+        store
+            .apply_report(report("new", 1, 0.5, 0.5), Instant::now())
+            .expect("ok");
+        let snap = store.snapshot_now();
+        assert!(snap.get("old").expect("old").stale);
+        assert!(!snap.get("new").expect("new").stale);
+        let mut rx = store.subscribe();
+        store.sweep(Instant::now());
+        let c = rx.try_recv().expect("stale event");
+        assert_eq!((c.kind, &*c.node), (ChangeKind::Stale, "old"));
+        store.sweep(Instant::now());
+        assert!(rx.try_recv().is_err(), "stale is announced once");
+    }
+
+    #[test]
+    fn measured_pods_fade_their_inflight_estimates() {
+        let store = NodeStore::new(StoreConfig::default());
+        let t0 = Instant::now();
+        store
+            .apply_report(report("n", 1, 0.1, 0.1), t0)
+            .expect("ok");
+        store.add_inflight("n", Inflight::new("pod-1".into(), 1000, 1 << 30, t0));
+        let snap = store.snapshot_now();
+        assert_eq!(
+            snap.get("n").expect("n").inflight_amounts(60.0),
+            (1000.0, (1u64 << 30) as f64),
+            "unmeasured: the estimate counts in full"
+        );
+        let measured = |seq| {
+            let mut r = report("n", seq, 0.35, 0.2);
+            r.pods.push(pb::PodUsage {
+                pod_uid: "pod-1".into(),
+                cpu_cores: 0.8,
+                memory_working_set_bytes: 1 << 29,
+            });
+            r
+        };
+        store.apply_report(measured(2), t0).expect("ok");
+        let snap = store.snapshot_now();
+        let n = snap.get("n").expect("n");
+        assert_eq!(n.alloc.inflight.len(), 1, "kept while the window fills");
+        assert_eq!(n.inflight_amounts(60.0), (800.0, (1u64 << 29) as f64));
+        // 30 s later a 60 s window holds half its samples with the pod: half still counts.
+        store
+            .apply_report(measured(3), t0 + Duration::from_secs(30))
+            .expect("ok");
+        let snap = store.snapshot_now();
+        let (cpu, _) = snap.get("n").expect("n").inflight_amounts(60.0);
+        assert!((cpu - 400.0).abs() < 1e-6, "{cpu}");
+        // A 300 s window has covered only a tenth.
+        let (cpu, _) = snap.get("n").expect("n").inflight_amounts(300.0);
+        assert!((cpu - 720.0).abs() < 1e-6, "{cpu}");
+        // Past the fade period (the longest window) the estimate is gone.
+        store
+            .apply_report(measured(4), t0 + Duration::from_secs(901))
+            .expect("ok");
+        assert!(
+            store
+                .snapshot_now()
+                .get("n")
+                .expect("n")
+                .alloc
+                .inflight
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn unmeasured_estimates_expire_and_ended_pods_drop() {
+        let store = NodeStore::new(StoreConfig::default());
+        let t0 = Instant::now();
+        store
+            .apply_report(report("n", 1, 0.1, 0.1), t0)
+            .expect("ok");
+        store.add_inflight("n", Inflight::new("never".into(), 500, 1 << 20, t0));
+        store.add_inflight("n", Inflight::new("short".into(), 500, 1 << 20, t0));
+        let mut r = report("n", 2, 0.1, 0.1);
+        r.pods.push(pb::PodUsage {
+            pod_uid: "short".into(),
+            cpu_cores: 0.5,
+            memory_working_set_bytes: 1 << 20,
+        });
+        store
+            .apply_report(r, t0 + Duration::from_secs(1))
+            .expect("ok");
+        // "short" ended (no longer reported); "never" was never measured past the TTL.
+        store
+            .apply_report(report("n", 3, 0.1, 0.1), t0 + Duration::from_secs(301))
+            .expect("ok");
+        assert!(
+            store
+                .snapshot_now()
+                .get("n")
+                .expect("n")
+                .alloc
+                .inflight
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn snapshot_is_cached_until_changed() {
+        let store = NodeStore::new(StoreConfig {
+            snapshot_max_age: Duration::ZERO,
+            ..Default::default()
+        });
+        store
+            .apply_report(report("n", 1, 0.1, 0.1), Instant::now())
+            .expect("ok");
+        let a = store.snapshot();
+        let b = store.snapshot();
+        assert!(Arc::ptr_eq(&a, &b));
+        store
+            .apply_report(report("n", 2, 0.2, 0.1), Instant::now())
+            .expect("ok");
+        let c = store.snapshot();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(c.nodes.len(), 1);
+    }
+
+    #[test]
+    fn kube_only_nodes_are_stale_and_removable() {
+        let store = NodeStore::new(StoreConfig::default());
+        store.set_kube_node("k", Some(KubeNode::default()));
+        let snap = store.snapshot_now();
+        assert!(snap.get("k").expect("k").stale);
+        store.set_kube_node("k", None);
+        assert!(store.is_empty());
+    }
+}

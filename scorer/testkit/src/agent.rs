@@ -1,0 +1,214 @@
+//! Synthetic agent reports with controlled loads, for the load generator, the end-to-end
+//! tests and benchmarks: the same `NodeReport` shape a real agent sends, with chosen values.
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use loadstar_common::model::{LoadSummary, NodeCapacity, ResourceKind, ResourceLoad};
+use loadstar_common::window::WindowSummary;
+use loadstar_proto::convert;
+use loadstar_proto::pb;
+
+/// The load a synthetic node reports, as utilisation ratios.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SyntheticLoad {
+    /// CPU utilisation.
+    pub cpu: f64,
+    /// Memory utilisation.
+    pub memory: f64,
+    /// Network utilisation.
+    pub network: f64,
+    /// Disk IO utilisation.
+    pub disk_io: f64,
+    /// Standard deviation reported for every window (same for all resources).
+    pub stddev: f64,
+}
+
+impl Default for SyntheticLoad {
+    fn default() -> Self {
+        SyntheticLoad {
+            cpu: 0.2,
+            memory: 0.3,
+            network: 0.05,
+            disk_io: 0.05,
+            stddev: 0.02,
+        }
+    }
+}
+
+/// The capacity of a synthetic node: `cpus` logical CPUs at 2.5 GHz, `memory_gib` GiB,
+/// one 10 Gb/s NIC and one 1 GB/s disk.
+pub fn capacity(cpus: u32, memory_gib: u64) -> NodeCapacity {
+    NodeCapacity {
+        logical_cpus: cpus,
+        cpu_max_frequency_hz: 2.5e9,
+        memory_bytes: memory_gib << 30,
+        nics: vec![convert::nic_capacity("eth0", 10_000_000_000, false)],
+        disks: vec![convert::disk_capacity("nvme0n1", 1_000_000_000, true)],
+        gpus: Vec::new(),
+    }
+}
+
+/// Windows (60/300/900 s) that all show `value` with `stddev`.
+pub fn flat_windows(value: f64, stddev: f64) -> ResourceLoad {
+    let value = value.clamp(0.0, 1.0);
+    let w = |s: u32| WindowSummary {
+        window_seconds: s,
+        mean: value,
+        stddev: stddev.clamp(0.0, 1.0),
+        min: (value - 2.0 * stddev).max(0.0),
+        max: (value + 2.0 * stddev).min(1.0),
+        p95: (value + 1.645 * stddev).min(1.0),
+        count: u64::from(s),
+    };
+    ResourceLoad {
+        latest: value,
+        windows: vec![w(60), w(300), w(900)],
+    }
+}
+
+/// A complete report for `node` with sequence `sequence`, sampled now.
+pub fn report(
+    node: &str,
+    instance: &str,
+    sequence: u64,
+    capacity: &NodeCapacity,
+    load: SyntheticLoad,
+) -> pb::NodeReport {
+    let mut summary = LoadSummary::default();
+    summary.set(ResourceKind::Cpu, flat_windows(load.cpu, load.stddev));
+    summary.set(ResourceKind::Memory, flat_windows(load.memory, load.stddev));
+    if !capacity.nics.is_empty() {
+        summary.set(
+            ResourceKind::Network,
+            flat_windows(load.network, load.stddev),
+        );
+    }
+    if !capacity.disks.is_empty() {
+        summary.set(
+            ResourceKind::DiskIo,
+            flat_windows(load.disk_io, load.stddev),
+        );
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0);
+    let mem_avail = (capacity.memory_bytes as f64 * (1.0 - load.memory.clamp(0.0, 1.0))) as u64;
+    pb::NodeReport {
+        node_name: node.to_string(),
+        agent_version: format!("synthetic-{}", loadstar_common::VERSION),
+        sequence,
+        sample_time_unix_nanos: now,
+        sample_interval_seconds: 1.0,
+        capacity: Some(convert::capacity_to_proto(capacity)),
+        usage: convert::load_to_proto(&summary),
+        nics: capacity
+            .nics
+            .iter()
+            .map(|n| {
+                let bps = load.network * n.speed_bits_per_second as f64 / 8.0;
+                pb::NicUsage {
+                    name: n.name.clone(),
+                    rx_bytes_per_second: bps,
+                    tx_bytes_per_second: bps * 0.5,
+                    utilization_ratio: load.network.clamp(0.0, 1.0),
+                }
+            })
+            .collect(),
+        disks: capacity
+            .disks
+            .iter()
+            .map(|d| pb::DiskUsage {
+                name: d.name.clone(),
+                read_bytes_per_second: load.disk_io * d.max_bytes_per_second as f64 * 0.5,
+                write_bytes_per_second: load.disk_io * d.max_bytes_per_second as f64 * 0.5,
+                read_iops: 100.0,
+                write_iops: 100.0,
+                utilization_ratio: load.disk_io.clamp(0.0, 1.0),
+            })
+            .collect(),
+        gpus: Vec::new(),
+        eviction: Some(pb::EvictionSignals {
+            memory_available_bytes: mem_avail,
+            nodefs_available_ratio: Some(0.6),
+            nodefs_inodes_free_ratio: Some(0.9),
+            nodefs_available_bytes: Some(100 << 30),
+        }),
+        pods: Vec::new(),
+        collector_errors: Vec::new(),
+        agent_instance: instance.to_string(),
+    }
+}
+
+/// A minimal valid report (instance `i1`, 4 CPUs, 8 GiB, sample time 0) for `node` with CPU at `cpu` and memory at `mem` (ratios).
+pub fn fixed_report(node: &str, seq: u64, cpu: f64, mem: f64) -> pb::NodeReport {
+    let mut load = LoadSummary::default();
+    for (kind, v) in [(ResourceKind::Cpu, cpu), (ResourceKind::Memory, mem)] {
+        load.set(
+            kind,
+            ResourceLoad {
+                latest: v,
+                windows: vec![WindowSummary {
+                    window_seconds: 60,
+                    mean: v,
+                    stddev: 0.0,
+                    min: v,
+                    max: v,
+                    p95: v,
+                    count: 60,
+                }],
+            },
+        );
+    }
+    pb::NodeReport {
+        node_name: node.into(),
+        agent_version: "test".into(),
+        sequence: seq,
+        sample_time_unix_nanos: 0,
+        sample_interval_seconds: 1.0,
+        capacity: Some(convert::capacity_to_proto(&NodeCapacity {
+            logical_cpus: 4,
+            cpu_max_frequency_hz: 2e9,
+            memory_bytes: 8 << 30,
+            ..Default::default()
+        })),
+        usage: convert::load_to_proto(&load),
+        eviction: Some(pb::EvictionSignals {
+            memory_available_bytes: 4 << 30,
+            nodefs_available_ratio: Some(0.5),
+            nodefs_inodes_free_ratio: Some(0.9),
+            nodefs_available_bytes: Some(10 << 30),
+        }),
+        agent_instance: "i1".into(),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loadstar_store::validate::{ReportLimits, validate};
+
+    #[test]
+    fn synthetic_reports_validate() {
+        let cap = capacity(16, 64);
+        for cpu in [0.0, 0.5, 1.0, 1.5] {
+            let r = report(
+                "node-1",
+                "i",
+                1,
+                &cap,
+                SyntheticLoad {
+                    cpu,
+                    ..Default::default()
+                },
+            );
+            let a = validate(&r, &ReportLimits::default()).expect("valid");
+            let got = a
+                .load
+                .get(ResourceKind::Cpu)
+                .and_then(|l| l.window(60))
+                .map(|w| w.mean);
+            assert_eq!(got, Some(cpu.min(1.0)));
+        }
+    }
+}

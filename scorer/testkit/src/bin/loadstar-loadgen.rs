@@ -1,0 +1,258 @@
+//! `loadstar-loadgen`: simulates N agents, each with its own report stream at a fixed rate,
+//! against a running scorer, and prints what it cost and how fresh the scorer stayed:
+//! accepted/rejected/delayed reports, ack latency, sample-to-visibility lag (via
+//! `WatchNodes`), and the scorer's CPU use when its PID is given.
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::Parser;
+use loadstar_proto::pb;
+use loadstar_proto::pb::ingest_client::IngestClient;
+use loadstar_proto::pb::scorer_client::ScorerClient;
+use loadstar_testkit::agent::{self as simagent, SyntheticLoad};
+use tokio::sync::{Mutex, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// Load generator flags.
+#[derive(Debug, Parser)]
+#[command(name = "loadstar-loadgen", version, about)]
+struct Args {
+    /// Scorer gRPC endpoint.
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    scorer: String,
+    /// Number of simulated agents (one report stream each).
+    #[arg(long, default_value_t = 1000)]
+    agents: usize,
+    /// HTTP/2 connections the streams are spread over (real agents use one each; one
+    /// process cannot hold thousands of connections cheaply).
+    #[arg(long, default_value_t = 50)]
+    connections: usize,
+    /// Report interval per agent, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+    /// Measured run time after the warm-up, seconds.
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    /// Warm-up before measuring, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    warmup: f64,
+    /// Nodes whose visibility lag is measured through WatchNodes.
+    #[arg(long, default_value_t = 100)]
+    probe_nodes: usize,
+    /// PID of the scorer, to report its CPU use.
+    #[arg(long)]
+    scorer_pid: Option<u32>,
+    /// Node name prefix.
+    #[arg(long, default_value = "sim")]
+    prefix: String,
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    accepted: AtomicU64,
+    rejected: AtomicU64,
+    delayed: AtomicU64,
+    late_sends: AtomicU64,
+}
+
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn now_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let endpoint = Endpoint::from_shared(args.scorer.clone()).context("scorer endpoint")?;
+    let mut channels = Vec::new();
+    for _ in 0..args.connections.max(1) {
+        channels.push(
+            endpoint
+                .connect()
+                .await
+                .context("connecting to the scorer")?,
+        );
+    }
+    let counters = Arc::new(Counters::default());
+    let ack_latencies = Arc::new(Mutex::new(Vec::<f64>::new()));
+    let measuring = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let interval = Duration::from_secs_f64(args.interval.max(0.01));
+    let instance = format!("loadgen-{}", std::process::id());
+    for i in 0..args.agents {
+        let channel: Channel = channels[i % channels.len()].clone();
+        let counters = counters.clone();
+        let lat = ack_latencies.clone();
+        let measuring = measuring.clone();
+        let node = format!("{}-{i:05}", args.prefix);
+        let instance = instance.clone();
+        // Staggered start so reports spread over the interval like real agents.
+        let offset = interval.mul_f64(i as f64 / args.agents.max(1) as f64);
+        tokio::spawn(async move {
+            let cap = simagent::capacity(16, 64);
+            let (tx, rx) = mpsc::channel::<pb::NodeReport>(4);
+            let mut client = IngestClient::new(channel);
+            let sent_at = Arc::new(Mutex::new(std::collections::HashMap::<u64, Instant>::new()));
+            let Ok(resp) = client.report(ReceiverStream::new(rx)).await else {
+                return;
+            };
+            let mut acks = resp.into_inner();
+            {
+                let sent_at = sent_at.clone();
+                let counters = counters.clone();
+                let measuring = measuring.clone();
+                tokio::spawn(async move {
+                    while let Ok(Some(ack)) = acks.message().await {
+                        let t0 = sent_at.lock().await.remove(&ack.sequence);
+                        if !measuring.load(Ordering::Relaxed) {
+                            continue;
+                        }
+                        if ack.accepted {
+                            counters.accepted.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            counters.rejected.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if let Some(t0) = t0 {
+                            let d = t0.elapsed();
+                            if d > Duration::from_secs(1) {
+                                counters.delayed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            lat.lock().await.push(d.as_secs_f64());
+                        }
+                    }
+                });
+            }
+            tokio::time::sleep(offset).await;
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut seq = 0u64;
+            loop {
+                let scheduled = tick.tick().await;
+                seq += 1;
+                let phase = (seq as f64 / 30.0 + i as f64).sin() * 0.1;
+                let load = SyntheticLoad {
+                    cpu: (0.3 + (i % 7) as f64 * 0.05 + phase).clamp(0.0, 1.0),
+                    ..Default::default()
+                };
+                let r = simagent::report(&node, &instance, seq, &cap, load);
+                if measuring.load(Ordering::Relaxed) {
+                    if scheduled.elapsed() > Duration::from_millis(100) {
+                        counters.late_sends.fetch_add(1, Ordering::Relaxed);
+                    }
+                    counters.sent.fetch_add(1, Ordering::Relaxed);
+                }
+                sent_at.lock().await.insert(seq, Instant::now());
+                if tx.send(r).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    // Visibility lag: receive time of the WatchNodes update minus the report's sample time.
+    let lags = Arc::new(Mutex::new(Vec::<f64>::new()));
+    {
+        let names: Vec<String> = (0..args.probe_nodes.min(args.agents))
+            .map(|i| {
+                format!(
+                    "{}-{:05}",
+                    args.prefix,
+                    i * args.agents / args.probe_nodes.max(1)
+                )
+            })
+            .collect();
+        let mut client = ScorerClient::new(endpoint.connect().await?);
+        let mut watch = client
+            .watch_nodes(pb::WatchNodesRequest { node_names: names })
+            .await?
+            .into_inner();
+        let lags = lags.clone();
+        let measuring = measuring.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(ev)) = watch.message().await {
+                if ev.kind != pb::node_event::Kind::Updated as i32
+                    || !measuring.load(Ordering::Relaxed)
+                {
+                    continue;
+                }
+                if let Some(r) = ev.node.and_then(|n| n.last_report) {
+                    let lag = (now_nanos() - r.sample_time_unix_nanos) as f64 / 1e9;
+                    lags.lock().await.push(lag);
+                }
+            }
+        });
+    }
+    tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
+    let cpu0 = args.scorer_pid.and_then(cpu_ticks);
+    let t0 = Instant::now();
+    measuring.store(true, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs_f64(args.duration)).await;
+    measuring.store(false, Ordering::Relaxed);
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu1 = args.scorer_pid.and_then(cpu_ticks);
+    let mut l = ack_latencies.lock().await.clone();
+    l.sort_by(f64::total_cmp);
+    let mut v = lags.lock().await.clone();
+    v.sort_by(f64::total_cmp);
+    let c = &counters;
+    println!("agents                 {}", args.agents);
+    println!("connections            {}", args.connections);
+    println!("interval_seconds       {}", args.interval);
+    println!("measured_seconds       {wall:.1}");
+    println!("reports_sent           {}", c.sent.load(Ordering::Relaxed));
+    println!(
+        "reports_per_second     {:.0}",
+        c.sent.load(Ordering::Relaxed) as f64 / wall
+    );
+    println!(
+        "acks_accepted          {}",
+        c.accepted.load(Ordering::Relaxed)
+    );
+    println!(
+        "acks_rejected          {}",
+        c.rejected.load(Ordering::Relaxed)
+    );
+    println!(
+        "acks_delayed_over_1s   {}",
+        c.delayed.load(Ordering::Relaxed)
+    );
+    println!(
+        "late_sends_over_100ms  {}",
+        c.late_sends.load(Ordering::Relaxed)
+    );
+    println!("ack_latency_p50_ms     {:.2}", percentile(&l, 0.5) * 1e3);
+    println!("ack_latency_p99_ms     {:.2}", percentile(&l, 0.99) * 1e3);
+    println!("visibility_samples     {}", v.len());
+    println!("visibility_lag_p50_ms  {:.2}", percentile(&v, 0.5) * 1e3);
+    println!("visibility_lag_p99_ms  {:.2}", percentile(&v, 0.99) * 1e3);
+    println!(
+        "visibility_lag_max_ms  {:.2}",
+        v.last().copied().unwrap_or(f64::NAN) * 1e3
+    );
+    if let (Some(a), Some(b)) = (cpu0, cpu1) {
+        // Linux reports CPU time in clock ticks of 100 Hz on every mainstream kernel.
+        let cores = (b - a) as f64 / 100.0 / wall;
+        println!("scorer_cpu_cores       {cores:.3}");
+    }
+    Ok(())
+}

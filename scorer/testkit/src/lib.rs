@@ -1,0 +1,5 @@
+//! Loadstar's test kit, for tests, benchmarks and the load generator only (a dev-dependency,
+//! never a production dependency): synthetic agent reports with chosen loads, and builders
+//! for nodes, pods and snapshots.
+pub mod agent;
+pub mod snapshot;

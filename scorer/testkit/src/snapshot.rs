@@ -1,0 +1,167 @@
+//! Builders for plugin unit tests: nodes with Kubernetes facts, agent load and pods, a
+//! snapshot, and helpers that run one plugin over it.
+use std::sync::Arc;
+
+use loadstar_common::model::{NodeCapacity, ResourceKind, ResourceList, ResourceLoad};
+use loadstar_common::window::WindowSummary;
+
+use loadstar_framework::snapshot::{
+    AgentNode, ClusterSnapshot, KubeNode, NodeAllocation, NodeView, PodInfo, PodOnNode,
+};
+use loadstar_framework::{CycleContext, FilterPlugin, ScorePlugin, StalePolicy};
+
+/// One gibibyte in bytes.
+pub const GIB: i64 = 1 << 30;
+/// One mebibyte in bytes.
+pub const MIB: i64 = 1 << 20;
+
+/// A Ready Kubernetes node with this allocatable CPU and memory and 110 pods.
+pub fn kube_node(name: &str, cpu_millis: i64, memory_bytes: i64) -> NodeView {
+    NodeView {
+        name: Arc::from(name),
+        agent: None,
+        kube: Some(Arc::new(KubeNode {
+            allocatable: ResourceList {
+                cpu_millis,
+                memory_bytes,
+                pods: 110,
+                ephemeral_storage_bytes: 100 * GIB,
+                ..Default::default()
+            },
+            ready: true,
+            ..Default::default()
+        })),
+        alloc: Arc::new(NodeAllocation::default()),
+        stale: false,
+        report_age_seconds: None,
+    }
+}
+
+/// Edits the node's Kubernetes facts.
+pub fn edit_kube(mut n: NodeView, f: impl FnOnce(&mut KubeNode)) -> NodeView {
+    let mut k = n.kube.as_deref().cloned().unwrap_or_default();
+    f(&mut k);
+    n.kube = Some(Arc::new(k));
+    n
+}
+
+/// Edits the node's allocation.
+pub fn edit_alloc(mut n: NodeView, f: impl FnOnce(&mut NodeAllocation)) -> NodeView {
+    let mut a = (*n.alloc).clone();
+    f(&mut a);
+    n.alloc = Arc::new(a);
+    n
+}
+
+/// Sets the requests placed on the node (requested = non-zero requested).
+pub fn with_requested(n: NodeView, cpu_millis: i64, memory_bytes: i64) -> NodeView {
+    edit_alloc(n, |a| {
+        a.requested.cpu_millis = cpu_millis;
+        a.requested.memory_bytes = memory_bytes;
+        a.nonzero_cpu_millis = cpu_millis;
+        a.nonzero_memory_bytes = memory_bytes;
+    })
+}
+
+/// Adds a pod to the node's allocation.
+pub fn with_pod(n: NodeView, pod: PodOnNode) -> NodeView {
+    edit_alloc(n, |a| {
+        a.requested.pods += 1;
+        a.pods.push(pod);
+    })
+}
+
+/// Edits (or creates) the node's agent report.
+pub fn edit_agent(mut n: NodeView, f: impl FnOnce(&mut AgentNode)) -> NodeView {
+    let mut a = n.agent.as_deref().cloned().unwrap_or_else(|| AgentNode {
+        capacity: NodeCapacity {
+            logical_cpus: 4,
+            cpu_max_frequency_hz: 2.0e9,
+            memory_bytes: 16 * GIB as u64,
+            ..Default::default()
+        },
+        memory_available_bytes: 8 * GIB as u64,
+        nodefs_available_ratio: Some(0.5),
+        nodefs_inodes_free_ratio: Some(0.5),
+        interval_seconds: 1.0,
+        ..Default::default()
+    });
+    f(&mut a);
+    n.agent = Some(Arc::new(a));
+    n
+}
+
+/// Gives the node a measured load of `kind`: window mean and stddev (ratios), 60 s window.
+pub fn with_load(n: NodeView, kind: ResourceKind, mean: f64, stddev: f64) -> NodeView {
+    edit_agent(n, |a| {
+        a.load.set(
+            kind,
+            ResourceLoad {
+                latest: mean,
+                windows: vec![WindowSummary {
+                    window_seconds: 60,
+                    mean,
+                    stddev,
+                    min: mean,
+                    max: mean,
+                    p95: mean,
+                    count: 60,
+                }],
+            },
+        )
+    })
+}
+
+/// Sets the agent's capacity CPUs and memory.
+pub fn with_capacity(n: NodeView, cpus: u32, memory_bytes: i64) -> NodeView {
+    edit_agent(n, |a| {
+        a.capacity.logical_cpus = cpus;
+        a.capacity.memory_bytes = memory_bytes as u64;
+    })
+}
+
+/// A pod with these CPU/memory requests (non-zero requests equal to them).
+pub fn pod(cpu_millis: i64, memory_bytes: i64) -> PodInfo {
+    PodInfo {
+        uid: "uid-new".into(),
+        namespace: "default".into(),
+        name: "new".into(),
+        requests: ResourceList {
+            cpu_millis,
+            memory_bytes,
+            ..Default::default()
+        },
+        nonzero_cpu_millis: cpu_millis,
+        nonzero_memory_bytes: memory_bytes,
+        ..Default::default()
+    }
+}
+
+/// A snapshot of `nodes` (sorted by name).
+pub fn snapshot(nodes: Vec<NodeView>) -> ClusterSnapshot {
+    ClusterSnapshot::new(nodes, 1)
+}
+
+/// A cycle context with a 60 s window and `policy`.
+pub fn ctx_with(snap: &ClusterSnapshot, policy: StalePolicy) -> CycleContext<'_> {
+    CycleContext::new(snap, 60, policy)
+}
+
+/// A cycle context with a 60 s window and the fallback policy.
+pub fn ctx(snap: &ClusterSnapshot) -> CycleContext<'_> {
+    ctx_with(snap, StalePolicy::Fallback)
+}
+
+/// Scores every node of the snapshot (in name order).
+pub fn score_all(plugin: &dyn ScorePlugin, snap: &ClusterSnapshot, pod: &PodInfo) -> Vec<i64> {
+    let nodes: Vec<&NodeView> = snap.nodes.iter().collect();
+    let mut out = vec![-1; nodes.len()];
+    plugin.score(&ctx(snap), pod, &nodes, &mut out);
+    out
+}
+
+/// Runs a filter on one node alone.
+pub fn filter_one(plugin: &dyn FilterPlugin, node: NodeView, pod: &PodInfo) -> Result<(), String> {
+    let snap = snapshot(vec![node]);
+    plugin.filter(&ctx(&snap), pod, &snap.nodes[0])
+}
