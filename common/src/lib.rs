@@ -3,6 +3,8 @@
 //! lives in `loadstar-proto`.
 pub mod model;
 pub mod quantity;
+pub mod rate;
+pub mod text;
 pub mod window;
 
 /// The version of this build, reported by agents and shown by `--version`.

@@ -212,7 +212,7 @@ impl ResourceList {
         let mut list = ResourceList::default();
         for (name, value) in entries {
             let err = |source| ResourceListError {
-                resource: name.to_string(),
+                resource: crate::text::truncate(name, 64),
                 source,
             };
             match name {

@@ -50,7 +50,7 @@ impl Quantity {
     /// (`Ki Mi Gi Ti Pi Ei`), decimal SI (`n u m k M G T P E`) or an exponent (`e3`, `E-2`).
     pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
         let invalid = |reason| QuantityError::Invalid {
-            input: input.to_string(),
+            input: crate::text::truncate(input, 64),
             reason,
         };
         let s = input.trim();
@@ -128,7 +128,7 @@ impl Quantity {
                 let e: i32 = exp.parse().map_err(|_| invalid("exponent out of range"))?;
                 if e.abs() > 1000 {
                     return Err(QuantityError::OutOfRange {
-                        input: input.to_string(),
+                        input: crate::text::truncate(input, 64),
                     });
                 }
                 (e, 0)
@@ -151,7 +151,7 @@ impl Quantity {
     /// The value scaled by `10^scale10`, rounded up (towards +∞), as an i64.
     fn scaled_ceil(&self, scale10: i32, input: &str) -> Result<i64, QuantityError> {
         let range = || QuantityError::OutOfRange {
-            input: input.to_string(),
+            input: crate::text::truncate(input, 64),
         };
         if self.mantissa == 0 {
             return Ok(0);
@@ -202,7 +202,7 @@ pub fn parse_nonneg_millis(input: &str) -> Result<i64, QuantityError> {
     let q = Quantity::parse(input)?;
     if q.is_negative() {
         return Err(QuantityError::Negative {
-            input: input.into(),
+            input: crate::text::truncate(input, 64),
         });
     }
     q.scaled_ceil(3, input)
@@ -213,7 +213,7 @@ pub fn parse_nonneg_units(input: &str) -> Result<i64, QuantityError> {
     let q = Quantity::parse(input)?;
     if q.is_negative() {
         return Err(QuantityError::Negative {
-            input: input.into(),
+            input: crate::text::truncate(input, 64),
         });
     }
     q.scaled_ceil(0, input)

@@ -44,6 +44,14 @@ pub enum ConvertError {
         /// The raw value.
         value: i32,
     },
+    /// Values that must be ordered are not (e.g. a window's `min > max`).
+    #[error("{field}: {message}")]
+    Inconsistent {
+        /// Field path.
+        field: String,
+        /// What does not hold.
+        message: String,
+    },
     /// The same resource appears twice.
     #[error("{field}: resource {resource} appears more than once")]
     Duplicate {
@@ -141,7 +149,7 @@ pub fn window_to_proto(w: &WindowSummary) -> pb::WindowStats {
 /// Validated domain form of one window's statistics; `field` prefixes error paths.
 pub fn window_from_proto(field: &str, w: &pb::WindowStats) -> Result<WindowSummary, ConvertError> {
     let f = |name: &str| format!("{field}.{name}");
-    Ok(WindowSummary {
+    let summary = WindowSummary {
         window_seconds: w.window_seconds,
         mean: ratio(|| f("mean_ratio"), w.mean_ratio)?,
         stddev: bounded(|| f("stddev_ratio"), w.stddev_ratio, 0.0, 1.0)?,
@@ -149,7 +157,21 @@ pub fn window_from_proto(field: &str, w: &pb::WindowStats) -> Result<WindowSumma
         max: ratio(|| f("max_ratio"), w.max_ratio)?,
         p95: ratio(|| f("p95_ratio"), w.p95_ratio)?,
         count: w.sample_count,
-    })
+    };
+    // Statistics of one set of samples are ordered; allow rounding in the last bits.
+    const EPS: f64 = 1e-9;
+    let (min, max) = (summary.min - EPS, summary.max + EPS);
+    if !(min <= summary.mean && summary.mean <= max && min <= summary.p95 && summary.p95 <= max) {
+        return Err(ConvertError::Inconsistent {
+            field: field.to_string(),
+            message: format!(
+                "window statistics out of order: need min ≤ mean ≤ max and min ≤ p95 ≤ max, \
+                 got min {}, mean {}, p95 {}, max {}",
+                summary.min, summary.mean, summary.p95, summary.max
+            ),
+        });
+    }
+    Ok(summary)
 }
 
 /// Wire form of a node's load.
@@ -267,13 +289,54 @@ pub fn gpu_capacity(index: u32, uuid: &str, model: &str, memory_bytes: u64) -> G
 
 /// Validated domain form of a node's capacity.
 pub fn capacity_from_proto(c: &pb::NodeCapacity) -> Result<NodeCapacity, ConvertError> {
+    use crate::limits::capacity as cap;
+    let int = |field: String, value: u64, min: u64, max: u64| {
+        bounded(|| field, value as f64, min as f64, max as f64).map(|_| value)
+    };
+    // 0 is a valid wire value (the agent could not count CPUs); the scorer refuses it.
+    int(
+        "capacity.logical_cpus".into(),
+        c.logical_cpus.into(),
+        0,
+        cap::MAX_LOGICAL_CPUS.into(),
+    )?;
+    int(
+        "capacity.memory_bytes".into(),
+        c.memory_bytes,
+        0,
+        cap::MAX_MEMORY_BYTES,
+    )?;
+    for (i, n) in c.nics.iter().enumerate() {
+        int(
+            format!("capacity.nics[{i}].speed_bits_per_second"),
+            n.speed_bits_per_second,
+            0,
+            cap::MAX_NIC_BITS_PER_SECOND,
+        )?;
+    }
+    for (i, d) in c.disks.iter().enumerate() {
+        int(
+            format!("capacity.disks[{i}].max_bytes_per_second"),
+            d.max_bytes_per_second,
+            0,
+            cap::MAX_DISK_BYTES_PER_SECOND,
+        )?;
+    }
+    for (i, g) in c.gpus.iter().enumerate() {
+        int(
+            format!("capacity.gpus[{i}].memory_bytes"),
+            g.memory_bytes,
+            0,
+            cap::MAX_GPU_MEMORY_BYTES,
+        )?;
+    }
     Ok(NodeCapacity {
         logical_cpus: c.logical_cpus,
         cpu_max_frequency_hz: bounded(
             || "capacity.cpu_max_frequency_hz".into(),
             c.cpu_max_frequency_hz,
             0.0,
-            1e12,
+            cap::MAX_CPU_FREQUENCY_HZ,
         )?,
         memory_bytes: c.memory_bytes,
         nics: c

@@ -2,6 +2,7 @@
 //! for reflection, and the validating conversions between wire and domain types. Kept apart
 //! from `loadstar-common` so that the policy layer builds without tonic or prost.
 pub mod convert;
+pub mod limits;
 
 /// Generated `loadstar.v1` protocol types, clients and servers.
 #[allow(missing_docs, clippy::all)]

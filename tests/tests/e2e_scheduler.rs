@@ -77,7 +77,10 @@ async fn hot_node_is_avoided_though_its_requests_are_low() -> Result<()> {
     eventually("agent reports visible", Duration::from_secs(20), || {
         let mut sc = sc.clone();
         async move {
-            let list = sc.list_nodes(pb::ListNodesRequest {}).await?.into_inner();
+            let list = sc
+                .list_nodes(pb::ListNodesRequest::default())
+                .await?
+                .into_inner();
             let fresh = list
                 .nodes
                 .iter()
@@ -431,7 +434,10 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
     };
     // The standby answers Score/List but refuses to bind, naming the leader.
     let mut sc = ScorerClient::connect(standby.endpoint()).await?;
-    let listed = sc.list_nodes(pb::ListNodesRequest {}).await?.into_inner();
+    let listed = sc
+        .list_nodes(pb::ListNodesRequest::default())
+        .await?
+        .into_inner();
     assert!(listed.nodes.iter().any(|n| n.node_name == "ha-node-0"));
     create_pod(&client, &ns, pod("ref", Some("nobody"), "100m", MI)).await?;
     let refused = eventually("standby refuses Bind", Duration::from_secs(10), || {

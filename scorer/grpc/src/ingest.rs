@@ -10,9 +10,34 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use loadstar_store::NodeStore;
+use loadstar_common::rate::{RateLimit, TokenBucket};
+use loadstar_proto::limits::truncate;
+use std::future::Future;
+
 use loadstar_store::metrics::{Metrics, ReasonLabel};
 use loadstar_store::validate::ReportError;
+use loadstar_store::{NodeStore, StreamId};
+
+/// Per-stream ingest limits; see [`IngestLimits::default`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IngestLimits {
+    /// Reports per second one stream may send before the scorer reads it more slowly (the
+    /// stream is paced, not refused: HTTP/2 flow control pushes back on the sender).
+    pub reports_per_second: f64,
+    /// Reports a stream may send at once above the rate.
+    pub burst: u32,
+}
+
+impl Default for IngestLimits {
+    /// 20 reports/s, burst 40: twenty times the agent's default 1 Hz, and enough for its
+    /// fastest sensible interval (0.1 s) with slack.
+    fn default() -> Self {
+        IngestLimits {
+            reports_per_second: 20.0,
+            burst: 40,
+        }
+    }
+}
 
 /// The ingest service.
 #[derive(Debug, Clone)]
@@ -21,6 +46,16 @@ pub struct IngestService {
     metrics: Arc<Metrics>,
     desired_interval_seconds: f64,
     closing: Option<watch::Receiver<bool>>,
+    limits: IngestLimits,
+}
+
+/// What handling one report decided.
+#[derive(Debug)]
+pub struct Handled {
+    /// The ack for the report.
+    pub ack: pb::ReportAck,
+    /// End the stream with this status after the ack (another stream owns the node).
+    pub end: Option<Status>,
 }
 
 impl IngestService {
@@ -36,7 +71,14 @@ impl IngestService {
             metrics,
             desired_interval_seconds,
             closing: None,
+            limits: IngestLimits::default(),
         }
+    }
+
+    /// Sets the per-stream limits.
+    pub fn with_limits(mut self, limits: IngestLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Ends agent streams when `closing` turns true, so agents move to another replica and
@@ -46,27 +88,54 @@ impl IngestService {
         self
     }
 
-    /// Handles one report of a stream whose first node was `stream_node`.
+    fn reject(&self, reason: &'static str) {
+        self.metrics
+            .reports_rejected
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    fn refuse(&self, reason: &'static str) {
+        self.metrics
+            .ingest_refused
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// Handles one report of stream `stream`, whose first accepted node was `stream_node`.
     pub fn handle(
         &self,
+        stream: StreamId,
         stream_node: &mut Option<String>,
         report: pb::NodeReport,
-    ) -> pb::ReportAck {
+    ) -> Handled {
         let sequence = report.sequence;
         let sample_nanos = report.sample_time_unix_nanos;
         let result = match stream_node.as_deref() {
             Some(n) if n != report.node_name => Err(ReportError::NodeChanged {
                 expected: n.to_string(),
-                got: report.node_name.clone(),
+                got: truncate(&report.node_name, 64),
             }),
             _ => {
                 let name = report.node_name.clone();
-                let r = self.store.apply_report(report, Instant::now());
+                let r = self
+                    .store
+                    .apply_stream_report(report, Instant::now(), stream);
                 if r.is_ok() && stream_node.is_none() {
                     *stream_node = Some(name);
                 }
                 r
             }
+        };
+        let ack = |accepted: bool, reject_reason: String| pb::ReportAck {
+            sequence,
+            accepted,
+            reject_reason,
+            desired_interval_seconds: self.desired_interval_seconds,
         };
         match result {
             Ok(()) => {
@@ -77,28 +146,113 @@ impl IngestService {
                         self.metrics.report_lag.observe(lag / 1e9);
                     }
                 }
-                pb::ReportAck {
-                    sequence,
-                    accepted: true,
-                    reject_reason: String::new(),
-                    desired_interval_seconds: self.desired_interval_seconds,
+                Handled {
+                    ack: ack(true, String::new()),
+                    end: None,
                 }
             }
             Err(e) => {
-                self.metrics
-                    .reports_rejected
-                    .get_or_create(&ReasonLabel {
-                        reason: e.kind().into(),
-                    })
-                    .inc();
+                self.reject(e.kind());
                 debug!(error = %e, "report rejected");
-                pb::ReportAck {
-                    sequence,
-                    accepted: false,
-                    reject_reason: e.to_string(),
-                    desired_interval_seconds: self.desired_interval_seconds,
+                let end = matches!(e, ReportError::Owned { .. }).then(|| {
+                    self.refuse("owned");
+                    Status::already_exists(e.to_string())
+                });
+                Handled {
+                    ack: ack(false, e.to_string()),
+                    end,
                 }
             }
+        }
+    }
+
+    /// Waits until `bucket` lets the stream's next report in; `false` if the server closes
+    /// meanwhile.
+    async fn pace(
+        &self,
+        bucket: &mut TokenBucket,
+        closed: &mut (impl Future<Output = ()> + Unpin),
+    ) -> bool {
+        while let Err(wait) = bucket.try_take(std::time::Instant::now()) {
+            self.metrics.ingest_throttled.inc();
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = &mut *closed => return false,
+            }
+        }
+        true
+    }
+
+    /// Serves one agent stream until it ends, the server closes, or it must be refused.
+    async fn run_stream(
+        self,
+        mut inbound: Streaming<pb::NodeReport>,
+        tx: mpsc::Sender<Result<pb::ReportAck, Status>>,
+    ) {
+        let stream = StreamId::next();
+        let mut node: Option<String> = None;
+        let mut bucket = TokenBucket::new(
+            RateLimit {
+                qps: self.limits.reports_per_second,
+                burst: self.limits.burst,
+            },
+            std::time::Instant::now(),
+        );
+        let closed = crate::shutdown::closed(self.closing.clone());
+        tokio::pin!(closed);
+        loop {
+            if !self.pace(&mut bucket, &mut closed).await {
+                info!("scorer shutting down; ending agent stream");
+                break;
+            }
+            let next = tokio::select! {
+                m = inbound.message() => m,
+                _ = &mut closed => {
+                    info!("scorer shutting down; ending agent stream");
+                    break;
+                }
+            };
+            match next {
+                Ok(Some(report)) => {
+                    let first = node.is_none();
+                    let handled = self.handle(stream, &mut node, report);
+                    if first && let Some(n) = &node {
+                        // Recorded once per stream: the span's fields never grow.
+                        tracing::Span::current().record("node", n.as_str());
+                    }
+                    if tx.send(Ok(handled.ack)).await.is_err() {
+                        break; // The agent went away.
+                    }
+                    if let Some(status) = handled.end {
+                        warn!(reason = %status.message(), "agent stream refused");
+                        let _ = tx.send(Err(status)).await;
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(status) => {
+                    // Undecodable or oversized: the stream cannot go on, but the agent is
+                    // told why (a status, never a silent OK).
+                    let code = status.code();
+                    let reason = if code == tonic::Code::OutOfRange {
+                        "too_large"
+                    } else {
+                        "broken"
+                    };
+                    warn!(code = ?status.code(), message = %truncate(status.message(), 512), "agent stream broken");
+                    self.reject("stream");
+                    self.refuse(reason);
+                    let message = format!(
+                        "stream ended by the scorer: {}",
+                        truncate(status.message(), 1024)
+                    );
+                    let _ = tx.send(Err(Status::new(code, message))).await;
+                    break;
+                }
+            }
+        }
+        if let Some(n) = &node {
+            self.store.release(n, stream);
         }
     }
 }
@@ -112,48 +266,16 @@ impl pb::ingest_server::Ingest for IngestService {
         request: Request<Streaming<pb::NodeReport>>,
     ) -> Result<Response<Self::ReportStream>, Status> {
         let peer = request.remote_addr();
-        let mut inbound = request.into_inner();
+        let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(32);
         let this = self.clone();
         let span = info_span!("ingest_stream", peer = ?peer, node = tracing::field::Empty);
         tokio::spawn(
             async move {
                 this.metrics.ingest_streams.inc();
-                let mut node: Option<String> = None;
-                let closed = crate::shutdown::closed(this.closing.clone());
-                tokio::pin!(closed);
-                loop {
-                    let next = tokio::select! {
-                        m = inbound.message() => m,
-                        _ = &mut closed => {
-                            info!("scorer shutting down; ending agent stream");
-                            break;
-                        }
-                    };
-                    match next {
-                        Ok(Some(report)) => {
-                            let ack = this.handle(&mut node, report);
-                            if let Some(n) = &node {
-                                tracing::Span::current().record("node", n.as_str());
-                            }
-                            if tx.send(Ok(ack)).await.is_err() {
-                                break; // The agent went away.
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(status) => {
-                            warn!(code = ?status.code(), message = %status.message(), "agent stream broken");
-                            this.metrics
-                                .reports_rejected
-                                .get_or_create(&ReasonLabel {
-                                    reason: "stream".into(),
-                                })
-                                .inc();
-                            break;
-                        }
-                    }
-                }
-                this.metrics.ingest_streams.dec();
+                let metrics = this.metrics.clone();
+                this.run_stream(inbound, tx).await;
+                metrics.ingest_streams.dec();
                 info!("agent stream closed");
             }
             .instrument(span),
@@ -176,8 +298,13 @@ mod tests {
             1.0,
         );
         let mut node = None;
-        assert!(svc.handle(&mut node, report("a", 1, 0.1, 0.1)).accepted);
-        let ack = svc.handle(&mut node, report("b", 2, 0.1, 0.1));
+        let stream = StreamId::next();
+        assert!(
+            svc.handle(stream, &mut node, report("a", 1, 0.1, 0.1))
+                .ack
+                .accepted
+        );
+        let ack = svc.handle(stream, &mut node, report("b", 2, 0.1, 0.1)).ack;
         assert!(!ack.accepted);
         assert_eq!(
             ack.reject_reason,
@@ -185,8 +312,12 @@ mod tests {
         );
         let mut bad = report("a", 3, 0.1, 0.1);
         bad.capacity = None;
-        let ack = svc.handle(&mut node, bad);
+        let ack = svc.handle(stream, &mut node, bad).ack;
         assert_eq!(ack.reject_reason, "node a: capacity is missing");
-        assert!(svc.handle(&mut node, report("a", 4, 0.1, 0.1)).accepted);
+        assert!(
+            svc.handle(stream, &mut node, report("a", 4, 0.1, 0.1))
+                .ack
+                .accepted
+        );
     }
 }

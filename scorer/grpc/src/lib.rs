@@ -3,12 +3,14 @@
 //! the only layer that speaks `tonic`: domain errors from the layers below become a
 //! [`tonic::Status`] here ([`status`]).
 pub mod ingest;
+pub mod listener;
 pub mod podspec;
 pub mod scheduler;
 pub mod scorer;
 pub mod server;
 pub mod shutdown;
 pub mod status;
+pub mod watch;
 
 /// The message for calls that need Kubernetes when the scorer runs without it.
 pub const NO_KUBERNETES: &str = "this scorer has no Kubernetes connection (standalone mode or no \

@@ -1,6 +1,7 @@
 //! Converts a client's inline `PodDescription` into the [`PodInfo`] the plugins score, with
 //! clear errors for malformed quantities or tolerations.
 use loadstar_common::model::ResourceList;
+use loadstar_common::text::{quote, truncate};
 use loadstar_proto::pb;
 use thiserror::Error;
 
@@ -43,7 +44,7 @@ pub fn from_description(d: &pb::PodDescription) -> Result<PodInfo, PodSpecError>
     } else {
         d.namespace.clone()
     };
-    let pod = format!("{namespace}/{}", d.name);
+    let pod = truncate(&format!("{namespace}/{}", d.name), 128);
     let parse = |field: &'static str, m: &std::collections::HashMap<String, String>| {
         ResourceList::from_quantities(m.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(
             |source| PodSpecError::Quantity {
@@ -65,11 +66,13 @@ pub fn from_description(d: &pb::PodDescription) -> Result<PodInfo, PodSpecError>
         let exists = match t.operator.as_str() {
             "" | "Equal" => false,
             "Exists" => true,
-            other => return Err(err(format!("unknown operator {other:?}"))),
+            other => return Err(err(format!("unknown operator {}", quote(other)))),
         };
         let effect = match t.effect.as_str() {
             "" => None,
-            e => Some(TaintEffect::parse(e).ok_or_else(|| err(format!("unknown effect {e:?}")))?),
+            e => Some(
+                TaintEffect::parse(e).ok_or_else(|| err(format!("unknown effect {}", quote(e))))?,
+            ),
         };
         if t.key.is_empty() && !exists {
             return Err(err("an empty key needs operator Exists".into()));

@@ -1,16 +1,17 @@
 //! The `loadstar.v1.Scorer` gRPC service: scores (with per-plugin breakdown and filter
 //! reasons), node listings, a node-change watch, and the configured profiles.
+use std::collections::HashSet;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
+use loadstar_proto::limits::{quote, quote_list};
 use loadstar_proto::pb;
+use prost::Message;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, debug, info_span};
 
@@ -20,9 +21,10 @@ use loadstar_store::cluster::PodResolver;
 use loadstar_store::metrics::Metrics;
 
 use crate::shutdown::closed;
+use crate::watch::{WatchHub, WatchLimits, WatchStats};
 use crate::{NO_KUBERNETES, podspec, status};
 use loadstar_framework::snapshot::{ClusterSnapshot, PodInfo};
-use loadstar_store::{ChangeKind, NodeStore};
+use loadstar_store::NodeStore;
 
 /// Builds the wire answer for an evaluation.
 pub fn to_response(
@@ -72,6 +74,38 @@ pub struct ScorerService {
     metrics: Arc<Metrics>,
     resolver: Option<Arc<dyn PodResolver>>,
     closing: Option<watch::Receiver<bool>>,
+    hub: Arc<WatchHub>,
+    limits: QueryLimits,
+}
+
+/// Limits on the query calls; see [`QueryLimits::default`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryLimits {
+    /// Most distinct `candidate_nodes` in one `Score` call (duplicates are dropped first).
+    pub max_candidates: usize,
+    /// `ListNodes` page size when the client asks for none.
+    pub default_page_size: usize,
+    /// Largest `ListNodes` page size a client may ask for.
+    pub max_page_size: usize,
+    /// A `ListNodes` page stops before its encoded size passes this, so every answer fits a
+    /// default client's 4 MiB receive limit.
+    pub max_page_bytes: usize,
+    /// Watcher limits.
+    pub watch: WatchLimits,
+}
+
+impl Default for QueryLimits {
+    /// 20 000 candidates (kube-scheduler's tested maximum is 15 000 nodes), pages of 500
+    /// nodes by default and 5 000 at most, 3 MiB per page.
+    fn default() -> Self {
+        QueryLimits {
+            max_candidates: 20_000,
+            default_page_size: 500,
+            max_page_size: 5_000,
+            max_page_bytes: 3 << 20,
+            watch: WatchLimits::default(),
+        }
+    }
 }
 
 impl ScorerService {
@@ -83,13 +117,32 @@ impl ScorerService {
         metrics: Arc<Metrics>,
         resolver: Option<Arc<dyn PodResolver>>,
     ) -> Self {
+        Self::with_limits(store, profiles, metrics, resolver, QueryLimits::default())
+    }
+
+    /// Like [`ScorerService::new`], with explicit limits.
+    pub fn with_limits(
+        store: Arc<NodeStore>,
+        profiles: Arc<Profiles>,
+        metrics: Arc<Metrics>,
+        resolver: Option<Arc<dyn PodResolver>>,
+        limits: QueryLimits,
+    ) -> Self {
+        let hub = WatchHub::start(store.clone(), metrics.clone(), limits.watch);
         ScorerService {
             store,
             profiles,
             metrics,
             resolver,
             closing: None,
+            hub,
+            limits,
         }
+    }
+
+    /// The watch hub's accounting (watchers, queued bytes, drops).
+    pub fn watch_stats(&self) -> WatchStats {
+        self.hub.stats()
     }
 
     /// Ends server streams (`WatchNodes`) when `closing` turns true, so a graceful shutdown
@@ -144,9 +197,19 @@ impl ScorerService {
         let indices: Option<Vec<usize>> = if candidates.is_empty() {
             None
         } else {
-            let mut v = Vec::with_capacity(candidates.len());
+            let mut seen = HashSet::with_capacity(candidates.len().min(self.limits.max_candidates));
+            let mut v = Vec::new();
             let mut unknown = Vec::new();
             for c in candidates {
+                if !seen.insert(c.as_str()) {
+                    continue;
+                }
+                if seen.len() > self.limits.max_candidates {
+                    return Err(Status::invalid_argument(format!(
+                        "candidate_nodes has more than {} distinct names, the limit",
+                        self.limits.max_candidates
+                    )));
+                }
                 match snap.index.get(c.as_str()) {
                     Some(&i) => v.push(i),
                     None => unknown.push(c.as_str()),
@@ -155,7 +218,7 @@ impl ScorerService {
             if !unknown.is_empty() {
                 return Err(Status::not_found(format!(
                     "unknown candidate node(s): {}",
-                    unknown.join(", ")
+                    quote_list(unknown)
                 )));
             }
             Some(v)
@@ -193,10 +256,38 @@ impl pb::scorer_server::Scorer for ScorerService {
 
     async fn list_nodes(
         &self,
-        _request: Request<pb::ListNodesRequest>,
+        request: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesResponse>, Status> {
+        let req = request.into_inner();
+        let size = match req.page_size as usize {
+            0 => self.limits.default_page_size,
+            n => n.min(self.limits.max_page_size),
+        };
+        let names = self.store.node_names();
+        let start = names.partition_point(|n| n.as_ref() <= req.page_token.as_str());
+        let mut nodes = Vec::new();
+        let mut bytes = 0usize;
+        let mut next_page_token = String::new();
+        for name in &names[start..] {
+            let Some(node) = self.store.node_status(name) else {
+                continue;
+            };
+            let len = node.encoded_len() + 8;
+            if nodes.len() == size
+                || (!nodes.is_empty() && bytes + len > self.limits.max_page_bytes)
+            {
+                next_page_token = nodes
+                    .last()
+                    .map(|n: &pb::NodeStatus| n.node_name.clone())
+                    .unwrap_or_default();
+                break;
+            }
+            bytes += len;
+            nodes.push(node);
+        }
         Ok(Response::new(pb::ListNodesResponse {
-            nodes: self.store.list_status(),
+            nodes,
+            next_page_token,
         }))
     }
 
@@ -208,7 +299,9 @@ impl pb::scorer_server::Scorer for ScorerService {
         self.store
             .node_status(&name)
             .map(Response::new)
-            .ok_or_else(|| Status::not_found(format!("node {name:?} is not known to this scorer")))
+            .ok_or_else(|| {
+                Status::not_found(format!("node {} is not known to this scorer", quote(&name)))
+            })
     }
 
     type WatchNodesStream = NodeEventStream;
@@ -217,74 +310,11 @@ impl pb::scorer_server::Scorer for ScorerService {
         &self,
         request: Request<pb::WatchNodesRequest>,
     ) -> Result<Response<Self::WatchNodesStream>, Status> {
-        let filter: Vec<String> = request.into_inner().node_names;
-        let wanted = move |n: &str| filter.is_empty() || filter.iter().any(|f| f == n);
-        let store = self.store.clone();
-        let mut changes = store.subscribe();
-        let (tx, rx) = mpsc::channel(256);
+        let stream = self.hub.watch(request.into_inner().node_names)?;
         let closing = self.closing.clone();
-        let task = tokio::spawn(async move {
-            let initial = |tx: mpsc::Sender<Result<pb::NodeEvent, Status>>| {
-                let store = store.clone();
-                let wanted = wanted.clone();
-                async move {
-                    for node in store.list_status() {
-                        if wanted(&node.node_name) {
-                            let ev = pb::NodeEvent {
-                                kind: pb::node_event::Kind::Added as i32,
-                                node: Some(node),
-                            };
-                            if tx.send(Ok(ev)).await.is_err() {
-                                return false;
-                            }
-                        }
-                    }
-                    true
-                }
-            };
-            if !initial(tx.clone()).await {
-                return;
-            }
-            loop {
-                match changes.recv().await {
-                    Ok(change) => {
-                        if !wanted(&change.node) {
-                            continue;
-                        }
-                        let kind = match change.kind {
-                            ChangeKind::Added => pb::node_event::Kind::Added,
-                            ChangeKind::Updated => pb::node_event::Kind::Updated,
-                            ChangeKind::Stale => pb::node_event::Kind::Stale,
-                            ChangeKind::Removed => pb::node_event::Kind::Removed,
-                        };
-                        let node = store.node_status(&change.node).unwrap_or(pb::NodeStatus {
-                            node_name: change.node.to_string(),
-                            ..Default::default()
-                        });
-                        let ev = pb::NodeEvent {
-                            kind: kind as i32,
-                            node: Some(node),
-                        };
-                        if tx.send(Ok(ev)).await.is_err() {
-                            return;
-                        }
-                    }
-                    // The watcher fell behind: resend the whole state, as a reflector would
-                    // relist.
-                    Err(RecvError::Lagged(_)) => {
-                        if !initial(tx.clone()).await {
-                            return;
-                        }
-                    }
-                    Err(RecvError::Closed) => return,
-                }
-            }
-        });
-        tokio::spawn(async move {
-            closed(closing).await;
-            task.abort();
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        // Ends with the server's shutdown, so a graceful drain is not held open by watchers.
+        let stream = stream.take_until(closed(closing));
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn list_profiles(

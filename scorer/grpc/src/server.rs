@@ -2,22 +2,59 @@
 //! and server reflection in both v1 and v1alpha (grpcurl 1.8.6 only speaks v1alpha).
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use loadstar_proto::pb;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 
+use crate::ingest::IngestLimits;
 use crate::ingest::IngestService;
+use crate::listener::{self, ConnectionLimits};
 use crate::scheduler::SchedulerService;
-use crate::scorer::ScorerService;
+use crate::scorer::{QueryLimits, ScorerService};
 use loadstar_policy::profiles::Profiles;
+use loadstar_proto::limits;
 use loadstar_store::NodeStore;
 use loadstar_store::cluster::{Binder, PodResolver};
 use loadstar_store::metrics::Metrics;
 
-/// Largest gRPC message accepted (a report of a 2 048-pod node is ~200 KiB).
-pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+/// Every limit the gRPC port enforces, by layer; see [`ServerLimits::default`] and
+/// `docs/security.md`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServerLimits {
+    /// Connections: count and handshake timeout.
+    pub connections: ConnectionLimits,
+    /// Most concurrent streams (calls) per HTTP/2 connection.
+    pub max_streams_per_connection: u32,
+    /// HTTP/2 keepalive: a ping after this much silence...
+    pub keepalive_interval: Duration,
+    /// ...must be acknowledged within this, or the connection is closed.
+    pub keepalive_timeout: Duration,
+    /// Largest decoded message on any service.
+    pub max_message_bytes: usize,
+    /// Per-stream ingest pacing.
+    pub ingest: IngestLimits,
+    /// Query limits (candidates, pages, watchers).
+    pub query: QueryLimits,
+}
+
+impl Default for ServerLimits {
+    /// The defaults of each part; 64 streams per connection (an agent uses one, grpcurl
+    /// one, a scheduler a few), keepalive ping every 20 s with 10 s to answer, messages up
+    /// to [`limits::MAX_MESSAGE_BYTES`].
+    fn default() -> Self {
+        ServerLimits {
+            connections: ConnectionLimits::default(),
+            max_streams_per_connection: 64,
+            keepalive_interval: Duration::from_secs(20),
+            keepalive_timeout: Duration::from_secs(10),
+            max_message_bytes: limits::MAX_MESSAGE_BYTES,
+            ingest: IngestLimits::default(),
+            query: QueryLimits::default(),
+        }
+    }
+}
 
 /// Errors of the server module.
 #[derive(Debug, thiserror::Error)]
@@ -51,16 +88,19 @@ pub struct ServerParts {
     pub binder: Option<Arc<dyn Binder>>,
     /// Interval pushed back to agents in acks, seconds (0: none).
     pub desired_interval_seconds: f64,
+    /// What the port enforces.
+    pub limits: ServerLimits,
 }
 
 impl ServerParts {
     /// The Scorer service over these parts.
     pub fn scorer_service(&self) -> ScorerService {
-        ScorerService::new(
+        ScorerService::with_limits(
             self.store.clone(),
             self.profiles.clone(),
             self.metrics.clone(),
             self.resolver.clone(),
+            self.limits.query,
         )
     }
 }
@@ -103,23 +143,30 @@ pub async fn serve(
         parts.metrics.clone(),
         parts.desired_interval_seconds,
     )
+    .with_limits(parts.limits.ingest)
     .with_closing(closing.clone());
+    let l = parts.limits;
+    let incoming = listener::incoming(listener, l.connections, parts.metrics.clone());
     Server::builder()
+        .max_concurrent_streams(l.max_streams_per_connection)
+        .http2_keepalive_interval(Some(l.keepalive_interval))
+        .http2_keepalive_timeout(Some(l.keepalive_timeout))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(
             pb::ingest_server::IngestServer::new(ingest)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(l.max_message_bytes),
         )
         .add_service(
             pb::scorer_server::ScorerServer::new(parts.scorer_service().with_closing(closing))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(l.max_message_bytes),
         )
-        .add_service(pb::scheduler_server::SchedulerServer::new(
-            SchedulerService::new(parts.binder.clone()),
-        ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .add_service(
+            pb::scheduler_server::SchedulerServer::new(SchedulerService::new(parts.binder.clone()))
+                .max_decoding_message_size(l.max_message_bytes),
+        )
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .map_err(|source| ServerError::Transport { addr, source })
 }

@@ -35,7 +35,7 @@ mod tests {
             tonic::Code::FailedPrecondition
         );
         let unknown = from_profile(ProfileError::Unknown {
-            name: "x".into(),
+            name: "\"x\"".into(),
             configured: "loadstar".into(),
         });
         assert_eq!(unknown.code(), tonic::Code::NotFound);

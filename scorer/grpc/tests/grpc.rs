@@ -1,88 +1,15 @@
 //! The scorer's gRPC server end to end in one process: a real tonic server on 127.0.0.1:0,
 //! many concurrent agent streams, Score calls during ingest, malformed reports and garbage
 //! bytes on a stream, health and reflection.
-use std::sync::Arc;
 use std::time::Duration;
 
-use loadstar_grpc::server::{self, ServerParts};
-use loadstar_policy::config::ScorerConfig;
-use loadstar_policy::profiles::Profiles;
+use loadstar_grpc::server;
 use loadstar_proto::pb;
-use loadstar_proto::pb::ingest_client::IngestClient;
 use loadstar_proto::pb::scorer_client::ScorerClient;
-use loadstar_store::metrics::Metrics;
-use loadstar_store::{NodeStore, StoreConfig};
 use loadstar_testkit::agent::{self as simagent, SyntheticLoad};
-use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
+mod support;
 
-struct TestServer {
-    addr: String,
-    store: Arc<NodeStore>,
-    metrics: Arc<Metrics>,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl TestServer {
-    async fn start() -> TestServer {
-        let config = ScorerConfig::embedded_default();
-        let profiles = Arc::new(Profiles::new(
-            config.build_profiles().expect("embedded default builds"),
-        ));
-        let store = Arc::new(NodeStore::new(StoreConfig {
-            snapshot_max_age: Duration::ZERO,
-            ..StoreConfig::default()
-        }));
-        let metrics = Metrics::new();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = format!("http://{}", listener.local_addr().expect("addr"));
-        let parts = ServerParts {
-            store: store.clone(),
-            profiles,
-            metrics: metrics.clone(),
-            resolver: None,
-            binder: None,
-            desired_interval_seconds: 1.0,
-        };
-        let (stop, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            server::serve(listener, parts, async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("server runs");
-        });
-        TestServer {
-            addr,
-            store,
-            metrics,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    async fn channel(&self) -> Channel {
-        Channel::from_shared(self.addr.clone())
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect")
-    }
-
-    async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .expect("server stops within 10 s")
-            .expect("server task");
-    }
-}
+use support::{TestServer, stream};
 
 fn description(cpu: &str, mem: &str) -> pb::ScoreRequest {
     pb::ScoreRequest {
@@ -100,27 +27,9 @@ fn description(cpu: &str, mem: &str) -> pb::ScoreRequest {
 }
 
 /// Sends `reports` on one stream and returns the acks.
-async fn stream(channel: Channel, reports: Vec<pb::NodeReport>) -> Vec<pb::ReportAck> {
-    let n = reports.len();
-    let (tx, rx) = mpsc::channel(8);
-    let mut client = IngestClient::new(channel);
-    let mut acks = client
-        .report(ReceiverStream::new(rx))
-        .await
-        .expect("stream opens")
-        .into_inner();
-    let mut out = Vec::new();
-    for r in reports {
-        tx.send(r).await.expect("send");
-        out.push(acks.message().await.expect("ack").expect("ack present"));
-    }
-    assert_eq!(out.len(), n);
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_streams_and_scores_concurrently() {
-    let server = TestServer::start().await;
+    let server = TestServer::start(server::ServerLimits::default()).await;
     let channel = server.channel().await;
     let nodes = 200usize;
     let mut tasks = Vec::new();
@@ -165,7 +74,7 @@ async fn many_streams_and_scores_concurrently() {
         assert!(acks.iter().all(|a| a.desired_interval_seconds == 1.0));
     }
     let list = scorer
-        .list_nodes(pb::ListNodesRequest {})
+        .list_nodes(pb::ListNodesRequest::default())
         .await
         .expect("list")
         .into_inner();
@@ -208,7 +117,7 @@ async fn many_streams_and_scores_concurrently() {
 
 #[tokio::test]
 async fn malformed_reports_are_rejected_and_the_stream_goes_on() {
-    let server = TestServer::start().await;
+    let server = TestServer::start(server::ServerLimits::default()).await;
     let cap = simagent::capacity(8, 32);
     let good = |seq| simagent::report("node-a", "i", seq, &cap, SyntheticLoad::default());
     let mut nan = good(2);
@@ -289,7 +198,7 @@ mod raw {
 
 #[tokio::test]
 async fn garbage_bytes_end_only_that_stream() {
-    let server = TestServer::start().await;
+    let server = TestServer::start(server::ServerLimits::default()).await;
     let channel = server.channel().await;
     // A healthy stream first.
     let cap = simagent::capacity(8, 32);
@@ -333,7 +242,7 @@ async fn garbage_bytes_end_only_that_stream() {
 
 #[tokio::test]
 async fn references_without_kubernetes_say_why_and_health_serves() {
-    let server = TestServer::start().await;
+    let server = TestServer::start(server::ServerLimits::default()).await;
     let channel = server.channel().await;
     let mut scorer = ScorerClient::new(channel.clone());
     let err = scorer
@@ -395,7 +304,7 @@ async fn references_without_kubernetes_say_why_and_health_serves() {
 
 #[tokio::test]
 async fn watch_nodes_sends_snapshot_then_changes() {
-    let server = TestServer::start().await;
+    let server = TestServer::start(server::ServerLimits::default()).await;
     let channel = server.channel().await;
     let cap = simagent::capacity(8, 32);
     let r = |node: &str, seq| simagent::report(node, "i", seq, &cap, SyntheticLoad::default());

@@ -14,9 +14,9 @@ pub enum ProfileError {
     #[error("no profiles configured")]
     NoneConfigured,
     /// No profile has this name.
-    #[error("unknown profile {name:?}; configured profiles: {configured}")]
+    #[error("unknown profile {name}; configured profiles: {configured}")]
     Unknown {
-        /// The name asked for.
+        /// The name asked for, quoted and cut to a bounded length.
         name: String,
         /// The configured names, comma-separated.
         configured: String,
@@ -51,7 +51,7 @@ impl Profiles {
             .get(name)
             .map(|&i| &self.list[i])
             .ok_or_else(|| ProfileError::Unknown {
-                name: name.to_string(),
+                name: loadstar_common::text::quote(name),
                 configured: self
                     .list
                     .iter()

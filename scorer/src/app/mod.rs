@@ -1,6 +1,7 @@
 //! The scorer's run modes (`serve`, `standalone`, …) and what they share: logging setup,
 //! shutdown signals, and starting the gRPC and HTTP servers with a bounded drain.
 pub mod http;
+pub mod limits;
 pub mod serve;
 pub mod simulate;
 pub mod standalone;

@@ -32,6 +32,9 @@ pub enum KubernetesMode {
 /// Flags of `serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// Limits of the gRPC port.
+    #[command(flatten)]
+    pub limits: crate::app::limits::LimitArgs,
     /// gRPC listen address (agents, clients, grpcurl).
     #[arg(long, default_value = "0.0.0.0:50051", env = "LOADSTAR_LISTEN")]
     pub listen: SocketAddr,
@@ -182,6 +185,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         metrics,
         resolver,
         binder,
+        limits: args.limits.limits().map_err(AppError::Other)?,
         desired_interval_seconds: args.desired_interval_seconds,
     };
     let grpc = bind(args.listen).await?;

@@ -18,6 +18,9 @@ use loadstar_store::metrics::{Metrics, Readiness};
 /// Flags of `standalone`.
 #[derive(Debug, Args)]
 pub struct StandaloneArgs {
+    /// Limits of the gRPC port.
+    #[command(flatten)]
+    pub limits: crate::app::limits::LimitArgs,
     /// gRPC listen address (port 0 picks a free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
@@ -105,6 +108,7 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
         metrics,
         resolver: None,
         binder: None,
+        limits: args.limits.limits().map_err(AppError::Other)?,
         desired_interval_seconds: 0.0,
     };
     run_servers(

@@ -27,6 +27,21 @@ pub const BINDS: &str = "loadstar_scorer_binds";
 /// Time from a pod entering the queue to its binding, seconds.
 pub const SCHEDULING_LATENCY: &str = "loadstar_scorer_scheduling_latency_seconds";
 
+/// Open `WatchNodes` streams.
+pub const WATCHERS: &str = "loadstar_scorer_watchers";
+/// Bytes of node events queued for `WatchNodes` streams (shared events counted per queue).
+pub const WATCH_QUEUED: &str = "loadstar_scorer_watch_queued_bytes";
+/// `WatchNodes` streams ended by the server, by reason (`lagging`, `limit`).
+pub const WATCHERS_DROPPED: &str = "loadstar_scorer_watchers_dropped";
+/// Agent reports held back by the per-stream rate limit.
+pub const INGEST_THROTTLED: &str = "loadstar_scorer_ingest_throttled";
+/// Agent streams ended by the server, by reason (`owned`, `too_large`, `broken`).
+pub const INGEST_REFUSED: &str = "loadstar_scorer_ingest_streams_refused";
+/// Open gRPC connections.
+pub const CONNECTIONS: &str = "loadstar_scorer_connections";
+/// Connections closed by the server before use, by reason (`no_preface`, `limit`).
+pub const CONNECTIONS_CLOSED: &str = "loadstar_scorer_connections_closed";
+
 /// Label set with a reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
@@ -60,6 +75,20 @@ pub struct Metrics {
     pub binds: Family<ResultLabel, Counter>,
     /// See [`SCHEDULING_LATENCY`].
     pub scheduling_latency: Histogram,
+    /// See [`WATCHERS`].
+    pub watchers: Gauge,
+    /// See [`WATCH_QUEUED`].
+    pub watch_queued_bytes: Gauge,
+    /// See [`WATCHERS_DROPPED`].
+    pub watchers_dropped: Family<ReasonLabel, Counter>,
+    /// See [`INGEST_THROTTLED`].
+    pub ingest_throttled: Counter,
+    /// See [`INGEST_REFUSED`].
+    pub ingest_refused: Family<ReasonLabel, Counter>,
+    /// See [`CONNECTIONS`].
+    pub connections: Gauge,
+    /// See [`CONNECTIONS_CLOSED`].
+    pub connections_closed: Family<ReasonLabel, Counter>,
     registry: Registry,
 }
 
@@ -107,7 +136,48 @@ impl Metrics {
             "Queue entry to binding",
             scheduling_latency.clone(),
         );
+        let watchers = Gauge::default();
+        let watchers_dropped = Family::<ReasonLabel, Counter>::default();
+        let watch_queued_bytes = Gauge::default();
+        registry.register(
+            WATCH_QUEUED,
+            "Bytes of node events queued for watchers",
+            watch_queued_bytes.clone(),
+        );
+        let ingest_throttled = Counter::default();
+        let ingest_refused = Family::<ReasonLabel, Counter>::default();
+        let connections = Gauge::default();
+        let connections_closed = Family::<ReasonLabel, Counter>::default();
+        registry.register(WATCHERS, "Open WatchNodes streams", watchers.clone());
+        registry.register(
+            WATCHERS_DROPPED,
+            "WatchNodes streams ended by the server, by reason",
+            watchers_dropped.clone(),
+        );
+        registry.register(
+            INGEST_THROTTLED,
+            "Agent reports held back by the per-stream rate limit",
+            ingest_throttled.clone(),
+        );
+        registry.register(
+            INGEST_REFUSED,
+            "Agent streams ended by the server, by reason",
+            ingest_refused.clone(),
+        );
+        registry.register(CONNECTIONS, "Open gRPC connections", connections.clone());
+        registry.register(
+            CONNECTIONS_CLOSED,
+            "gRPC connections closed before use, by reason",
+            connections_closed.clone(),
+        );
         Arc::new(Metrics {
+            watchers,
+            watch_queued_bytes,
+            watchers_dropped,
+            ingest_throttled,
+            ingest_refused,
+            connections,
+            connections_closed,
             reports_accepted,
             reports_rejected,
             ingest_streams,

@@ -106,7 +106,28 @@ struct NodeEntry {
     last_reject: String,
     last_instance: String,
     last_sequence: u64,
+    last_sample_nanos: i64,
+    owner: Option<Owner>,
     stale_notified: bool,
+}
+
+/// The stream that owns a node's reports.
+#[derive(Debug, Clone)]
+struct Owner {
+    stream: StreamId,
+    instance: String,
+}
+
+/// Identifies one agent stream to the store (see [`NodeStore::apply_stream_report`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamId(pub u64);
+
+impl StreamId {
+    /// A process-unique id for a new stream.
+    pub fn next() -> StreamId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        StreamId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
 }
 
 /// The live node store. Cheap to share: wrap in an `Arc`.
@@ -173,10 +194,46 @@ impl NodeStore {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Validates and stores an agent report received at `now`. A rejected report changes
-    /// nothing but the node's rejection counters.
+    /// Validates and stores an agent report received at `now`, from no particular stream
+    /// (the in-process agent, tests). A rejected report changes nothing but the node's
+    /// rejection counters.
     pub fn apply_report(&self, report: pb::NodeReport, now: Instant) -> Result<(), ReportError> {
-        let validated = validate::validate(&report, &self.config.limits);
+        self.apply(report, now, None)
+    }
+
+    /// Like [`NodeStore::apply_report`] for a report that arrived on agent stream `stream`:
+    /// the first stream to report for a node owns it; another stream's reports are refused
+    /// with [`ReportError::Owned`] until the owner calls [`NodeStore::release`] or the node
+    /// goes stale (then the newcomer takes over).
+    pub fn apply_stream_report(
+        &self,
+        report: pb::NodeReport,
+        now: Instant,
+        stream: StreamId,
+    ) -> Result<(), ReportError> {
+        self.apply(report, now, Some(stream))
+    }
+
+    /// Ends `stream`'s ownership of `node` (its stream ended).
+    pub fn release(&self, node: &str, stream: StreamId) {
+        let mut shard = lock_write(self.shard(node));
+        if let Some(entry) = shard.get_mut(node)
+            && entry.owner.as_ref().is_some_and(|o| o.stream == stream)
+        {
+            entry.owner = None;
+        }
+    }
+
+    fn apply(
+        &self,
+        report: pb::NodeReport,
+        now: Instant,
+        stream: Option<StreamId>,
+    ) -> Result<(), ReportError> {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        let validated = validate::validate(&report, &self.config.limits, wall);
         let name: Arc<str> = Arc::from(report.node_name.as_str());
         let mut shard = lock_write(self.shard(&name));
         let mut agent = match validated {
@@ -192,19 +249,20 @@ impl NodeStore {
             }
         };
         let added = !shard.contains_key(&name);
+        let stale = shard
+            .get(&name)
+            .is_none_or(|e| self.view(&name, e, now).stale);
         let entry = shard.entry(name.clone()).or_default();
-        if entry.last_instance == report.agent_instance
-            && !report.agent_instance.is_empty()
-            && report.sequence <= entry.last_sequence
-        {
-            let e = ReportError::Sequence {
-                node: report.node_name.clone(),
-                last: entry.last_sequence,
-                got: report.sequence,
-            };
+        if let Err(e) = self.check_order(entry, &report, stream, stale) {
             entry.rejected += 1;
             entry.last_reject = e.to_string();
             return Err(e);
+        }
+        if let Some(stream) = stream {
+            entry.owner = Some(Owner {
+                stream,
+                instance: report.agent_instance.clone(),
+            });
         }
         agent.received_at = Some(now);
         agent.last_pressure_at = entry.agent.as_ref().and_then(|a| a.last_pressure_at);
@@ -227,6 +285,7 @@ impl NodeStore {
         entry.agent = Some(Arc::new(agent));
         entry.last_instance = report.agent_instance.clone();
         entry.last_sequence = report.sequence;
+        entry.last_sample_nanos = report.sample_time_unix_nanos;
         entry.report = Some(Arc::new(report));
         entry.accepted += 1;
         entry.stale_notified = false;
@@ -239,6 +298,47 @@ impl NodeStore {
             },
             name,
         );
+        Ok(())
+    }
+
+    /// The ownership, sequence and sample-time rules between an accepted report and the
+    /// next: another live stream's node is refused; within one agent instance, sequence
+    /// numbers increase and sample times do not go backwards.
+    fn check_order(
+        &self,
+        entry: &NodeEntry,
+        report: &pb::NodeReport,
+        stream: Option<StreamId>,
+        stale: bool,
+    ) -> Result<(), ReportError> {
+        if let (Some(stream), Some(owner)) = (stream, &entry.owner)
+            && owner.stream != stream
+            && !stale
+        {
+            return Err(ReportError::Owned {
+                node: report.node_name.clone(),
+                owner: loadstar_proto::limits::quote(&owner.instance),
+            });
+        }
+        let same_instance =
+            entry.last_instance == report.agent_instance && !report.agent_instance.is_empty();
+        if same_instance && report.sequence <= entry.last_sequence {
+            return Err(ReportError::Sequence {
+                node: report.node_name.clone(),
+                last: entry.last_sequence,
+                got: report.sequence,
+            });
+        }
+        if same_instance && report.sample_time_unix_nanos < entry.last_sample_nanos {
+            return Err(ReportError::SampleTime {
+                node: report.node_name.clone(),
+                got: report.sample_time_unix_nanos,
+                reason: format!(
+                    "earlier than this agent's previous sample ({})",
+                    entry.last_sample_nanos
+                ),
+            });
+        }
         Ok(())
     }
 
@@ -365,6 +465,16 @@ impl NodeStore {
             out.extend(shard.iter().map(|(k, e)| self.status_of(k, e, now)));
         }
         out.sort_by(|a, b| a.node_name.cmp(&b.node_name));
+        out
+    }
+
+    /// Every node's name, sorted.
+    pub fn node_names(&self) -> Vec<Arc<str>> {
+        let mut out = Vec::with_capacity(self.len());
+        for shard in &self.shards {
+            out.extend(lock_read(shard).keys().cloned());
+        }
+        out.sort();
         out
     }
 

@@ -4,12 +4,14 @@
 use std::collections::HashMap;
 
 use loadstar_proto::convert::{self, ConvertError};
+use loadstar_proto::limits::{self, rates};
 use loadstar_proto::pb;
 use thiserror::Error;
 
 use loadstar_framework::snapshot::{AgentNode, GpuState, MeasuredPod};
 
-/// Size bounds for one report; generous for real nodes, tight enough to stop abuse.
+/// Size bounds for one report; generous for real nodes, tight enough to stop abuse. The
+/// defaults are the wire contract's ([`loadstar_proto::limits`]).
 #[derive(Debug, Clone, Copy)]
 pub struct ReportLimits {
     /// Max NICs.
@@ -24,17 +26,29 @@ pub struct ReportLimits {
     pub max_windows: usize,
     /// Max length of a name (node, device, pod uid).
     pub max_name_len: usize,
+    /// Max length of a short identifier (agent version and instance, collector name).
+    pub max_id_len: usize,
+    /// Max length of free text (collector and GPU errors).
+    pub max_text_len: usize,
+    /// Max collector errors.
+    pub max_collector_errors: usize,
+    /// How far `sample_time` may be from the scorer's clock, either way.
+    pub max_clock_skew: std::time::Duration,
 }
 
 impl Default for ReportLimits {
     fn default() -> Self {
         ReportLimits {
-            max_nics: 64,
-            max_disks: 256,
-            max_gpus: 64,
-            max_pods: 2048,
-            max_windows: 16,
-            max_name_len: 253,
+            max_nics: limits::MAX_NICS,
+            max_disks: limits::MAX_DISKS,
+            max_gpus: limits::MAX_GPUS,
+            max_pods: limits::MAX_PODS,
+            max_windows: limits::MAX_WINDOWS,
+            max_name_len: limits::MAX_NAME_BYTES,
+            max_id_len: limits::MAX_ID_BYTES,
+            max_text_len: limits::MAX_TEXT_BYTES,
+            max_collector_errors: limits::MAX_COLLECTOR_ERRORS,
+            max_clock_skew: std::time::Duration::from_secs(limits::MAX_CLOCK_SKEW_SECONDS),
         }
     }
 }
@@ -79,6 +93,39 @@ pub enum ReportError {
         /// Field.
         field: &'static str,
     },
+    /// A text field is longer than allowed.
+    #[error("node {node}: {field} is {len} bytes long, more than the limit {max}")]
+    TooLong {
+        /// Node name.
+        node: String,
+        /// Field path.
+        field: String,
+        /// Its length, bytes.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// The sample time is unset, or too far from the scorer's clock, or went backwards.
+    #[error("node {node}: sample_time_unix_nanos {got}: {reason}")]
+    SampleTime {
+        /// Node name.
+        node: String,
+        /// The report's sample time.
+        got: i64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Another live stream owns the node.
+    #[error(
+        "node {node} is reported by another live stream (agent instance {owner}); a node has \
+         one reporting stream until that stream ends or the node goes stale"
+    )]
+    Owned {
+        /// Node name.
+        node: String,
+        /// The owning stream's agent instance (quoted).
+        owner: String,
+    },
     /// The stream changed node name.
     #[error("stream for node {expected} sent a report for node {got}")]
     NodeChanged {
@@ -108,6 +155,9 @@ impl ReportError {
             ReportError::TooMany { .. } => "too_many",
             ReportError::Missing { .. } => "missing",
             ReportError::NodeChanged { .. } => "node_changed",
+            ReportError::TooLong { .. } => "too_long",
+            ReportError::SampleTime { .. } => "sample_time",
+            ReportError::Owned { .. } => "owned",
             ReportError::Sequence { .. } => "sequence",
         }
     }
@@ -138,10 +188,160 @@ pub fn check_node_name(name: &str, max_len: usize) -> Result<(), ReportError> {
     Ok(())
 }
 
+/// Every text field within its cap: names, identifiers and free text.
+fn check_texts(report: &pb::NodeReport, limits: &ReportLimits) -> Result<(), ReportError> {
+    let check = |field: &dyn Fn() -> String, text: &str, max: usize| {
+        if text.len() > max {
+            Err(ReportError::TooLong {
+                node: report.node_name.clone(),
+                field: field(),
+                len: text.len(),
+                max,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    let (name, id, text) = (limits.max_name_len, limits.max_id_len, limits.max_text_len);
+    check(&|| "agent_version".into(), &report.agent_version, id)?;
+    check(&|| "agent_instance".into(), &report.agent_instance, id)?;
+    if report.collector_errors.len() > limits.max_collector_errors {
+        return Err(ReportError::TooMany {
+            node: report.node_name.clone(),
+            field: "collector_errors",
+            len: report.collector_errors.len(),
+            max: limits.max_collector_errors,
+        });
+    }
+    for (i, e) in report.collector_errors.iter().enumerate() {
+        check(
+            &|| format!("collector_errors[{i}].collector"),
+            &e.collector,
+            id,
+        )?;
+        check(
+            &|| format!("collector_errors[{i}].message"),
+            &e.message,
+            text,
+        )?;
+    }
+    if let Some(c) = &report.capacity {
+        for (i, n) in c.nics.iter().enumerate() {
+            check(&|| format!("capacity.nics[{i}].name"), &n.name, name)?;
+        }
+        for (i, d) in c.disks.iter().enumerate() {
+            check(&|| format!("capacity.disks[{i}].name"), &d.name, name)?;
+        }
+        for (i, g) in c.gpus.iter().enumerate() {
+            check(&|| format!("capacity.gpus[{i}].uuid"), &g.uuid, name)?;
+            check(&|| format!("capacity.gpus[{i}].model"), &g.model, name)?;
+        }
+    }
+    for (i, n) in report.nics.iter().enumerate() {
+        check(&|| format!("nics[{i}].name"), &n.name, name)?;
+    }
+    for (i, d) in report.disks.iter().enumerate() {
+        check(&|| format!("disks[{i}].name"), &d.name, name)?;
+    }
+    for (i, g) in report.gpus.iter().enumerate() {
+        check(&|| format!("gpus[{i}].uuid"), &g.uuid, name)?;
+        check(&|| format!("gpus[{i}].error"), &g.error, text)?;
+    }
+    Ok(())
+}
+
+/// The sample time is set and within the allowed skew of the scorer's clock.
+fn check_sample_time(
+    report: &pb::NodeReport,
+    limits: &ReportLimits,
+    now_unix_nanos: i64,
+) -> Result<(), ReportError> {
+    let got = report.sample_time_unix_nanos;
+    let err = |reason: String| ReportError::SampleTime {
+        node: report.node_name.clone(),
+        got,
+        reason,
+    };
+    if got <= 0 {
+        return Err(err("unset or before 1970".into()));
+    }
+    let skew = i128::from(got) - i128::from(now_unix_nanos);
+    let max = limits.max_clock_skew.as_nanos() as i128;
+    if skew.abs() > max {
+        return Err(err(format!(
+            "{:.0} s {} the scorer's clock, more than the allowed skew of {} s",
+            (skew.abs() as f64) / 1e9,
+            if skew > 0 { "ahead of" } else { "behind" },
+            limits.max_clock_skew.as_secs()
+        )));
+    }
+    Ok(())
+}
+
+/// NIC, disk and GPU detail values: finite, non-negative, within plausible bounds.
+fn check_details(report: &pb::NodeReport) -> Result<(), ConvertError> {
+    let rate =
+        |f: &dyn Fn() -> String, v: f64| convert::bounded(f, v, 0.0, rates::MAX_BYTES_PER_SECOND);
+    for (i, n) in report.nics.iter().enumerate() {
+        rate(
+            &|| format!("nics[{i}].rx_bytes_per_second"),
+            n.rx_bytes_per_second,
+        )?;
+        rate(
+            &|| format!("nics[{i}].tx_bytes_per_second"),
+            n.tx_bytes_per_second,
+        )?;
+        convert::ratio(
+            || format!("nics[{i}].utilization_ratio"),
+            n.utilization_ratio,
+        )?;
+    }
+    for (i, d) in report.disks.iter().enumerate() {
+        rate(
+            &|| format!("disks[{i}].read_bytes_per_second"),
+            d.read_bytes_per_second,
+        )?;
+        rate(
+            &|| format!("disks[{i}].write_bytes_per_second"),
+            d.write_bytes_per_second,
+        )?;
+        let iops = |f: String, v| convert::bounded(|| f, v, 0.0, rates::MAX_IOPS);
+        iops(format!("disks[{i}].read_iops"), d.read_iops)?;
+        iops(format!("disks[{i}].write_iops"), d.write_iops)?;
+        convert::ratio(
+            || format!("disks[{i}].utilization_ratio"),
+            d.utilization_ratio,
+        )?;
+    }
+    for (i, g) in report.gpus.iter().enumerate() {
+        let (lo, hi) = rates::GPU_TEMPERATURE_CELSIUS;
+        convert::bounded(
+            || format!("gpus[{i}].temperature_celsius"),
+            g.temperature_celsius,
+            lo,
+            hi,
+        )?;
+        convert::bounded(
+            || format!("gpus[{i}].power_watts"),
+            g.power_watts,
+            0.0,
+            rates::MAX_GPU_POWER_WATTS,
+        )?;
+    }
+    Ok(())
+}
+
 /// Validates a report and converts it into the scorer's [`AgentNode`] (without timestamps,
-/// which the store sets).
-pub fn validate(report: &pb::NodeReport, limits: &ReportLimits) -> Result<AgentNode, ReportError> {
+/// which the store sets). `now_unix_nanos` is the scorer's wall clock, for the sample-time
+/// check.
+pub fn validate(
+    report: &pb::NodeReport,
+    limits: &ReportLimits,
+    now_unix_nanos: i64,
+) -> Result<AgentNode, ReportError> {
     check_node_name(&report.node_name, limits.max_name_len)?;
+    check_texts(report, limits)?;
+    check_sample_time(report, limits, now_unix_nanos)?;
     let node = || report.node_name.clone();
     let field = |source| ReportError::Field {
         node: node(),
@@ -178,7 +378,7 @@ pub fn validate(report: &pb::NodeReport, limits: &ReportLimits) -> Result<AgentN
             field: "capacity.logical_cpus".into(),
             value: 0.0,
             min: 1.0,
-            max: f64::from(u32::MAX),
+            max: f64::from(limits::capacity::MAX_LOGICAL_CPUS),
         }));
     }
     convert::bounded(
@@ -202,6 +402,7 @@ pub fn validate(report: &pb::NodeReport, limits: &ReportLimits) -> Result<AgentN
         eviction.nodefs_inodes_free_ratio,
     )
     .map_err(field)?;
+    check_details(report).map_err(field)?;
     let mut gpus = Vec::with_capacity(report.gpus.len());
     for (i, g) in report.gpus.iter().enumerate() {
         let healthy = g.error.is_empty();
@@ -265,12 +466,21 @@ pub fn validate(report: &pb::NodeReport, limits: &ReportLimits) -> Result<AgentN
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn now() -> i64 {
+        loadstar_testkit::agent::now_nanos()
+    }
     use loadstar_common::model::ResourceKind;
     use loadstar_testkit::agent::fixed_report as report;
 
     #[test]
     fn valid_report_converts() {
-        let a = validate(&report("node-1", 1, 0.5, 0.25), &ReportLimits::default()).expect("valid");
+        let a = validate(
+            &report("node-1", 1, 0.5, 0.25),
+            &ReportLimits::default(),
+            now(),
+        )
+        .expect("valid");
         assert_eq!(a.capacity.logical_cpus, 4);
         assert_eq!(a.load.get(ResourceKind::Cpu).map(|l| l.latest), Some(0.5));
         assert_eq!(a.nodefs_available_ratio, Some(0.5));
@@ -281,12 +491,12 @@ mod tests {
         let limits = ReportLimits::default();
         let mut r = report("Node_1", 1, 0.5, 0.5);
         assert!(matches!(
-            validate(&r, &limits),
+            validate(&r, &limits, now()),
             Err(ReportError::NodeName { .. })
         ));
         r = report("n1", 1, 0.5, 0.5);
         r.usage[0].windows[0].stddev_ratio = f64::INFINITY;
-        let e = validate(&r, &limits).expect_err("inf");
+        let e = validate(&r, &limits, now()).expect_err("inf");
         assert_eq!(
             e.to_string(),
             "node n1: usage[0].windows[0].stddev_ratio: non-finite value inf"
@@ -294,24 +504,26 @@ mod tests {
         r = report("n1", 1, 0.5, 0.5);
         r.capacity = None;
         assert_eq!(
-            validate(&r, &limits).expect_err("missing").to_string(),
+            validate(&r, &limits, now())
+                .expect_err("missing")
+                .to_string(),
             "node n1: capacity is missing"
         );
         r = report("n1", 1, 0.5, 0.5);
         r.pods = vec![pb::PodUsage::default(); 3000];
         assert!(matches!(
-            validate(&r, &limits),
+            validate(&r, &limits, now()),
             Err(ReportError::TooMany { .. })
         ));
         r = report("n1", 1, 0.5, 0.5);
         r.sample_interval_seconds = f64::NAN;
-        assert!(validate(&r, &limits).is_err());
+        assert!(validate(&r, &limits, now()).is_err());
         r = report("n1", 1, 0.5, 0.5);
         r.eviction = Some(pb::EvictionSignals {
             nodefs_available_ratio: Some(-1.0),
             ..Default::default()
         });
-        assert!(validate(&r, &limits).is_err());
+        assert!(validate(&r, &limits, now()).is_err());
     }
 
     #[test]

@@ -34,6 +34,13 @@ impl Default for SyntheticLoad {
     }
 }
 
+/// The wall clock as Unix nanoseconds, as agents stamp their samples.
+pub fn now_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
 /// The capacity of a synthetic node: `cpus` logical CPUs at 2.5 GHz, `memory_gib` GiB,
 /// one 10 Gb/s NIC and one 1 GB/s disk.
 pub fn capacity(cpus: u32, memory_gib: u64) -> NodeCapacity {
@@ -88,10 +95,7 @@ pub fn report(
             flat_windows(load.disk_io, load.stddev),
         );
     }
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0);
+    let now = now_nanos();
     let mem_avail = (capacity.memory_bytes as f64 * (1.0 - load.memory.clamp(0.0, 1.0))) as u64;
     pb::NodeReport {
         node_name: node.to_string(),
@@ -163,7 +167,7 @@ pub fn fixed_report(node: &str, seq: u64, cpu: f64, mem: f64) -> pb::NodeReport 
         node_name: node.into(),
         agent_version: "test".into(),
         sequence: seq,
-        sample_time_unix_nanos: 0,
+        sample_time_unix_nanos: now_nanos(),
         sample_interval_seconds: 1.0,
         capacity: Some(convert::capacity_to_proto(&NodeCapacity {
             logical_cpus: 4,
@@ -181,6 +185,81 @@ pub fn fixed_report(node: &str, seq: u64, cpu: f64, mem: f64) -> pb::NodeReport 
         agent_instance: "i1".into(),
         ..Default::default()
     }
+}
+
+/// A report with every list and text field at the wire contract's caps
+/// ([`loadstar_proto::limits`]): the largest report a scorer must accept, to check that the
+/// message-size limit leaves room for it.
+pub fn report_at_limits(node: &str, instance: &str, sequence: u64) -> pb::NodeReport {
+    use loadstar_proto::limits as l;
+    let name = |prefix: &str, i: usize| {
+        let head = format!("{prefix}{i}-");
+        format!("{head}{}", "x".repeat(l::MAX_NAME_BYTES - head.len()))
+    };
+    let text = "e".repeat(l::MAX_TEXT_BYTES);
+    let mut capacity = capacity(64, 512);
+    capacity.nics = (0..l::MAX_NICS)
+        .map(|i| convert::nic_capacity(&name("nic", i), 25_000_000_000, false))
+        .collect();
+    capacity.disks = (0..l::MAX_DISKS)
+        .map(|i| convert::disk_capacity(&name("disk", i), 2_000_000_000, true))
+        .collect();
+    capacity.gpus = (0..l::MAX_GPUS as u32)
+        .map(|i| convert::gpu_capacity(i, &name("gpu", i as usize), &name("model", 0), 80 << 30))
+        .collect();
+    let mut r = report(
+        node,
+        instance,
+        sequence,
+        &capacity,
+        SyntheticLoad::default(),
+    );
+    for u in &mut r.usage {
+        let w = u.windows[0];
+        u.windows = (1..=l::MAX_WINDOWS as u32)
+            .map(|k| pb::WindowStats {
+                window_seconds: 60 * k,
+                ..w
+            })
+            .collect();
+    }
+    r.agent_version = "v".repeat(l::MAX_ID_BYTES);
+    r.agent_instance = instance.to_string();
+    r.nics = (0..l::MAX_NICS)
+        .map(|i| pb::NicUsage {
+            name: name("nic", i),
+            ..Default::default()
+        })
+        .collect();
+    r.disks = (0..l::MAX_DISKS)
+        .map(|i| pb::DiskUsage {
+            name: name("disk", i),
+            ..Default::default()
+        })
+        .collect();
+    r.gpus = (0..l::MAX_GPUS as u32)
+        .map(|i| pb::GpuUsage {
+            index: i,
+            uuid: name("gpu", i as usize),
+            memory_total_bytes: 80 << 30,
+            error: text.clone(),
+            ..Default::default()
+        })
+        .collect();
+    r.pods = (0..l::MAX_PODS)
+        .map(|i| pb::PodUsage {
+            pod_uid: name("pod", i),
+            cpu_cores: 0.01,
+            memory_working_set_bytes: 1 << 20,
+        })
+        .collect();
+    r.collector_errors = (0..l::MAX_COLLECTOR_ERRORS)
+        .map(|i| pb::CollectorError {
+            collector: format!("c{i}-{}", "c".repeat(l::MAX_ID_BYTES - 5)),
+            message: text.clone(),
+        })
+        .collect();
+    r
 }
 
 #[cfg(test)]
@@ -202,7 +281,7 @@ mod tests {
                     ..Default::default()
                 },
             );
-            let a = validate(&r, &ReportLimits::default()).expect("valid");
+            let a = validate(&r, &ReportLimits::default(), now_nanos()).expect("valid");
             let got = a
                 .load
                 .get(ResourceKind::Cpu)

@@ -3,7 +3,7 @@
 //! second must not flood the log, and the other collectors carry on regardless.
 use std::collections::HashMap;
 
-use loadstar_proto::pb;
+use loadstar_proto::{limits, pb};
 use tracing::{info, warn};
 
 /// A collector error that repeats unchanged is logged again after this many samples.
@@ -25,10 +25,18 @@ impl ErrorLog {
         out: &mut Vec<pb::CollectorError>,
     ) {
         let first = out.len();
-        out.extend(errors.into_iter().map(|message| pb::CollectorError {
-            collector: collector.to_string(),
-            message,
-        }));
+        // The scorer refuses longer text (and more entries): cut here, so one verbose
+        // kernel error never costs the whole report.
+        let room = limits::MAX_COLLECTOR_ERRORS.saturating_sub(first);
+        out.extend(
+            errors
+                .into_iter()
+                .take(room)
+                .map(|message| pb::CollectorError {
+                    collector: collector.to_string(),
+                    message: limits::truncate(&message, limits::MAX_TEXT_BYTES),
+                }),
+        );
         self.record(collector, out.get(first).map(|e| e.message.as_str()));
     }
 
@@ -100,5 +108,21 @@ mod tests {
             !log.failing.contains_key("disk"),
             "recovery forgets the error"
         );
+    }
+
+    #[test]
+    fn long_and_numerous_errors_are_cut_to_the_wire_limits() {
+        let mut log = ErrorLog::default();
+        let mut out = Vec::new();
+        let long = "é".repeat(limits::MAX_TEXT_BYTES);
+        let many = (0..100).map(|i| format!("{i}: {long}"));
+        log.note("cgroup", many, &mut out);
+        assert_eq!(out.len(), limits::MAX_COLLECTOR_ERRORS);
+        assert!(
+            out.iter()
+                .all(|e| e.message.len() <= limits::MAX_TEXT_BYTES)
+        );
+        assert!(out[0].message.starts_with("0: é"));
+        assert!(out[0].message.ends_with('…'));
     }
 }

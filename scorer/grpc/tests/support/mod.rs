@@ -1,0 +1,109 @@
+//! A real in-process scorer gRPC server for the integration tests, and stream helpers.
+#![allow(dead_code)]
+use std::sync::Arc;
+use std::time::Duration;
+
+use loadstar_grpc::server::{self, ServerParts};
+use loadstar_policy::config::ScorerConfig;
+use loadstar_policy::profiles::Profiles;
+use loadstar_proto::pb;
+use loadstar_proto::pb::ingest_client::IngestClient;
+use loadstar_store::metrics::Metrics;
+use loadstar_store::{NodeStore, StoreConfig};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+/// A real scorer gRPC server on 127.0.0.1:0 with the embedded profiles.
+pub struct TestServer {
+    /// `http://127.0.0.1:PORT`.
+    pub addr: String,
+    /// Its store.
+    pub store: Arc<NodeStore>,
+    /// Its metrics (the server's own accounting).
+    pub metrics: Arc<Metrics>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestServer {
+    /// Starts one with `limits`.
+    pub async fn start(limits: server::ServerLimits) -> TestServer {
+        let config = ScorerConfig::embedded_default();
+        let profiles = Arc::new(Profiles::new(
+            config.build_profiles().expect("embedded default builds"),
+        ));
+        let store = Arc::new(NodeStore::new(StoreConfig {
+            snapshot_max_age: Duration::ZERO,
+            ..StoreConfig::default()
+        }));
+        let metrics = Metrics::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = format!("http://{}", listener.local_addr().expect("addr"));
+        let parts = ServerParts {
+            store: store.clone(),
+            profiles,
+            metrics: metrics.clone(),
+            resolver: None,
+            binder: None,
+            limits,
+            desired_interval_seconds: 1.0,
+        };
+        let (stop, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server::serve(listener, parts, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server runs");
+        });
+        TestServer {
+            addr,
+            store,
+            metrics,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// A client channel to it.
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.addr.clone())
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    /// Stops it, waiting (bounded) for the drain.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("server stops within 10 s")
+            .expect("server task");
+    }
+}
+
+/// Sends `reports` on one Ingest stream and collects the acks.
+pub async fn stream(channel: Channel, reports: Vec<pb::NodeReport>) -> Vec<pb::ReportAck> {
+    let n = reports.len();
+    let (tx, rx) = mpsc::channel(8);
+    let mut client = IngestClient::new(channel);
+    let mut acks = client
+        .report(ReceiverStream::new(rx))
+        .await
+        .expect("stream opens")
+        .into_inner();
+    let mut out = Vec::new();
+    for r in reports {
+        tx.send(r).await.expect("send");
+        out.push(acks.message().await.expect("ack").expect("ack present"));
+    }
+    assert_eq!(out.len(), n);
+    out
+}
