@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use loadstar_grpc::server::ServerLimits;
 use loadstar_proto::limits;
 use loadstar_proto::pb;
 use loadstar_proto::pb::ingest_client::IngestClient;
 use loadstar_proto::pb::scorer_client::ScorerClient;
 use loadstar_testkit::agent::{self as simagent, SyntheticLoad, now_nanos, report_at_limits};
+use loadstar_testkit::wire;
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -56,43 +56,13 @@ async fn eventually<T: std::fmt::Debug>(
     }
 }
 
-/// A gRPC request body: the 5-byte length prefix and the message.
-fn grpc_frame(msg: &impl Message) -> Bytes {
-    let body = msg.encode_to_vec();
-    let mut out = Vec::with_capacity(body.len() + 5);
-    out.push(0);
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(&body);
-    Bytes::from(out)
-}
-
-/// Opens `wanted` WatchNodes calls on ONE HTTP/2 connection and never reads them; returns
-/// the concurrent-stream limit the server advertised (SETTINGS_MAX_CONCURRENT_STREAMS: calls
-/// beyond it wait in the client) and the calls.
+/// `wanted` unread WatchNodes calls on one connection; the server's advertised
+/// concurrent-stream limit once its SETTINGS arrived.
 async fn unread_watchers(addr: &str, wanted: usize) -> (usize, Vec<h2::client::ResponseFuture>) {
     let host = addr.trim_start_matches("http://");
-    let tcp = TcpStream::connect(host).await.expect("connect");
-    let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let mut held = Vec::new();
-    for _ in 0..wanted {
-        let ready = tokio::time::timeout(Duration::from_millis(300), client.clone().ready()).await;
-        let Ok(Ok(mut c)) = ready else { break };
-        let req = http::Request::post(format!("http://{host}/loadstar.v1.Scorer/WatchNodes"))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .expect("request");
-        let Ok((resp, mut body)) = c.send_request(req, false) else {
-            break;
-        };
-        let _ = body.send_data(grpc_frame(&pb::WatchNodesRequest::default()), true);
-        held.push(resp);
-    }
-    assert_eq!(held.len(), wanted, "every call was issued");
-    // The server's SETTINGS arrive with its first frames.
+    let (client, held, _conn) = wire::unread_watch_calls(host, wanted)
+        .await
+        .expect("calls issued");
     let max = eventually(
         Duration::from_secs(5),
         "the server's SETTINGS",
@@ -105,14 +75,19 @@ async fn unread_watchers(addr: &str, wanted: usize) -> (usize, Vec<h2::client::R
 
 #[tokio::test]
 async fn unread_watchers_on_one_connection_stay_bounded() {
-    let mut limits = ServerLimits::default();
-    limits.max_streams_per_connection = 64;
+    let mut limits = ServerLimits {
+        max_streams_per_connection: 64,
+        ..ServerLimits::default()
+    };
     limits.query.watch.max_watchers = 40;
     limits.query.watch.max_queued_bytes = 256 * 1024;
     let server = TestServer::start(limits).await;
     // 3 000 WatchNodes calls on one connection that never reads.
     let (max_streams, held) = unread_watchers(&server.addr, 3000).await;
-    assert_eq!(max_streams, 64, "the server advertises its per-connection stream limit");
+    assert_eq!(
+        max_streams, 64,
+        "the server advertises its per-connection stream limit"
+    );
     let watchers = eventually(
         Duration::from_secs(5),
         "watchers registered",
@@ -322,8 +297,10 @@ async fn long_text_fields_are_refused_and_lists_come_in_pages() {
         message: "z".repeat(4 * 1024 * 1024 - 1024),
     });
     // 4 MB text within a (raised) message limit would still be refused by its field cap.
-    let mut big = ServerLimits::default();
-    big.max_message_bytes = 8 << 20;
+    let big = ServerLimits {
+        max_message_bytes: 8 << 20,
+        ..ServerLimits::default()
+    };
     let roomy = TestServer::start(big).await;
     let acks = stream(roomy.channel().await, vec![r]).await;
     assert!(!acks[0].accepted);

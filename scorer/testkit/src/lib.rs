@@ -3,3 +3,4 @@
 //! for nodes, pods and snapshots.
 pub mod agent;
 pub mod snapshot;
+pub mod wire;

@@ -256,22 +256,20 @@ async fn ready(scorer: &str, count: usize, timeout: u64) -> Result<()> {
     let mut last = String::from("not connected");
     while Instant::now() < deadline {
         match ScorerClient::connect(scorer.to_string()).await {
-            Ok(c) => {
-                match all_nodes(c).await {
-                    Ok(nodes) => {
-                        let fresh = nodes
-                            .iter()
-                            .filter(|n| n.last_report.is_some() && !n.stale)
-                            .count();
-                        if fresh >= count {
-                            eprintln!("{fresh} nodes report load");
-                            return Ok(());
-                        }
-                        last = format!("{fresh} fresh");
+            Ok(c) => match all_nodes(c).await {
+                Ok(nodes) => {
+                    let fresh = nodes
+                        .iter()
+                        .filter(|n| n.last_report.is_some() && !n.stale)
+                        .count();
+                    if fresh >= count {
+                        eprintln!("{fresh} nodes report load");
+                        return Ok(());
                     }
-                    Err(e) => last = e.to_string(),
+                    last = format!("{fresh} fresh");
                 }
-            }
+                Err(e) => last = e.to_string(),
+            },
             Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
