@@ -34,6 +34,16 @@ impl Default for SyntheticLoad {
     }
 }
 
+/// Most simulated agent streams to put on one HTTP/2 connection: below the scorer's default
+/// limit of 64 concurrent calls per connection (a real agent uses a connection of its own).
+pub const STREAMS_PER_CONNECTION: usize = 60;
+
+/// Connections needed for `agents` streams: at least `wanted`, and enough that none carries
+/// more than [`STREAMS_PER_CONNECTION`].
+pub fn connections_for(agents: usize, wanted: usize) -> usize {
+    wanted.max(agents.div_ceil(STREAMS_PER_CONNECTION)).max(1)
+}
+
 /// The wall clock as Unix nanoseconds, as agents stamp their samples.
 pub fn now_nanos() -> i64 {
     SystemTime::now()
@@ -288,6 +298,20 @@ mod tests {
                 .and_then(|l| l.window(60))
                 .map(|w| w.mean);
             assert_eq!(got, Some(cpu.min(1.0)));
+        }
+    }
+
+    #[test]
+    fn agent_streams_fit_the_per_connection_limit() {
+        assert_eq!(connections_for(5000, 50), 84);
+        assert_eq!(connections_for(100, 50), 50);
+        assert_eq!(connections_for(0, 0), 1);
+        for agents in [1, 59, 60, 61, 999, 10_000] {
+            let c = connections_for(agents, 1);
+            assert!(
+                agents.div_ceil(c) <= STREAMS_PER_CONNECTION,
+                "{agents} over {c}"
+            );
         }
     }
 }

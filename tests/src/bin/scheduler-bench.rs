@@ -182,7 +182,7 @@ async fn create_pods(c: &Client, ns: &str, scheduler: &str, count: usize) -> Res
 
 async fn agents(scorer: &str, count: usize, connections: usize) -> Result<()> {
     let mut channels = Vec::new();
-    for _ in 0..connections.max(1) {
+    for _ in 0..simagent::connections_for(count, connections) {
         channels.push(tonic::transport::Endpoint::from_shared(scorer.to_string())?.connect_lazy());
     }
     let capacity = simagent::capacity(8, 32);

@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let endpoint = Endpoint::from_shared(args.scorer.clone()).context("scorer endpoint")?;
     let mut channels = Vec::new();
-    for _ in 0..args.connections.max(1) {
+    for _ in 0..simagent::connections_for(args.agents, args.connections) {
         channels.push(
             endpoint
                 .connect()
@@ -216,7 +216,10 @@ async fn main() -> anyhow::Result<()> {
     v.sort_by(f64::total_cmp);
     let c = &counters;
     println!("agents                 {}", args.agents);
-    println!("connections            {}", args.connections);
+    println!(
+        "connections            {}",
+        simagent::connections_for(args.agents, args.connections)
+    );
     println!("interval_seconds       {}", args.interval);
     println!("measured_seconds       {wall:.1}");
     println!("reports_sent           {}", c.sent.load(Ordering::Relaxed));
