@@ -186,6 +186,22 @@ impl Queue {
         Err(next_backoff)
     }
 
+    /// The priority of the best pod waiting in the active heap, if any (stale heap entries
+    /// met on the way are dropped, as `pop` would).
+    pub fn best_active_priority(&mut self) -> Option<i32> {
+        while let Some(top) = self.heap.peek() {
+            if self
+                .pods
+                .get(&top.key)
+                .is_some_and(|e| e.state == State::Active(top.seq))
+            {
+                return Some(top.priority);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
     /// The pod could not be placed: back off.
     pub fn requeue_backoff(&mut self, key: &str, now: Instant) {
         if let Some(e) = self.pods.get_mut(key) {
@@ -356,5 +372,20 @@ mod tests {
         tokio::task::yield_now().await;
         q.with(|s| s.add("ns/b", 0, 2, Instant::now()));
         assert_eq!(waiter.await.expect("join"), "ns/b");
+    }
+
+    #[test]
+    fn best_active_priority_skips_stale_entries() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        assert_eq!(q.best_active_priority(), None);
+        q.add("low", 0, 1, now);
+        q.add("high", 100, 2, now);
+        assert_eq!(q.best_active_priority(), Some(100));
+        let high = q.pop(now).expect("high first");
+        assert_eq!(high.key, "high");
+        assert_eq!(q.best_active_priority(), Some(0));
+        q.remove("low");
+        assert_eq!(q.best_active_priority(), None);
     }
 }

@@ -361,6 +361,17 @@ impl Scheduler {
         };
         // A retried pod sees a snapshot at least as new as the event that woke it.
         self.refresh(local, pod.attempts > 0);
+        // A cluster change while this pod was being popped (a node appeared) may have made
+        // higher-priority pods active again: they go first, as the queue's order says.
+        if self
+            .queue
+            .with(|q| q.best_active_priority())
+            .is_some_and(|best| best > pod.priority)
+        {
+            debug!("a higher-priority pod became schedulable meanwhile; requeued");
+            self.queue.with(|q| q.requeue_now(&pod.key));
+            return;
+        }
         let Some(l) = local.as_mut() else { return };
         l.fresh = false;
         let ev = profile.evaluate(&l.snap, info, Some(&l.candidates), 1, rng);
