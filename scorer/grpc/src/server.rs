@@ -40,13 +40,15 @@ pub struct ServerLimits {
 }
 
 impl Default for ServerLimits {
-    /// The defaults of each part; 64 streams per connection (an agent uses one, grpcurl
-    /// one, a scheduler a few), keepalive ping every 20 s with 10 s to answer, messages up
-    /// to [`limits::MAX_MESSAGE_BYTES`].
+    /// The defaults of each part; 100 streams per connection (an agent uses one, grpcurl
+    /// one, a scheduler a few dozen; 100 is what HTTP/2 clients assume before the server's
+    /// SETTINGS arrive, so no client that starts many calls at once on a new connection is
+    /// refused), keepalive ping every 20 s with 10 s to answer, messages up to
+    /// [`limits::MAX_MESSAGE_BYTES`].
     fn default() -> Self {
         ServerLimits {
             connections: ConnectionLimits::default(),
-            max_streams_per_connection: 64,
+            max_streams_per_connection: 100,
             keepalive_interval: Duration::from_secs(20),
             keepalive_timeout: Duration::from_secs(10),
             max_message_bytes: limits::MAX_MESSAGE_BYTES,

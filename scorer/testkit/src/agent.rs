@@ -35,7 +35,7 @@ impl Default for SyntheticLoad {
 }
 
 /// Most simulated agent streams to put on one HTTP/2 connection: below the scorer's default
-/// limit of 64 concurrent calls per connection (a real agent uses a connection of its own).
+/// limit of 100 concurrent calls per connection (a real agent uses a connection of its own).
 pub const STREAMS_PER_CONNECTION: usize = 60;
 
 /// Connections needed for `agents` streams: at least `wanted`, and enough that none carries
