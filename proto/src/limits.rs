@@ -67,5 +67,3 @@ pub mod rates {
     /// GPU power draw, watts.
     pub const MAX_GPU_POWER_WATTS: f64 = 10_000.0;
 }
-
-pub use loadstar_common::text::{quote, quote_list, truncate};

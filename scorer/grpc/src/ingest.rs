@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use loadstar_common::rate::{RateLimit, TokenBucket};
-use loadstar_proto::limits::truncate;
+use loadstar_common::text::truncate;
 use std::future::Future;
 
 use loadstar_store::metrics::{Metrics, ReasonLabel};

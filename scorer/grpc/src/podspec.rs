@@ -44,11 +44,13 @@ pub fn from_description(d: &pb::PodDescription) -> Result<PodInfo, PodSpecError>
     } else {
         d.namespace.clone()
     };
-    let pod = truncate(&format!("{namespace}/{}", d.name), 128);
+    let pod = format!("{namespace}/{}", d.name);
+    // Errors quote the client's names: bounded, unlike the pod's identity below.
+    let label = truncate(&pod, 128);
     let parse = |field: &'static str, m: &std::collections::HashMap<String, String>| {
         ResourceList::from_quantities(m.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(
             |source| PodSpecError::Quantity {
-                pod: pod.clone(),
+                pod: label.clone(),
                 field,
                 source,
             },
@@ -59,7 +61,7 @@ pub fn from_description(d: &pb::PodDescription) -> Result<PodInfo, PodSpecError>
     let mut tolerations = Vec::with_capacity(d.tolerations.len());
     for (index, t) in d.tolerations.iter().enumerate() {
         let err = |reason: String| PodSpecError::Toleration {
-            pod: pod.clone(),
+            pod: label.clone(),
             index,
             reason,
         };
@@ -170,5 +172,24 @@ mod tests {
             from_description(&d),
             Err(PodSpecError::Toleration { index: 0, .. })
         ));
+    }
+
+    #[test]
+    fn long_names_are_cut_in_errors_but_not_in_the_identity() {
+        let name = "n".repeat(300);
+        let ok = from_description(&pb::PodDescription {
+            name: name.clone(),
+            ..Default::default()
+        })
+        .expect("valid");
+        assert_eq!(ok.uid, format!("described:default/{name}"));
+        let bad = from_description(&pb::PodDescription {
+            name,
+            requests: [("cpu".to_string(), "lots".to_string())].into(),
+            ..Default::default()
+        })
+        .expect_err("bad quantity")
+        .to_string();
+        assert!(bad.len() < 300, "{bad}");
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use loadstar_proto::limits::{quote, quote_list};
+use loadstar_common::text::{quote, quote_list};
 use loadstar_proto::pb;
 use prost::Message;
 use rand::SeedableRng;

@@ -251,7 +251,7 @@ impl NodeStore {
         let added = !shard.contains_key(&name);
         let stale = shard
             .get(&name)
-            .is_none_or(|e| self.view(&name, e, now).stale);
+            .is_none_or(|e| self.age_and_staleness(e, now).1);
         let entry = shard.entry(name.clone()).or_default();
         if let Err(e) = self.check_order(entry, &report, stream, stale) {
             entry.rejected += 1;
@@ -317,7 +317,7 @@ impl NodeStore {
         {
             return Err(ReportError::Owned {
                 node: report.node_name.clone(),
-                owner: loadstar_proto::limits::quote(&owner.instance),
+                owner: loadstar_common::text::quote(&owner.instance),
             });
         }
         let same_instance =
@@ -399,7 +399,9 @@ impl NodeStore {
         })
     }
 
-    fn view(&self, name: &Arc<str>, e: &NodeEntry, now: Instant) -> NodeView {
+    /// How long ago the entry's last report arrived, and whether that makes it stale (no
+    /// report at all is stale).
+    fn age_and_staleness(&self, e: &NodeEntry, now: Instant) -> (Option<Duration>, bool) {
         let age = e
             .agent
             .as_ref()
@@ -409,6 +411,11 @@ impl NodeStore {
             (Some(a), Some(age)) => age > self.stale_after(a),
             _ => true,
         };
+        (age, stale)
+    }
+
+    fn view(&self, name: &Arc<str>, e: &NodeEntry, now: Instant) -> NodeView {
+        let (age, stale) = self.age_and_staleness(e, now);
         NodeView {
             name: name.clone(),
             agent: e.agent.clone(),

@@ -34,7 +34,7 @@ impl ErrorLog {
                 .take(room)
                 .map(|message| pb::CollectorError {
                     collector: collector.to_string(),
-                    message: limits::truncate(&message, limits::MAX_TEXT_BYTES),
+                    message: loadstar_common::text::truncate(&message, limits::MAX_TEXT_BYTES),
                 }),
         );
         self.record(collector, out.get(first).map(|e| e.message.as_str()));
