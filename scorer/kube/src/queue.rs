@@ -67,14 +67,18 @@ enum State {
     Active(u64),
     /// Backing off until this time (entry in the backoff heap with this sequence number).
     Backoff(Instant, u64),
-    /// Handed to the scheduler; not in any queue.
-    InFlight,
+    /// Handed to the scheduler; not in any queue. Holds the queue's move count when it was
+    /// handed out, so a failure that predates a later cluster change is recognised as stale.
+    InFlight(u64),
 }
 
 #[derive(Debug)]
 struct Entry {
     pod: QueuedPod,
     state: State,
+    /// The last failure was retried at once because the cluster changed while it was being
+    /// decided; the next failure backs off whatever happens (no hot loop under busy events).
+    retried_stale: bool,
 }
 
 /// The queue's state. All methods take the current time where it matters.
@@ -84,6 +88,8 @@ pub struct Queue {
     backoff: BinaryHeap<Reverse<(Instant, u64, String)>>,
     pods: HashMap<String, Entry>,
     seq: u64,
+    /// How many times `retry_all` ran: kube-scheduler's "move request cycle".
+    moves: u64,
 }
 
 impl Queue {
@@ -124,6 +130,7 @@ impl Queue {
                     enqueued_at: now,
                 },
                 state: State::Active(0),
+                retried_stale: false,
             },
         );
         self.push_active(key);
@@ -179,7 +186,7 @@ impl Queue {
             if let Some(e) = self.pods.get_mut(&top.key)
                 && e.state == State::Active(top.seq)
             {
-                e.state = State::InFlight;
+                e.state = State::InFlight(self.moves);
                 return Ok(e.pod.clone());
             }
         }
@@ -202,10 +209,22 @@ impl Queue {
         None
     }
 
-    /// The pod could not be placed: back off.
+    /// The pod could not be placed: back off. When the cluster changed while the pod was
+    /// being decided (a node appeared or became ready, a pod was deleted), the failure may be
+    /// stale: like kube-scheduler's move-request cycle, the pod is not parked behind pods the
+    /// change already made active; it goes straight back to the active heap, once per failure
+    /// streak, so a busy cluster cannot make it spin.
     pub fn requeue_backoff(&mut self, key: &str, now: Instant) {
+        let moves = self.moves;
         if let Some(e) = self.pods.get_mut(key) {
             e.pod.attempts = e.pod.attempts.saturating_add(1);
+            let stale = matches!(e.state, State::InFlight(at) if at < moves);
+            if stale && !e.retried_stale {
+                e.retried_stale = true;
+                self.push_active(key);
+                return;
+            }
+            e.retried_stale = false;
             self.seq += 1;
             let at = now + backoff(e.pod.attempts);
             e.state = State::Backoff(at, self.seq);
@@ -218,7 +237,7 @@ impl Queue {
         if self
             .pods
             .get(key)
-            .is_some_and(|e| e.state == State::InFlight)
+            .is_some_and(|e| matches!(e.state, State::InFlight(_)))
         {
             self.push_active(key);
         }
@@ -231,6 +250,7 @@ impl Queue {
 
     /// Something changed that may make waiting pods schedulable: retry them now.
     pub fn retry_all(&mut self) -> usize {
+        self.moves += 1;
         let waiting: Vec<String> = self
             .pods
             .iter()
@@ -341,6 +361,30 @@ mod tests {
         assert_eq!(q.pop(now).expect("early retry").attempts, 2);
         q.done("ns/p");
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_failure_older_than_a_cluster_change_retries_at_once_but_only_once() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.add("ns/high", 10, 2, now);
+        q.add("ns/low", 0, 1, now);
+        // `high` is being decided when a node appears; `low` was already waiting.
+        let high = q.pop(now).expect("ready");
+        assert_eq!(high.key, "ns/high");
+        q.retry_all();
+        // Its failure was decided on the old cluster: it goes back ahead of `low`, no backoff.
+        q.requeue_backoff("ns/high", now);
+        let again = q.pop(now).expect("retried at once");
+        assert_eq!((again.key.as_str(), again.attempts), ("ns/high", 1));
+        // A second stale failure in a row backs off: busy events never make a pod spin.
+        q.retry_all();
+        q.requeue_backoff("ns/high", now);
+        assert_eq!(q.pop(now).expect("low is next").key, "ns/low");
+        assert_eq!(q.pop(now), Err(Some(now + Duration::from_secs(2))));
+        // Without a change during the attempt, a failure backs off as before.
+        q.requeue_backoff("ns/low", now);
+        assert_eq!(q.pop(now), Err(Some(now + Duration::from_secs(1))));
     }
 
     #[test]
