@@ -2,6 +2,7 @@
 //! [`Profile`] that runs its filters, its weighted scores and its stale-node policy over a
 //! [`ClusterSnapshot`], explaining every verdict (per-plugin scores, filter reasons, and a
 //! kube-scheduler-style summary).
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
@@ -126,10 +127,31 @@ impl<'a> CycleContext<'a> {
     }
 }
 
+/// What a filter's PreFilter computed for one pod: read back by the same plugin's
+/// [`FilterPlugin::filter_prepared`].
+pub type PreFilterState = Box<dyn Any + Send + Sync>;
+
 /// A filter: can the pod run on this node at all?
 pub trait FilterPlugin: Send + Sync + Debug {
     /// Plugin name as in configs and answers.
     fn name(&self) -> &'static str;
+    /// kube-scheduler's PreFilter: cluster-wide facts this pod's checks need (matching pods
+    /// per topology domain), computed once per pod and cycle rather than once per node.
+    /// `None` (the default) when the plugin needs nothing for this pod.
+    fn prefilter(&self, _ctx: &CycleContext<'_>, _pod: &PodInfo) -> Option<PreFilterState> {
+        None
+    }
+    /// [`FilterPlugin::filter`] with what [`FilterPlugin::prefilter`] returned for this pod.
+    /// Plugins with a PreFilter override it; the default ignores the state.
+    fn filter_prepared(
+        &self,
+        ctx: &CycleContext<'_>,
+        _state: Option<&PreFilterState>,
+        pod: &PodInfo,
+        node: &NodeView,
+    ) -> Result<(), String> {
+        self.filter(ctx, pod, node)
+    }
     /// `Ok` when the node passes; otherwise the reason, phrased for a summary line
     /// (`Insufficient cpu`, `node(s) had untolerated taint {k: v}`). Several reasons are
     /// joined with [`REASON_SEPARATOR`] (like upstream's status message); the summary counts
@@ -198,6 +220,17 @@ pub struct FilteredNode {
 pub const STALE_FILTER: &str = "StaleLoad";
 /// Reason used for stale nodes under [`StalePolicy::Filter`].
 pub const STALE_REASON: &str = "node(s) had stale load metrics";
+
+/// Filter name used when the pod carries constraints Loadstar does not implement.
+pub const UNSUPPORTED_FILTER: &str = "UnsupportedConstraints";
+
+/// The reason given on every node for a pod with unimplemented constraints.
+pub fn unsupported_reason(fields: &[String]) -> String {
+    format!(
+        "pod uses {} that Loadstar does not implement (refused rather than placed in violation)",
+        fields.join(" and ")
+    )
+}
 
 /// Separator of several reasons of one filter for one node (`Insufficient cpu, Insufficient
 /// memory`); [`Evaluation::summary`] counts each part, as kube-scheduler does.
@@ -278,6 +311,27 @@ impl Profile {
         let mut feasible: Vec<&NodeView> = Vec::with_capacity(indices.len());
         let mut feasible_idx: Vec<usize> = Vec::with_capacity(indices.len());
         let mut filtered = Vec::new();
+        if !pod.unsupported.is_empty() {
+            // Never a silent violation: a constraint we cannot check refuses every node.
+            let reason = unsupported_reason(&pod.unsupported);
+            return Evaluation {
+                ranked: Vec::new(),
+                filtered: indices
+                    .iter()
+                    .map(|&index| FilteredNode {
+                        index,
+                        plugin: UNSUPPORTED_FILTER,
+                        reason: reason.clone(),
+                    })
+                    .collect(),
+                evaluated: indices.len(),
+            };
+        }
+        let states: Vec<Option<PreFilterState>> = self
+            .filters
+            .iter()
+            .map(|f| f.prefilter(&ctx, pod))
+            .collect();
         'nodes: for &i in indices {
             let node = &snapshot.nodes[i];
             if node.stale && self.stale_policy == StalePolicy::Filter {
@@ -288,8 +342,8 @@ impl Profile {
                 });
                 continue;
             }
-            for f in &self.filters {
-                if let Err(reason) = f.filter(&ctx, pod, node) {
+            for (f, state) in self.filters.iter().zip(&states) {
+                if let Err(reason) = f.filter_prepared(&ctx, state.as_ref(), pod, node) {
                     filtered.push(FilteredNode {
                         index: i,
                         plugin: f.name(),

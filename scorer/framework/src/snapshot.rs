@@ -67,36 +67,13 @@ pub struct Toleration {
     pub effect: Option<TaintEffect>,
 }
 
-/// Operator of a node selector requirement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SelectorOp {
-    /// Label value is one of `values`.
-    In,
-    /// Label value is none of `values` (or the label is absent).
-    NotIn,
-    /// Label is present.
-    Exists,
-    /// Label is absent.
-    DoesNotExist,
-    /// Label value, as an integer, is greater than the single value.
-    Gt,
-    /// Label value, as an integer, is less than the single value.
-    Lt,
-}
+pub use crate::constraints::{
+    AffinityTerm, LabelSelector, NodeSelectorTerm, PodAffinity, SelectorOp, SelectorRequirement,
+    SharedAffinity, SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
+};
 
-/// One requirement of a node selector term.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SelectorRequirement {
-    /// Label key.
-    pub key: String,
-    /// Operator.
-    pub op: SelectorOp,
-    /// Values.
-    pub values: Vec<String>,
-}
-
-/// A node selector term: all requirements must hold.
-pub type SelectorTerm = Vec<SelectorRequirement>;
+/// A node selector term (kept under its old name).
+pub type SelectorTerm = NodeSelectorTerm;
 
 /// A host port a container asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -136,6 +113,18 @@ pub struct PodInfo {
     pub node_selector: BTreeMap<String, String>,
     /// Required node affinity terms (ORed); empty means none.
     pub required_affinity: Vec<SelectorTerm>,
+    /// Preferred node affinity terms with their weights.
+    pub preferred_node_affinity: Vec<(i32, SelectorTerm)>,
+    /// Inter-pod affinity and anti-affinity.
+    pub pod_affinity: SharedAffinity,
+    /// `topologySpreadConstraints`, hard and soft.
+    pub spread_constraints: Vec<SpreadConstraint>,
+    /// Fields that constrain placement and that Loadstar does not implement (paths such as
+    /// `spec.volumes[0].persistentVolumeClaim`): the pod is refused on every node, naming
+    /// them, rather than placed in violation of them.
+    pub unsupported: Vec<String>,
+    /// `spec.preemptionPolicy: Never`.
+    pub preemption_never: bool,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
     /// Host ports of its containers.
@@ -228,6 +217,31 @@ pub struct PodOnNode {
     pub owner: Option<Owner>,
     /// Host ports.
     pub host_ports: Vec<HostPort>,
+    /// Name.
+    pub name: String,
+    /// Its inter-pod affinity (existing pods' required anti-affinity constrains newcomers).
+    pub pod_affinity: SharedAffinity,
+    /// Being deleted (topology spread does not count it).
+    pub terminating: bool,
+    /// spec.priority.
+    pub priority: i32,
+}
+
+impl PodOnNode {
+    /// The placed form of a pod (not terminating).
+    pub fn of(info: &PodInfo) -> PodOnNode {
+        PodOnNode {
+            uid: info.uid.clone(),
+            namespace: info.namespace.clone(),
+            name: info.name.clone(),
+            labels: info.labels.clone(),
+            owner: info.owner.clone(),
+            host_ports: info.host_ports.clone(),
+            pod_affinity: info.pod_affinity.clone(),
+            terminating: false,
+            priority: info.priority,
+        }
+    }
 }
 
 /// An estimate of a recently placed pod's usage. It counts in full until the agent measures

@@ -122,10 +122,9 @@ pub fn from_description(d: &pb::PodDescription) -> Result<PodInfo, PodSpecError>
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
-        required_affinity: Vec::new(),
         tolerations,
-        host_ports: Vec::new(),
         priority: d.priority,
+        ..PodInfo::default()
     })
 }
 

@@ -85,13 +85,23 @@ pub struct ClusterCache {
     synced: watch::Sender<Synced>,
 }
 
-fn pod_on_node(info: &PodInfo) -> PodOnNode {
+fn pod_on_node(info: &PodInfo, terminating: bool) -> PodOnNode {
     PodOnNode {
-        uid: info.uid.clone(),
-        namespace: info.namespace.clone(),
-        labels: info.labels.clone(),
-        owner: info.owner.clone(),
-        host_ports: info.host_ports.clone(),
+        terminating,
+        ..PodOnNode::of(info)
+    }
+}
+
+/// Whether an update of a placed pod changes what other pods' constraints read of it.
+fn pod_on_node_changed(old: &PodFacts, new: &PodFacts) -> bool {
+    match (&old.info, &new.info) {
+        (Ok(a), Ok(b)) => {
+            old.deleting != new.deleting
+                || a.labels != b.labels
+                || a.pod_affinity != b.pod_affinity
+                || a.priority != b.priority
+        }
+        _ => false,
     }
 }
 
@@ -276,6 +286,7 @@ impl ClusterCache {
         }
         let mut place: Option<(Arc<str>, Placement, PodOnNode)> = None;
         let mut unplace: Option<Placement> = None;
+        let mut refresh: Option<(Arc<str>, PodOnNode)> = None;
         {
             let mut inner = self.lock();
             if let Some(seen) = inner.relist_pods.as_mut() {
@@ -293,10 +304,15 @@ impl ClusterCache {
                 self.store
                     .update_allocation(&p.node, |a| remove_from(a, &p, &old_uid));
             }
-            inner.pods.insert(key.clone(), facts.clone());
+            let previous = inner.pods.insert(key.clone(), facts.clone());
             if let (Some(node), Ok(info)) = (&facts.node_name, &facts.info) {
                 match inner.placed.get_mut(&facts.uid) {
-                    Some(p) if &*p.node == node.as_str() => p.assumed = false,
+                    Some(p) if &*p.node == node.as_str() => {
+                        p.assumed = false;
+                        if previous.is_some_and(|old| pod_on_node_changed(&old, &facts)) {
+                            refresh = Some((p.node.clone(), pod_on_node(info, facts.deleting)));
+                        }
+                    }
                     existing => {
                         if let Some(old) = existing {
                             unplace = Some(old.clone());
@@ -309,7 +325,7 @@ impl ClusterCache {
                             assumed: false,
                         };
                         inner.placed.insert(facts.uid.clone(), p.clone());
-                        place = Some((p.node.clone(), p, pod_on_node(info)));
+                        place = Some((p.node.clone(), p, pod_on_node(info, facts.deleting)));
                     }
                 }
             }
@@ -321,6 +337,14 @@ impl ClusterCache {
         }
         if let Some((node, p, on)) = place {
             self.store.update_allocation(&node, |a| add_to(a, &p, on));
+        }
+        if let Some((node, on)) = refresh {
+            // Same node, same requests: only what affinity and spreading read changed.
+            self.store.update_allocation(&node, |a| {
+                if let Some(q) = a.pods.iter_mut().find(|q| q.uid == on.uid) {
+                    *q = on;
+                }
+            });
         }
         // Other schedulers' pods (and pods delegated through Bind) are never queued.
         if self.profiles.contains(&facts.scheduler_name) {
@@ -388,7 +412,7 @@ impl ClusterCache {
         let inflight = Inflight::new(info.uid.clone(), estimate.0, estimate.1, Instant::now());
         let mut out = None;
         self.store.update_allocation(node, |a| {
-            add_to(a, &p, pod_on_node(info));
+            add_to(a, &p, pod_on_node(info, false));
             a.inflight.retain(|e| e.uid != inflight.uid);
             a.inflight.push(inflight);
             out = Some(Arc::new(a.clone()));

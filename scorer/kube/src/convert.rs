@@ -5,22 +5,22 @@
 use std::collections::BTreeMap;
 
 use ::kube::ResourceExt;
-use k8s_openapi::api::core::v1::{Container, Node, NodeSelectorRequirement, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use loadstar_common::model::{ResourceList, ResourceListError};
 use thiserror::Error;
 
+use crate::constraints::{self, ConstraintError};
+
 use loadstar_framework::snapshot::{
     DEFAULT_NONZERO_CPU_MILLIS, DEFAULT_NONZERO_MEMORY_BYTES, HostPort, KubeNode, Owner, PodInfo,
-    SelectorOp, SelectorRequirement, SelectorTerm, Taint, TaintEffect, Toleration,
+    Taint, TaintEffect, Toleration,
 };
 
 /// The scheduler name of pods that do not name one.
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 
-/// The pseudo-label under which a node's own name is matched by `matchFields` requirements on
-/// `metadata.name` (the only field upstream supports there; DaemonSet pods use it).
-pub const FIELD_NODE_NAME: &str = "metadata.name";
+pub use crate::constraints::FIELD_NODE_NAME;
 
 /// Errors converting a Kubernetes object.
 #[derive(Debug, Clone, Error, PartialEq)]
@@ -46,15 +46,14 @@ pub enum ConvertError {
         /// Why.
         reason: String,
     },
-    /// A node affinity requirement is invalid.
-    #[error("pod {pod}: {field}: {reason}")]
-    Affinity {
+    /// A placement constraint (affinity, selector, spread) is invalid.
+    #[error("pod {pod}: {source}")]
+    Constraint {
         /// namespace/name.
         pod: String,
-        /// Where.
-        field: String,
-        /// Why.
-        reason: String,
+        /// Where and why.
+        #[source]
+        source: ConstraintError,
     },
     /// A node's allocatable did not parse.
     #[error("node {node}: status.allocatable: {source}")]
@@ -189,48 +188,6 @@ fn container_resources(
     })
 }
 
-fn selector_requirement(
-    pod: &str,
-    field: &str,
-    r: &NodeSelectorRequirement,
-    key_override: Option<&str>,
-) -> Result<SelectorRequirement, ConvertError> {
-    let err = |reason: String| ConvertError::Affinity {
-        pod: pod.to_string(),
-        field: field.to_string(),
-        reason,
-    };
-    let op = match r.operator.as_str() {
-        "In" => SelectorOp::In,
-        "NotIn" => SelectorOp::NotIn,
-        "Exists" => SelectorOp::Exists,
-        "DoesNotExist" => SelectorOp::DoesNotExist,
-        "Gt" => SelectorOp::Gt,
-        "Lt" => SelectorOp::Lt,
-        other => return Err(err(format!("unknown operator {other:?}"))),
-    };
-    let values = r.values.clone().unwrap_or_default();
-    match op {
-        SelectorOp::Gt | SelectorOp::Lt
-            if values.len() != 1 || values[0].parse::<i64>().is_err() =>
-        {
-            return Err(err(format!(
-                "operator {} needs exactly one integer value, got {values:?}",
-                r.operator
-            )));
-        }
-        SelectorOp::In | SelectorOp::NotIn if values.is_empty() => {
-            return Err(err(format!("operator {} needs values", r.operator)));
-        }
-        _ => {}
-    }
-    Ok(SelectorRequirement {
-        key: key_override.unwrap_or(&r.key).to_string(),
-        op,
-        values,
-    })
-}
-
 /// Converts a pod. Never fails as a whole: a pod whose spec cannot be scheduled as written
 /// (a malformed quantity, an unknown operator) carries the error in [`PodFacts::info`].
 pub fn pod_facts(pod: &Pod) -> PodFacts {
@@ -257,11 +214,7 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
             .map(|t| t.0.as_second())
             .unwrap_or(0),
         priority,
-        info: Err(ConvertError::Affinity {
-            pod: String::new(),
-            field: String::new(),
-            reason: String::new(),
-        }),
+        info: Ok(PodInfo::default()),
         namespace,
         name,
     };
@@ -336,49 +289,17 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         });
     }
 
-    let mut required_affinity: Vec<SelectorTerm> = Vec::new();
-    if let Some(sel) = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-    {
-        for (ti, term) in sel.node_selector_terms.iter().enumerate() {
-            let mut reqs = Vec::new();
-            for (ri, r) in term.match_expressions.iter().flatten().enumerate() {
-                let field = format!(
-                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.\
-                     nodeSelectorTerms[{ti}].matchExpressions[{ri}]"
-                );
-                reqs.push(selector_requirement(&key, &field, r, None)?);
-            }
-            for (ri, r) in term.match_fields.iter().flatten().enumerate() {
-                let field = format!(
-                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.\
-                     nodeSelectorTerms[{ti}].matchFields[{ri}]"
-                );
-                if r.key != FIELD_NODE_NAME {
-                    return Err(ConvertError::Affinity {
-                        pod: key.clone(),
-                        field,
-                        reason: format!("unsupported field {:?} (only metadata.name)", r.key),
-                    });
-                }
-                reqs.push(selector_requirement(
-                    &key,
-                    &field,
-                    r,
-                    Some(FIELD_NODE_NAME),
-                )?);
-            }
-            // Upstream: a term with no requirements matches nothing; keep it (it never
-            // matches) so the pod stays unschedulable as upstream would leave it.
-            required_affinity.push(reqs);
-        }
-    }
+    let constraint = |source: ConstraintError| ConvertError::Constraint {
+        pod: key.clone(),
+        source,
+    };
+    let (required_affinity, preferred_node_affinity) =
+        constraints::node_affinity(spec).map_err(constraint)?;
+    let mut unsupported = constraints::placement_volumes(pod);
+    let pod_affinity =
+        constraints::pod_affinity(spec, &facts.namespace, &mut unsupported).map_err(constraint)?;
+    let spread_constraints =
+        constraints::spread_constraints(spec, &mut unsupported).map_err(constraint)?;
 
     let mut host_ports = Vec::new();
     for c in &spec.containers {
@@ -416,14 +337,19 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         nonzero_memory_bytes: nz_mem,
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         required_affinity,
+        preferred_node_affinity,
+        pod_affinity,
+        spread_constraints,
+        unsupported,
+        preemption_never: spec.preemption_policy.as_deref() == Some("Never"),
         tolerations,
         host_ports,
         priority: facts.priority,
     })
 }
 
-/// Converts a node: allocatable (capacity when absent), labels (plus [`FIELD_NODE_NAME`]),
-/// taints, cordon, and the Ready condition.
+/// Converts a node: allocatable (capacity when absent), labels, taints, cordon, and the
+/// Ready condition.
 pub fn kube_node(node: &Node) -> Result<KubeNode, ConvertError> {
     let name = node.name_any();
     let status = node.status.as_ref();
@@ -438,8 +364,7 @@ pub fn kube_node(node: &Node) -> Result<KubeNode, ConvertError> {
             })?,
         None => ResourceList::default(),
     };
-    let mut labels = node.metadata.labels.clone().unwrap_or_default();
-    labels.insert(FIELD_NODE_NAME.to_string(), name);
+    let labels = node.metadata.labels.clone().unwrap_or_default();
     let spec = node.spec.as_ref();
     let taints = spec
         .and_then(|s| s.taints.as_ref())
@@ -587,8 +512,14 @@ mod tests {
         assert_eq!(info.tolerations[1].value, "a");
         assert!(info.tolerations[2].key.is_empty() && info.tolerations[2].exists);
         assert_eq!(info.required_affinity.len(), 2);
-        assert_eq!(info.required_affinity[0][1].op, SelectorOp::Gt);
-        assert_eq!(info.required_affinity[1][0].key, FIELD_NODE_NAME);
+        assert_eq!(
+            info.required_affinity[0].expressions[1].op,
+            loadstar_framework::snapshot::SelectorOp::Gt
+        );
+        assert!(info.required_affinity[1].expressions.is_empty());
+        assert_eq!(info.required_affinity[1].fields[0].key, FIELD_NODE_NAME);
+        assert!(info.required_affinity[1].matches("n1", &BTreeMap::new()));
+        assert!(info.unsupported.is_empty());
     }
 
     #[test]
@@ -610,7 +541,15 @@ mod tests {
                     "nodeSelectorTerms": [{"matchExpressions": [
                         {"key": "k", "operator": "Gt", "values": ["x"]}]}]}}}}
         })));
-        assert!(matches!(f.info, Err(ConvertError::Affinity { .. })));
+        let e = f.info.expect_err("Gt needs an integer");
+        assert!(matches!(e, ConvertError::Constraint { .. }));
+        assert!(
+            e.to_string().starts_with(
+                "pod ns/bad: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuring\
+                 Execution.nodeSelectorTerms[0].matchExpressions[0]: operator Gt"
+            ),
+            "{e}"
+        );
         // A pod without a spec does not panic.
         assert!(
             pod_facts(&pod(json!({"metadata": {"name": "empty"}})))
@@ -620,7 +559,7 @@ mod tests {
     }
 
     #[test]
-    fn nodes_convert_with_readiness_taints_and_name_label() {
+    fn nodes_convert_with_readiness_taints_and_their_own_labels() {
         let n: Node = serde_json::from_value(json!({
             "metadata": {"name": "n1", "labels": {"zone": "a"}},
             "spec": {"unschedulable": true, "taints": [
@@ -641,7 +580,12 @@ mod tests {
         assert_eq!(k.allocatable.gpus, 2);
         assert!(k.ready && k.unschedulable);
         assert_eq!(k.taints.len(), 1);
-        assert_eq!(k.labels[FIELD_NODE_NAME], "n1");
+        assert_eq!(
+            k.labels.len(),
+            1,
+            "no pseudo-label for the name: {:?}",
+            k.labels
+        );
         let mut other = k.clone();
         assert!(!node_changed(&k, &other));
         other.ready = false;

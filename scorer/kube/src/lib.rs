@@ -10,6 +10,7 @@
 pub mod api;
 pub mod cache;
 pub mod client;
+pub mod constraints;
 pub mod convert;
 pub mod leader;
 pub mod queue;

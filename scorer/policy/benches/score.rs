@@ -112,7 +112,7 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                         kind: "ReplicaSet".into(),
                         name: format!("rs-{}", p % 7),
                     }),
-                    host_ports: vec![],
+                    ..PodOnNode::default()
                 });
             }
             // In-flight estimates live until the load window covers the pod: about 5 % of

@@ -12,7 +12,7 @@
 //! facts has no labels.
 use std::collections::BTreeMap;
 
-use loadstar_framework::snapshot::{NodeView, PodInfo, SelectorOp, SelectorRequirement};
+use loadstar_framework::snapshot::{NodeView, PodInfo, SelectorRequirement};
 use loadstar_framework::{CycleContext, FilterPlugin};
 
 use crate::args::{NoArgs, PluginError, parse_args};
@@ -24,42 +24,31 @@ pub const REASON: &str = "node(s) didn't match Pod's node affinity/selector";
 
 /// Whether one requirement holds for `labels`.
 pub fn requirement_matches(r: &SelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
-    let value = labels.get(&r.key);
-    match r.op {
-        SelectorOp::In => value.is_some_and(|v| r.values.iter().any(|x| x == v)),
-        SelectorOp::NotIn => value.is_none_or(|v| r.values.iter().all(|x| x != v)),
-        SelectorOp::Exists => value.is_some(),
-        SelectorOp::DoesNotExist => value.is_none(),
-        SelectorOp::Gt | SelectorOp::Lt => {
-            let [bound] = r.values.as_slice() else {
-                return false;
-            };
-            let (Some(v), Ok(bound)) = (value, bound.parse::<i64>()) else {
-                return false;
-            };
-            let Ok(v) = v.parse::<i64>() else {
-                return false;
-            };
-            if r.op == SelectorOp::Gt {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-    }
+    r.matches(labels)
 }
 
-/// Whether the pod's selector and required terms match `labels`.
-pub fn pod_matches(pod: &PodInfo, labels: &BTreeMap<String, String>) -> bool {
+/// Whether the pod's `nodeSelector` and required node affinity admit the node with this name
+/// and labels (`helper.PodMatchesNodeSelectorAndAffinityTerms`).
+pub fn pod_matches(pod: &PodInfo, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
     let selector_ok = pod
         .node_selector
         .iter()
         .all(|(k, v)| labels.get(k) == Some(v));
     selector_ok
         && (pod.required_affinity.is_empty()
-            || pod.required_affinity.iter().any(|term| {
-                !term.is_empty() && term.iter().all(|r| requirement_matches(r, labels))
-            }))
+            || pod
+                .required_affinity
+                .iter()
+                .any(|term| term.matches(node_name, labels)))
+}
+
+/// [`pod_matches`] for a node of the snapshot (no Kubernetes facts: no labels).
+pub fn pod_matches_node(pod: &PodInfo, node: &NodeView) -> bool {
+    if pod.node_selector.is_empty() && pod.required_affinity.is_empty() {
+        return true;
+    }
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+    pod_matches(pod, &node.name, node.labels().unwrap_or(&EMPTY))
 }
 
 /// The node selector / required affinity filter.
@@ -80,12 +69,7 @@ impl FilterPlugin for NodeAffinity {
     }
 
     fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
-        if pod.node_selector.is_empty() && pod.required_affinity.is_empty() {
-            return Ok(());
-        }
-        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-        let labels = node.labels().unwrap_or(&EMPTY);
-        if pod_matches(pod, labels) {
+        if pod_matches_node(pod, node) {
             Ok(())
         } else {
             Err(REASON.into())
@@ -96,6 +80,7 @@ impl FilterPlugin for NodeAffinity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use loadstar_framework::snapshot::{NodeSelectorTerm, SelectorOp};
     use loadstar_testkit::snapshot::*;
 
     fn req(key: &str, op: SelectorOp, values: &[&str]) -> SelectorRequirement {
@@ -146,15 +131,25 @@ mod tests {
         p.node_selector = labels(&[("disk", "ssd")]);
         assert_eq!(filter_one(&NodeAffinity, node.clone(), &p), Ok(()));
         // Terms are ORed; requirements within a term ANDed.
+        let term = |expressions| NodeSelectorTerm {
+            expressions,
+            fields: vec![],
+        };
         p.required_affinity = vec![
-            vec![req("zone", SelectorOp::In, &["b"])],
-            vec![
+            term(vec![req("zone", SelectorOp::In, &["b"])]),
+            term(vec![
                 req("zone", SelectorOp::In, &["a"]),
                 req("gpu", SelectorOp::DoesNotExist, &[]),
-            ],
+            ]),
         ];
         assert_eq!(filter_one(&NodeAffinity, node.clone(), &p), Ok(()));
-        p.required_affinity = vec![vec![]];
+        // matchFields compare the node's name.
+        p.required_affinity = vec![NodeSelectorTerm {
+            expressions: vec![],
+            fields: vec![req("metadata.name", SelectorOp::In, &["n"])],
+        }];
+        assert_eq!(filter_one(&NodeAffinity, node.clone(), &p), Ok(()));
+        p.required_affinity = vec![NodeSelectorTerm::default()];
         assert_eq!(
             filter_one(&NodeAffinity, node.clone(), &p),
             Err(REASON.into())

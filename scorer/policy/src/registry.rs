@@ -3,10 +3,10 @@ use loadstar_framework::{FilterPlugin, ScorePlugin};
 
 use crate::args::PluginError;
 use crate::{
-    balanced_allocation, eviction, gpu_bin_pack, least_allocated, load_ratio,
+    balanced_allocation, eviction, gpu_bin_pack, inter_pod_affinity, least_allocated, load_ratio,
     load_variation_risk_balancing, min_variance, most_allocated, node_affinity, node_ports,
-    node_ready, node_resources_fit, selector_spread, taint_toleration, target_load_packing,
-    usage_threshold,
+    node_ready, node_resources_fit, pod_topology_spread, selector_spread, taint_toleration,
+    target_load_packing, usage_threshold,
 };
 
 /// Names of the filter plugins [`build_filter`] knows, in the order a profile usually runs
@@ -17,6 +17,8 @@ pub const FILTER_NAMES: &[&str] = &[
     node_affinity::NAME,
     node_resources_fit::NAME,
     node_ports::NAME,
+    pod_topology_spread::NAME,
+    inter_pod_affinity::NAME,
     eviction::NAME,
     usage_threshold::NAME,
 ];
@@ -48,6 +50,12 @@ pub fn build_filter(
             Box::new(node_resources_fit::NodeResourcesFit::from_args(args)?)
         }
         node_ports::NAME => Box::new(node_ports::NodePorts::from_args(args)?),
+        pod_topology_spread::NAME => {
+            Box::new(pod_topology_spread::PodTopologySpread::from_args(args)?)
+        }
+        inter_pod_affinity::NAME => {
+            Box::new(inter_pod_affinity::InterPodAffinity::from_args(args)?)
+        }
         eviction::NAME => Box::new(eviction::EvictionPressure::from_args(args)?),
         usage_threshold::NAME => Box::new(usage_threshold::UsageThreshold::from_args(args)?),
         _ => {

@@ -539,13 +539,7 @@ impl<'a> Simulation<'a> {
         alloc.requested.pods += 1;
         alloc.nonzero_cpu_millis += info.nonzero_cpu_millis;
         alloc.nonzero_memory_bytes += info.nonzero_memory_bytes;
-        alloc.pods.push(PodOnNode {
-            uid: info.uid.clone(),
-            namespace: info.namespace.clone(),
-            labels: info.labels.clone(),
-            owner: info.owner.clone(),
-            host_ports: info.host_ports.clone(),
-        });
+        alloc.pods.push(PodOnNode::of(info));
         alloc
             .inflight
             .push(Inflight::new(info.uid.clone(), cpu, mem, added_at));

@@ -1,0 +1,463 @@
+//! Pure conversions of a pod's placement constraints beyond resources — node affinity terms,
+//! inter-pod (anti-)affinity, topology spread — and the list of fields that constrain
+//! placement but that Loadstar does not implement, so the scheduler refuses such a pod by
+//! name instead of binding it in violation. Validation follows `LabelSelectorAsSelector`
+//! and kube-scheduler 1.20's `NewPodInfo`.
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{
+    NodeSelectorRequirement, NodeSelectorTerm as KubeTerm, Pod, PodAffinityTerm, PodSpec,
+    WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeSelector;
+use loadstar_framework::snapshot::{
+    AffinityTerm, LabelSelector, NodeSelectorTerm, PodAffinity, SelectorOp, SelectorRequirement,
+    SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
+};
+use thiserror::Error;
+
+/// The only field node selector terms may match.
+pub const FIELD_NODE_NAME: &str = "metadata.name";
+
+/// A constraint that cannot be evaluated as written.
+#[derive(Debug, Clone, Error, PartialEq)]
+#[error("{field}: {reason}")]
+pub struct ConstraintError {
+    /// Where, e.g. `spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]`.
+    pub field: String,
+    /// Why.
+    pub reason: String,
+}
+
+fn error(field: &str, reason: impl Into<String>) -> ConstraintError {
+    ConstraintError {
+        field: field.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses a selector operator; `node` allows `Gt`/`Lt` (node selectors only).
+fn operator(op: &str, node: bool) -> Option<SelectorOp> {
+    Some(match op {
+        "In" => SelectorOp::In,
+        "NotIn" => SelectorOp::NotIn,
+        "Exists" => SelectorOp::Exists,
+        "DoesNotExist" => SelectorOp::DoesNotExist,
+        "Gt" if node => SelectorOp::Gt,
+        "Lt" if node => SelectorOp::Lt,
+        _ => return None,
+    })
+}
+
+/// Checks the values an operator needs and builds the requirement.
+fn requirement(
+    field: &str,
+    key: &str,
+    op: &str,
+    values: Vec<String>,
+    node: bool,
+) -> Result<SelectorRequirement, ConstraintError> {
+    let parsed =
+        operator(op, node).ok_or_else(|| error(field, format!("unknown operator {op:?}")))?;
+    match parsed {
+        SelectorOp::Gt | SelectorOp::Lt
+            if values.len() != 1 || values[0].parse::<i64>().is_err() =>
+        {
+            return Err(error(
+                field,
+                format!("operator {op} needs exactly one integer value, got {values:?}"),
+            ));
+        }
+        SelectorOp::In | SelectorOp::NotIn if values.is_empty() => {
+            return Err(error(field, format!("operator {op} needs values")));
+        }
+        SelectorOp::Exists | SelectorOp::DoesNotExist if !node && !values.is_empty() => {
+            return Err(error(field, format!("operator {op} takes no values")));
+        }
+        _ => {}
+    }
+    Ok(SelectorRequirement {
+        key: key.to_string(),
+        op: parsed,
+        values,
+    })
+}
+
+fn node_requirement(
+    field: &str,
+    r: &NodeSelectorRequirement,
+) -> Result<SelectorRequirement, ConstraintError> {
+    requirement(
+        field,
+        &r.key,
+        &r.operator,
+        r.values.clone().unwrap_or_default(),
+        true,
+    )
+}
+
+/// A node selector term (`matchExpressions` and `matchFields`).
+pub fn node_term(field: &str, term: &KubeTerm) -> Result<NodeSelectorTerm, ConstraintError> {
+    let mut out = NodeSelectorTerm::default();
+    for (i, r) in term.match_expressions.iter().flatten().enumerate() {
+        out.expressions.push(node_requirement(
+            &format!("{field}.matchExpressions[{i}]"),
+            r,
+        )?);
+    }
+    for (i, r) in term.match_fields.iter().flatten().enumerate() {
+        let f = format!("{field}.matchFields[{i}]");
+        if r.key != FIELD_NODE_NAME {
+            return Err(error(
+                &f,
+                format!("unsupported field {:?} (only {FIELD_NODE_NAME})", r.key),
+            ));
+        }
+        let req = node_requirement(&f, r)?;
+        if !matches!(req.op, SelectorOp::In | SelectorOp::NotIn) || req.values.len() != 1 {
+            // API validation: a field selector takes In/NotIn with exactly one value.
+            return Err(error(&f, "matchFields need In or NotIn with one value"));
+        }
+        out.fields.push(req);
+    }
+    Ok(out)
+}
+
+/// A label selector; `None` stays `None` (it matches nothing).
+pub fn label_selector(
+    field: &str,
+    s: Option<&KubeSelector>,
+) -> Result<Option<LabelSelector>, ConstraintError> {
+    let Some(s) = s else { return Ok(None) };
+    let mut out = LabelSelector {
+        match_labels: s.match_labels.clone().unwrap_or_default(),
+        match_expressions: Vec::new(),
+    };
+    for (i, r) in s.match_expressions.iter().flatten().enumerate() {
+        out.match_expressions.push(requirement(
+            &format!("{field}.matchExpressions[{i}]"),
+            &r.key,
+            &r.operator,
+            r.values.clone().unwrap_or_default(),
+            false,
+        )?);
+    }
+    Ok(Some(out))
+}
+
+/// The pod's node affinity: required terms (ORed) and preferred terms with weights.
+pub type NodeAffinityTerms = (Vec<NodeSelectorTerm>, Vec<(i32, NodeSelectorTerm)>);
+
+/// Converts `spec.affinity.nodeAffinity`.
+pub fn node_affinity(spec: &PodSpec) -> Result<NodeAffinityTerms, ConstraintError> {
+    let Some(na) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+    else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let mut required = Vec::new();
+    if let Some(sel) = &na.required_during_scheduling_ignored_during_execution {
+        for (i, t) in sel.node_selector_terms.iter().enumerate() {
+            let field = format!(
+                "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.\
+                 nodeSelectorTerms[{i}]"
+            );
+            required.push(node_term(&field, t)?);
+        }
+    }
+    let mut preferred = Vec::new();
+    for (i, p) in na
+        .preferred_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        let field = format!(
+            "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        );
+        preferred.push((p.weight, node_term(&field, &p.preference)?));
+    }
+    Ok((required, preferred))
+}
+
+fn affinity_term(
+    field: &str,
+    namespace: &str,
+    t: &PodAffinityTerm,
+    unsupported: &mut Vec<String>,
+) -> Result<AffinityTerm, ConstraintError> {
+    if t.namespace_selector.is_some() {
+        // Added in Kubernetes 1.21; its semantics need namespace labels we do not watch.
+        unsupported.push(format!("{field}.namespaceSelector"));
+    }
+    if t.match_label_keys.is_some() || t.mismatch_label_keys.is_some() {
+        unsupported.push(format!("{field}.matchLabelKeys/mismatchLabelKeys"));
+    }
+    if t.topology_key.is_empty() {
+        return Err(error(field, "topologyKey must not be empty"));
+    }
+    let namespaces = match t.namespaces.as_deref() {
+        Some(ns) if !ns.is_empty() => ns.to_vec(),
+        _ => vec![namespace.to_string()],
+    };
+    Ok(AffinityTerm {
+        namespaces,
+        selector: label_selector(&format!("{field}.labelSelector"), t.label_selector.as_ref())?,
+        topology_key: t.topology_key.clone(),
+    })
+}
+
+fn terms(
+    field: &str,
+    namespace: &str,
+    ts: Option<&Vec<PodAffinityTerm>>,
+    unsupported: &mut Vec<String>,
+) -> Result<Vec<AffinityTerm>, ConstraintError> {
+    ts.into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| affinity_term(&format!("{field}[{i}]"), namespace, t, unsupported))
+        .collect()
+}
+
+fn weighted(
+    field: &str,
+    namespace: &str,
+    ts: Option<&Vec<WeightedPodAffinityTerm>>,
+    unsupported: &mut Vec<String>,
+) -> Result<Vec<WeightedAffinityTerm>, ConstraintError> {
+    ts.into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, w)| {
+            let f = format!("{field}[{i}].podAffinityTerm");
+            Ok(WeightedAffinityTerm {
+                weight: w.weight,
+                term: affinity_term(&f, namespace, &w.pod_affinity_term, unsupported)?,
+            })
+        })
+        .collect()
+}
+
+/// Converts `spec.affinity.podAffinity` and `podAntiAffinity` (namespaces resolved against
+/// the pod's own), adding fields it cannot honour to `unsupported`.
+pub fn pod_affinity(
+    spec: &PodSpec,
+    namespace: &str,
+    unsupported: &mut Vec<String>,
+) -> Result<Arc<PodAffinity>, ConstraintError> {
+    let Some(a) = spec.affinity.as_ref() else {
+        return Ok(Arc::default());
+    };
+    let mut out = PodAffinity::default();
+    if let Some(pa) = &a.pod_affinity {
+        let base = "spec.affinity.podAffinity";
+        out.required = terms(
+            &format!("{base}.requiredDuringSchedulingIgnoredDuringExecution"),
+            namespace,
+            pa.required_during_scheduling_ignored_during_execution
+                .as_ref(),
+            unsupported,
+        )?;
+        out.preferred = weighted(
+            &format!("{base}.preferredDuringSchedulingIgnoredDuringExecution"),
+            namespace,
+            pa.preferred_during_scheduling_ignored_during_execution
+                .as_ref(),
+            unsupported,
+        )?;
+    }
+    if let Some(pa) = &a.pod_anti_affinity {
+        let base = "spec.affinity.podAntiAffinity";
+        out.required_anti = terms(
+            &format!("{base}.requiredDuringSchedulingIgnoredDuringExecution"),
+            namespace,
+            pa.required_during_scheduling_ignored_during_execution
+                .as_ref(),
+            unsupported,
+        )?;
+        out.preferred_anti = weighted(
+            &format!("{base}.preferredDuringSchedulingIgnoredDuringExecution"),
+            namespace,
+            pa.preferred_during_scheduling_ignored_during_execution
+                .as_ref(),
+            unsupported,
+        )?;
+    }
+    Ok(Arc::new(out))
+}
+
+/// Converts `spec.topologySpreadConstraints`; fields added after 1.20 that change the
+/// counting (`minDomains`, node inclusion policies, `matchLabelKeys`) go to `unsupported`.
+pub fn spread_constraints(
+    spec: &PodSpec,
+    unsupported: &mut Vec<String>,
+) -> Result<Vec<SpreadConstraint>, ConstraintError> {
+    let mut out = Vec::new();
+    for (i, c) in spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        let field = format!("spec.topologySpreadConstraints[{i}]");
+        for (set, name) in [
+            (c.min_domains.is_some(), "minDomains"),
+            (c.node_affinity_policy.is_some(), "nodeAffinityPolicy"),
+            (c.node_taints_policy.is_some(), "nodeTaintsPolicy"),
+            (c.match_label_keys.is_some(), "matchLabelKeys"),
+        ] {
+            if set {
+                unsupported.push(format!("{field}.{name}"));
+            }
+        }
+        if c.max_skew <= 0 {
+            return Err(error(&field, "maxSkew must be greater than zero"));
+        }
+        if c.topology_key.is_empty() {
+            return Err(error(&field, "topologyKey must not be empty"));
+        }
+        let when_unsatisfiable = match c.when_unsatisfiable.as_str() {
+            "DoNotSchedule" => WhenUnsatisfiable::DoNotSchedule,
+            "ScheduleAnyway" => WhenUnsatisfiable::ScheduleAnyway,
+            other => {
+                return Err(error(
+                    &field,
+                    format!("unknown whenUnsatisfiable {other:?}"),
+                ));
+            }
+        };
+        out.push(SpreadConstraint {
+            max_skew: c.max_skew,
+            topology_key: c.topology_key.clone(),
+            when_unsatisfiable,
+            selector: label_selector(&format!("{field}.labelSelector"), c.label_selector.as_ref())?,
+        });
+    }
+    Ok(out)
+}
+
+/// Volume sources whose placement rules (VolumeBinding, VolumeZone, VolumeRestrictions,
+/// NodeVolumeLimits) Loadstar does not implement yet. Every other source (emptyDir,
+/// configMap, secret, projected, downwardAPI, hostPath, nfs, ...) does not constrain where a
+/// pod may run.
+const PLACEMENT_VOLUMES: &[&str] = &[
+    "persistentVolumeClaim",
+    "ephemeral",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "azureDisk",
+    "cinder",
+    "rbd",
+    "iscsi",
+    "csi",
+];
+
+/// Paths of the pod's volumes that constrain placement (see [`PLACEMENT_VOLUMES`]).
+pub fn placement_volumes(pod: &Pod) -> Vec<String> {
+    let mut out = Vec::new();
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    for (i, v) in volumes.into_iter().flatten().enumerate() {
+        // Read the sources generically: one serde pass instead of a match per field.
+        let Ok(serde_json::Value::Object(map)) = serde_json::to_value(v) else {
+            continue;
+        };
+        for kind in PLACEMENT_VOLUMES {
+            if map.contains_key(*kind) {
+                out.push(format!("spec.volumes[{i}].{kind} ({:?})", v.name));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).expect("pod")
+    }
+
+    #[test]
+    fn pod_affinity_resolves_namespaces_and_keeps_nil_selectors() {
+        let p = pod(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [], "affinity": {
+                "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "db"}}},
+                    {"topologyKey": "zone", "namespaces": ["a", "b"]}
+                ]},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 5, "podAffinityTerm": {"topologyKey": "host",
+                      "labelSelector": {"matchExpressions": [{"key": "x", "operator": "Exists"}]}}}
+                ]}
+            }}
+        }));
+        let mut unsupported = Vec::new();
+        let a =
+            pod_affinity(p.spec.as_ref().expect("spec"), "ns", &mut unsupported).expect("converts");
+        assert!(unsupported.is_empty());
+        assert_eq!(a.required[0].namespaces, vec!["ns".to_string()]);
+        assert!(a.required[0].selector.is_some());
+        assert_eq!(a.required[1].namespaces, vec!["a".to_string(), "b".into()]);
+        assert_eq!(a.required[1].selector, None, "no selector matches nothing");
+        assert_eq!(a.preferred_anti[0].weight, 5);
+        assert_eq!(a.preferred_anti[0].term.topology_key, "host");
+    }
+
+    #[test]
+    fn bad_selectors_and_spread_are_errors_with_paths() {
+        let p = pod(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [], "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}
+            ]}
+        }));
+        let err = spread_constraints(p.spec.as_ref().expect("spec"), &mut Vec::new())
+            .expect_err("In without values");
+        assert_eq!(
+            err.field,
+            "spec.topologySpreadConstraints[0].labelSelector.matchExpressions[0]"
+        );
+        let p = pod(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [], "topologySpreadConstraints": [
+                {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
+                 "minDomains": 2}
+            ]}
+        }));
+        let mut unsupported = Vec::new();
+        let c =
+            spread_constraints(p.spec.as_ref().expect("spec"), &mut unsupported).expect("converts");
+        assert_eq!(c[0].when_unsatisfiable, WhenUnsatisfiable::ScheduleAnyway);
+        assert_eq!(
+            unsupported,
+            vec!["spec.topologySpreadConstraints[0].minDomains".to_string()]
+        );
+    }
+
+    #[test]
+    fn only_volumes_that_constrain_placement_are_listed() {
+        let p = pod(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [], "volumes": [
+                {"name": "cache", "emptyDir": {}},
+                {"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
+                {"name": "cfg", "configMap": {"name": "x"}},
+                {"name": "disk", "gcePersistentDisk": {"pdName": "d"}}
+            ]}
+        }));
+        assert_eq!(
+            placement_volumes(&p),
+            vec![
+                "spec.volumes[1].persistentVolumeClaim (\"data\")".to_string(),
+                "spec.volumes[3].gcePersistentDisk (\"disk\")".to_string()
+            ]
+        );
+    }
+}

@@ -1,0 +1,388 @@
+//! `InterPodAffinity` filter: required pod affinity and anti-affinity, both the incoming
+//! pod's and existing pods' anti-affinity against it, as kube-scheduler 1.20's plugin
+//! (`pkg/scheduler/framework/plugins/interpodaffinity/filtering.go`).
+//!
+//! PreFilter counts, once per pod, matching pods per topology pair `(key, value)`:
+//! - existing pods' required anti-affinity terms that match the incoming pod, by the
+//!   existing pod's node's value of the term's key;
+//! - existing pods that match *all* of the incoming pod's required affinity terms, for each
+//!   term's key on their node;
+//! - existing pods that match each incoming anti-affinity term.
+//!
+//! A node then fails when (in this order, reasons as upstream):
+//! 1. it lacks a required affinity term's key, or a term's pair has no matching pod — unless
+//!    no pod matches anywhere and the pod matches all its own terms (the first pod of a
+//!    group that wants to be together);
+//! 2. an incoming anti-affinity term's pair on the node has a matching pod;
+//! 3. any of its label pairs carries an existing pod's anti-affinity against the pod.
+//!
+//! Terms match a pod by namespace (an empty list meant the term owner's namespace) and label
+//! selector (an absent selector matches nothing). Nodes without Kubernetes facts have no
+//! labels.
+use std::collections::{BTreeMap, HashMap};
+
+use loadstar_framework::snapshot::{AffinityTerm, NodeView, PodInfo};
+use loadstar_framework::{CycleContext, FilterPlugin, PreFilterState, REASON_SEPARATOR};
+
+use crate::args::{NoArgs, PluginError, parse_args};
+
+/// Plugin name.
+pub const NAME: &str = "InterPodAffinity";
+/// Upstream's umbrella reason, given with each specific one.
+pub const REASON_AFFINITY_NOT_MATCH: &str = "node(s) didn't match pod affinity/anti-affinity";
+/// The pod's required affinity is not met.
+pub const REASON_AFFINITY_RULES: &str = "node(s) didn't match pod affinity rules";
+/// The pod's required anti-affinity is not met.
+pub const REASON_ANTI_AFFINITY_RULES: &str = "node(s) didn't match pod anti-affinity rules";
+/// An existing pod's required anti-affinity rejects the pod.
+pub const REASON_EXISTING_ANTI_AFFINITY: &str =
+    "node(s) didn't satisfy existing pods anti-affinity rules";
+
+/// Matching pods per topology pair: key → value → count (nested so lookups borrow `&str`).
+pub type PairCounts = HashMap<String, HashMap<String, i64>>;
+
+/// The PreFilter state: three counts per topology pair.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct AffinityState {
+    /// Existing pods' anti-affinity terms that match the incoming pod.
+    pub existing_anti: PairCounts,
+    /// Existing pods matching all the incoming pod's affinity terms.
+    pub affinity: PairCounts,
+    /// Existing pods matching the incoming pod's anti-affinity terms.
+    pub anti: PairCounts,
+}
+
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+fn labels(node: &NodeView) -> &BTreeMap<String, String> {
+    node.labels().unwrap_or(&NO_LABELS)
+}
+
+fn bump(counts: &mut PairCounts, key: &str, node_labels: &BTreeMap<String, String>) {
+    if let Some(v) = node_labels.get(key) {
+        *counts
+            .entry(key.to_string())
+            .or_default()
+            .entry(v.clone())
+            .or_default() += 1;
+    }
+}
+
+fn matches_all(
+    terms: &[AffinityTerm],
+    namespace: &str,
+    pod_labels: &BTreeMap<String, String>,
+) -> bool {
+    !terms.is_empty() && terms.iter().all(|t| t.matches_pod(namespace, pod_labels))
+}
+
+/// Computes the PreFilter counts for `pod` over every node of the snapshot.
+pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
+    let mut s = AffinityState::default();
+    let affinity = &pod.pod_affinity.required;
+    let anti = &pod.pod_affinity.required_anti;
+    for node in nodes {
+        let node_labels = labels(node);
+        for existing in &node.alloc.pods {
+            if existing.uid == pod.uid {
+                continue;
+            }
+            for term in &existing.pod_affinity.required_anti {
+                if term.matches_pod(&pod.namespace, &pod.labels) {
+                    bump(&mut s.existing_anti, &term.topology_key, node_labels);
+                }
+            }
+            if matches_all(affinity, &existing.namespace, &existing.labels) {
+                for term in affinity {
+                    bump(&mut s.affinity, &term.topology_key, node_labels);
+                }
+            }
+            for term in anti {
+                if term.matches_pod(&existing.namespace, &existing.labels) {
+                    bump(&mut s.anti, &term.topology_key, node_labels);
+                }
+            }
+        }
+    }
+    s
+}
+
+fn count(counts: &PairCounts, key: &str, value: &str) -> i64 {
+    counts
+        .get(key)
+        .and_then(|values| values.get(value))
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The filter verdict for one node given the PreFilter state.
+pub fn check(state: &AffinityState, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    let node_labels = labels(node);
+    // 1. Required affinity.
+    let mut pods_exist = true;
+    for term in &pod.pod_affinity.required {
+        match node_labels.get(&term.topology_key) {
+            Some(v) => {
+                if count(&state.affinity, &term.topology_key, v) <= 0 {
+                    pods_exist = false;
+                }
+            }
+            None => return Err(reason(REASON_AFFINITY_RULES)),
+        }
+    }
+    if !pods_exist
+        && !(state.affinity.is_empty()
+            && matches_all(&pod.pod_affinity.required, &pod.namespace, &pod.labels))
+    {
+        return Err(reason(REASON_AFFINITY_RULES));
+    }
+    // 2. The pod's anti-affinity.
+    if !state.anti.is_empty() {
+        for term in &pod.pod_affinity.required_anti {
+            if let Some(v) = node_labels.get(&term.topology_key)
+                && count(&state.anti, &term.topology_key, v) > 0
+            {
+                return Err(reason(REASON_ANTI_AFFINITY_RULES));
+            }
+        }
+    }
+    // 3. Existing pods' anti-affinity.
+    if !state.existing_anti.is_empty()
+        && state.existing_anti.iter().any(|(k, values)| {
+            node_labels
+                .get(k)
+                .is_some_and(|v| values.get(v).is_some_and(|n| *n > 0))
+        })
+    {
+        return Err(reason(REASON_EXISTING_ANTI_AFFINITY));
+    }
+    Ok(())
+}
+
+fn reason(specific: &str) -> String {
+    format!("{REASON_AFFINITY_NOT_MATCH}{REASON_SEPARATOR}{specific}")
+}
+
+/// The inter-pod affinity filter.
+#[derive(Debug, Clone, Default)]
+pub struct InterPodAffinity;
+
+impl InterPodAffinity {
+    /// Builds it; it takes no arguments.
+    pub fn from_args(args: &serde_norway::Value) -> Result<Self, PluginError> {
+        parse_args::<NoArgs>(NAME, args)?;
+        Ok(InterPodAffinity)
+    }
+}
+
+impl FilterPlugin for InterPodAffinity {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn prefilter(&self, ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<PreFilterState> {
+        Some(Box::new(prefilter_state(&ctx.snapshot.nodes, pod)))
+    }
+
+    fn filter_prepared(
+        &self,
+        ctx: &CycleContext<'_>,
+        state: Option<&PreFilterState>,
+        pod: &PodInfo,
+        node: &NodeView,
+    ) -> Result<(), String> {
+        match state.and_then(|s| s.downcast_ref::<AffinityState>()) {
+            Some(s) => check(s, pod, node),
+            None => self.filter(ctx, pod, node),
+        }
+    }
+
+    /// Without a PreFilter state (a single-node check), computes it on the spot.
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+        check(&prefilter_state(&ctx.snapshot.nodes, pod), pod, node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use loadstar_framework::snapshot::{LabelSelector, PodAffinity, PodOnNode, SharedAffinity};
+    use loadstar_framework::{Profile, StalePolicy};
+    use loadstar_testkit::snapshot::*;
+    use rand::SeedableRng;
+
+    fn l(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn term(app: &str, key: &str) -> AffinityTerm {
+        AffinityTerm {
+            namespaces: vec!["ns".into()],
+            selector: Some(LabelSelector {
+                match_labels: l(&[("app", app)]),
+                ..Default::default()
+            }),
+            topology_key: key.into(),
+        }
+    }
+
+    fn zoned(name: &str, zone: Option<&str>, pods: Vec<PodOnNode>) -> NodeView {
+        let mut n = edit_kube(kube_node(name, 8000, 32 * GIB), |k| {
+            k.labels = l(&[("kubernetes.io/hostname", name)]);
+            if let Some(z) = zone {
+                k.labels.insert("zone".into(), z.into());
+            }
+        });
+        let mut alloc = (*n.alloc).clone();
+        alloc.pods = pods;
+        n.alloc = Arc::new(alloc);
+        n
+    }
+
+    fn running(uid: &str, app: &str, affinity: SharedAffinity) -> PodOnNode {
+        PodOnNode {
+            uid: uid.into(),
+            namespace: "ns".into(),
+            labels: l(&[("app", app)]),
+            pod_affinity: affinity,
+            ..Default::default()
+        }
+    }
+
+    fn incoming(app: &str, affinity: PodAffinity) -> PodInfo {
+        let mut p = pod(100, MIB);
+        p.namespace = "ns".into();
+        p.labels = l(&[("app", app)]);
+        p.pod_affinity = Arc::new(affinity);
+        p
+    }
+
+    fn feasible(nodes: Vec<NodeView>, p: &PodInfo) -> Vec<String> {
+        let snap = snapshot(nodes);
+        let profile = Profile {
+            name: "t".into(),
+            filters: vec![Box::new(InterPodAffinity)],
+            scores: vec![],
+            window_seconds: 60,
+            stale_policy: StalePolicy::Fallback,
+            stale_penalty: 1.0,
+        };
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let ev = profile.evaluate(&snap, p, None, 0, &mut rng);
+        let mut names: Vec<String> = ev
+            .ranked
+            .iter()
+            .map(|r| snap.nodes[r.index].name.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn anti_affinity_keeps_a_zone_free_of_matching_pods() {
+        let nodes = vec![
+            zoned("a1", Some("a"), vec![running("1", "web", Arc::default())]),
+            zoned("a2", Some("a"), vec![]),
+            zoned("b1", Some("b"), vec![running("2", "db", Arc::default())]),
+            zoned("x", None, vec![]),
+        ];
+        let p = incoming(
+            "web",
+            PodAffinity {
+                required_anti: vec![term("web", "zone")],
+                ..Default::default()
+            },
+        );
+        // Zone a holds a web pod; a node without the key is not in any zone.
+        assert_eq!(feasible(nodes, &p), vec!["b1", "x"]);
+    }
+
+    #[test]
+    fn existing_pods_anti_affinity_rejects_the_newcomer() {
+        let guard = Arc::new(PodAffinity {
+            required_anti: vec![term("web", "kubernetes.io/hostname")],
+            ..Default::default()
+        });
+        let nodes = vec![
+            zoned("a1", Some("a"), vec![running("1", "db", guard)]),
+            zoned("a2", Some("a"), vec![]),
+        ];
+        let p = incoming("web", PodAffinity::default());
+        assert_eq!(feasible(nodes.clone(), &p), vec!["a2"]);
+        let snap = snapshot(nodes);
+        let ctx = ctx(&snap);
+        assert_eq!(
+            InterPodAffinity.filter(&ctx, &p, &snap.nodes[0]),
+            Err(format!(
+                "{REASON_AFFINITY_NOT_MATCH}, {REASON_EXISTING_ANTI_AFFINITY}"
+            ))
+        );
+        // A pod the term does not select is welcome.
+        assert_eq!(
+            feasible(snap.nodes.clone(), &incoming("api", PodAffinity::default())).len(),
+            2
+        );
+    }
+
+    #[test]
+    fn affinity_needs_a_matching_pod_in_the_domain_except_for_the_first_of_a_group() {
+        let together = PodAffinity {
+            required: vec![term("cache", "zone")],
+            ..Default::default()
+        };
+        let empty = vec![
+            zoned("a1", Some("a"), vec![]),
+            zoned("b1", Some("b"), vec![]),
+            zoned("x", None, vec![]),
+        ];
+        // No cache pod anywhere and the pod is itself a cache pod: any node with the key.
+        assert_eq!(
+            feasible(empty.clone(), &incoming("cache", together.clone())),
+            vec!["a1", "b1"]
+        );
+        // Not a cache pod itself: nowhere.
+        assert!(feasible(empty, &incoming("web", together.clone())).is_empty());
+        // A cache pod in zone b: only zone b.
+        let nodes = vec![
+            zoned("a1", Some("a"), vec![]),
+            zoned("b1", Some("b"), vec![]),
+            zoned("b2", Some("b"), vec![running("1", "cache", Arc::default())]),
+        ];
+        assert_eq!(
+            feasible(nodes, &incoming("cache", together)),
+            vec!["b1", "b2"]
+        );
+    }
+
+    #[test]
+    fn other_namespaces_do_not_match_unless_named() {
+        let mut other = running("1", "web", Arc::default());
+        other.namespace = "elsewhere".into();
+        let nodes = vec![
+            zoned("a1", Some("a"), vec![other]),
+            zoned("b1", Some("b"), vec![]),
+        ];
+        let mut t = term("web", "zone");
+        let p = incoming(
+            "web",
+            PodAffinity {
+                required_anti: vec![t.clone()],
+                ..Default::default()
+            },
+        );
+        assert_eq!(feasible(nodes.clone(), &p).len(), 2);
+        t.namespaces.push("elsewhere".into());
+        let p = incoming(
+            "web",
+            PodAffinity {
+                required_anti: vec![t],
+                ..Default::default()
+            },
+        );
+        assert_eq!(feasible(nodes, &p), vec!["b1"]);
+    }
+}
