@@ -279,7 +279,57 @@ impl Evaluation {
     }
 }
 
+/// Whether a pod declares a constraint.
+type DeclaresConstraint = fn(&PodInfo) -> bool;
+
+/// Which filter checks which pod-declared constraint: a profile without it cannot honour
+/// the constraint, so such a pod is refused by that profile rather than placed blindly.
+const CONSTRAINT_FILTERS: &[(&str, &str, DeclaresConstraint)] = &[
+    ("NodeAffinity", "spec.nodeSelector", |p| {
+        !p.node_selector.is_empty()
+    }),
+    (
+        "NodeAffinity",
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        |p| !p.required_affinity.is_empty(),
+    ),
+    (
+        "InterPodAffinity",
+        "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        |p| !p.pod_affinity.required.is_empty(),
+    ),
+    (
+        "InterPodAffinity",
+        "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        |p| !p.pod_affinity.required_anti.is_empty(),
+    ),
+    (
+        "PodTopologySpread",
+        "spec.topologySpreadConstraints (DoNotSchedule)",
+        |p| {
+            p.spread_constraints
+                .iter()
+                .any(|c| c.when_unsatisfiable == crate::snapshot::WhenUnsatisfiable::DoNotSchedule)
+        },
+    ),
+    ("NodePorts", "hostPort", |p| !p.host_ports.is_empty()),
+];
+
 impl Profile {
+    /// Constraints the pod declares that none of this profile's filters checks, each named
+    /// with the filter it would need.
+    pub fn unchecked_constraints(&self, pod: &PodInfo) -> Vec<String> {
+        CONSTRAINT_FILTERS
+            .iter()
+            .filter(|(filter, _, declared)| {
+                declared(pod) && !self.filters.iter().any(|f| f.name() == *filter)
+            })
+            .map(|(filter, field, _)| {
+                format!("{field} (profile {:?} has no {filter} filter)", self.name)
+            })
+            .collect()
+    }
+
     /// Filters and scores `snapshot`'s nodes (or only `candidates`, by index) for `pod`.
     /// Only the best `limit` nodes are sorted (0: all); ties are broken at random.
     pub fn evaluate(
@@ -311,9 +361,12 @@ impl Profile {
         let mut feasible: Vec<&NodeView> = Vec::with_capacity(indices.len());
         let mut feasible_idx: Vec<usize> = Vec::with_capacity(indices.len());
         let mut filtered = Vec::new();
-        if !pod.unsupported.is_empty() {
+        let unchecked = self.unchecked_constraints(pod);
+        if !pod.unsupported.is_empty() || !unchecked.is_empty() {
             // Never a silent violation: a constraint we cannot check refuses every node.
-            let reason = unsupported_reason(&pod.unsupported);
+            let mut fields = pod.unsupported.clone();
+            fields.extend(unchecked);
+            let reason = unsupported_reason(&fields);
             return Evaluation {
                 ranked: Vec::new(),
                 filtered: indices
@@ -494,5 +547,42 @@ mod tests {
             ev.summary(),
             "0/4 nodes are available: 4 node(s) had stale load metrics."
         );
+    }
+
+    #[test]
+    fn constraints_nobody_checks_refuse_every_node_by_name() {
+        let snap = ClusterSnapshot::new(vec![node("a"), node("b")], 1);
+        let profile = Profile {
+            name: "bare".into(),
+            filters: vec![Box::new(RejectNamed("none"))],
+            scores: vec![(Box::new(ByNameLength), 1)],
+            window_seconds: 60,
+            stale_policy: StalePolicy::Fallback,
+            stale_penalty: 0.5,
+        };
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let ok = profile.evaluate(&snap, &PodInfo::default(), None, 0, &mut rng);
+        assert_eq!(ok.feasible(), 2);
+        // A hard spread constraint this profile cannot check.
+        let mut pod = PodInfo::default();
+        pod.spread_constraints
+            .push(crate::snapshot::SpreadConstraint::default());
+        let ev = profile.evaluate(&snap, &pod, None, 0, &mut rng);
+        assert_eq!(ev.feasible(), 0);
+        assert!(ev.filtered.iter().all(|f| f.plugin == UNSUPPORTED_FILTER));
+        assert_eq!(
+            ev.summary(),
+            "0/2 nodes are available: 2 pod uses spec.topologySpreadConstraints (DoNotSchedule) \
+             (profile \"bare\" has no PodTopologySpread filter) that Loadstar does not \
+             implement (refused rather than placed in violation)."
+        );
+        // A field the converter marked unsupported.
+        let pod = PodInfo {
+            unsupported: vec!["spec.volumes[0].persistentVolumeClaim".into()],
+            ..PodInfo::default()
+        };
+        let ev = profile.evaluate(&snap, &pod, None, 0, &mut rng);
+        assert_eq!(ev.feasible(), 0);
+        assert!(ev.filtered[0].reason.contains("persistentVolumeClaim"));
     }
 }

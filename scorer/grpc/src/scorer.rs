@@ -17,7 +17,7 @@ use tracing::{Instrument, debug, info_span};
 
 use loadstar_framework::{Evaluation, Profile};
 use loadstar_policy::profiles::Profiles;
-use loadstar_store::cluster::PodResolver;
+use loadstar_store::cluster::{PodDecoder, PodResolver};
 use loadstar_store::metrics::Metrics;
 
 use crate::shutdown::closed;
@@ -73,6 +73,7 @@ pub struct ScorerService {
     profiles: Arc<Profiles>,
     metrics: Arc<Metrics>,
     resolver: Option<Arc<dyn PodResolver>>,
+    decoder: Option<Arc<dyn PodDecoder>>,
     closing: Option<watch::Receiver<bool>>,
     hub: Arc<WatchHub>,
     limits: QueryLimits,
@@ -134,6 +135,7 @@ impl ScorerService {
             profiles,
             metrics,
             resolver,
+            decoder: None,
             closing: None,
             hub,
             limits,
@@ -143,6 +145,12 @@ impl ScorerService {
     /// The watch hub's accounting (watchers, queued bytes, drops).
     pub fn watch_stats(&self) -> WatchStats {
         self.hub.stats()
+    }
+
+    /// Reads `pod_json` requests with `decoder` (without one they answer UNIMPLEMENTED).
+    pub fn with_decoder(mut self, decoder: Option<Arc<dyn PodDecoder>>) -> Self {
+        self.decoder = decoder;
+        self
     }
 
     /// Ends server streams (`WatchNodes`) when `closing` turns true, so a graceful shutdown
@@ -175,8 +183,15 @@ impl ScorerService {
                     .await
                     .map_err(status::from_cluster)
             }
+            Some(pb::score_request::Pod::PodJson(json)) => {
+                let decoder = self.decoder.as_ref().ok_or_else(|| {
+                    Status::unimplemented("this server was built without a Kubernetes pod reader")
+                })?;
+                decoder.decode(json).map_err(status::from_cluster)
+            }
             None => Err(Status::invalid_argument(
-                "set either `description` (an inline pod) or `reference` (a pod in the cluster)",
+                "set one of `description` (an inline pod), `reference` (a pod in the cluster) \
+                 or `pod_json` (a whole core/v1 Pod)",
             )),
         }
     }

@@ -21,6 +21,7 @@ pub fn from_cluster(e: ClusterError) -> Status {
         ClusterError::FailedPrecondition(_) => Status::failed_precondition(message),
         ClusterError::Conflict(_) => Status::already_exists(message),
         ClusterError::Aborted(_) => Status::aborted(message),
+        ClusterError::Invalid(_) => Status::invalid_argument(message),
     }
 }
 

@@ -56,6 +56,7 @@ async fn grpcurl_lists_describes_and_scores() {
         metrics: Metrics::new(),
         resolver: None,
         binder: None,
+        decoder: None,
         limits: server::ServerLimits::default(),
         desired_interval_seconds: 0.0,
     };

@@ -339,6 +339,170 @@ pub fn spread_constraints(
     Ok(out)
 }
 
+/// How the scheduler treats each `PodSpec` field (Kubernetes 1.33's list, which the tests
+/// read from `k8s-openapi` itself, so a new upstream field fails them until it is classed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldHandling {
+    /// Checked by the named filter(s) (or used by the queue).
+    Implemented(&'static str),
+    /// Constrains placement in ways Loadstar does not implement: a pod that sets it is
+    /// refused on every node, naming it.
+    Refused,
+    /// Refused only for some values (placement-bearing volume sources).
+    RefusedIf(&'static str),
+    /// Does not affect where the pod may run.
+    Irrelevant(&'static str),
+}
+
+/// Every `PodSpec` field and how the scheduler treats it.
+pub const POD_SPEC_FIELDS: &[(&str, FieldHandling)] = &[
+    (
+        "activeDeadlineSeconds",
+        FieldHandling::Irrelevant("runtime deadline"),
+    ),
+    (
+        "affinity",
+        FieldHandling::Implemented(
+            "NodeAffinity (required node affinity), InterPodAffinity (required pod affinity \
+             and anti-affinity); preferred terms are soft",
+        ),
+    ),
+    (
+        "automountServiceAccountToken",
+        FieldHandling::Irrelevant("kubelet"),
+    ),
+    (
+        "containers",
+        FieldHandling::Implemented("NodeResourcesFit (requests), NodePorts (hostPort)"),
+    ),
+    ("dnsConfig", FieldHandling::Irrelevant("kubelet")),
+    ("dnsPolicy", FieldHandling::Irrelevant("kubelet")),
+    ("enableServiceLinks", FieldHandling::Irrelevant("kubelet")),
+    (
+        "ephemeralContainers",
+        FieldHandling::Irrelevant("added to running pods only"),
+    ),
+    ("hostAliases", FieldHandling::Irrelevant("kubelet")),
+    ("hostIPC", FieldHandling::Irrelevant("kubelet")),
+    (
+        "hostNetwork",
+        FieldHandling::Implemented("NodePorts (the API server sets hostPort = containerPort)"),
+    ),
+    ("hostPID", FieldHandling::Irrelevant("kubelet")),
+    ("hostUsers", FieldHandling::Irrelevant("kubelet")),
+    ("hostname", FieldHandling::Irrelevant("kubelet")),
+    ("imagePullSecrets", FieldHandling::Irrelevant("kubelet")),
+    (
+        "initContainers",
+        FieldHandling::Implemented("NodeResourcesFit (max with the sum)"),
+    ),
+    (
+        "nodeName",
+        FieldHandling::Implemented("a pod with it set is bound: never queued"),
+    ),
+    ("nodeSelector", FieldHandling::Implemented("NodeAffinity")),
+    (
+        "os",
+        FieldHandling::Irrelevant("validation only; no scheduler plugin reads it"),
+    ),
+    (
+        "overhead",
+        FieldHandling::Implemented("NodeResourcesFit (added to requests)"),
+    ),
+    (
+        "preemptionPolicy",
+        FieldHandling::Irrelevant("Loadstar does not preempt yet, so Never is always honoured"),
+    ),
+    (
+        "priority",
+        FieldHandling::Implemented("the scheduling queue's order"),
+    ),
+    (
+        "priorityClassName",
+        FieldHandling::Irrelevant("admission resolves it into priority"),
+    ),
+    ("readinessGates", FieldHandling::Irrelevant("kubelet")),
+    ("resourceClaims", FieldHandling::Refused),
+    ("resources", FieldHandling::Refused),
+    ("restartPolicy", FieldHandling::Irrelevant("kubelet")),
+    (
+        "runtimeClassName",
+        FieldHandling::Irrelevant("admission turns it into overhead, nodeSelector, tolerations"),
+    ),
+    (
+        "schedulerName",
+        FieldHandling::Implemented("which profile schedules the pod"),
+    ),
+    ("schedulingGates", FieldHandling::Refused),
+    ("securityContext", FieldHandling::Irrelevant("kubelet")),
+    ("serviceAccount", FieldHandling::Irrelevant("kubelet")),
+    ("serviceAccountName", FieldHandling::Irrelevant("kubelet")),
+    ("setHostnameAsFQDN", FieldHandling::Irrelevant("kubelet")),
+    (
+        "shareProcessNamespace",
+        FieldHandling::Irrelevant("kubelet"),
+    ),
+    ("subdomain", FieldHandling::Irrelevant("kubelet")),
+    (
+        "terminationGracePeriodSeconds",
+        FieldHandling::Irrelevant("kubelet"),
+    ),
+    (
+        "tolerations",
+        FieldHandling::Implemented("TaintToleration, NodeReady"),
+    ),
+    (
+        "topologySpreadConstraints",
+        FieldHandling::Implemented("PodTopologySpread"),
+    ),
+    (
+        "volumes",
+        FieldHandling::RefusedIf(
+            "a persistentVolumeClaim, ephemeral, csi or cloud-disk source (VolumeBinding, \
+             VolumeZone, VolumeRestrictions, NodeVolumeLimits are not implemented yet)",
+        ),
+    ),
+];
+
+/// Fields of `spec` (and its containers) that constrain placement in ways Loadstar does not
+/// implement: dynamic resource claims, pod-level resources, scheduling gates (a gated pod
+/// must not be scheduled at all), plus the placement-bearing volumes.
+pub fn refused_fields(pod: &Pod) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(spec) = pod.spec.as_ref() else {
+        return out;
+    };
+    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
+        out.push("spec.resourceClaims".to_string());
+    }
+    if spec.resources.is_some() {
+        out.push("spec.resources (pod-level resources)".to_string());
+    }
+    if spec
+        .scheduling_gates
+        .as_ref()
+        .is_some_and(|g| !g.is_empty())
+    {
+        out.push("spec.schedulingGates".to_string());
+    }
+    for (kind, list) in [
+        ("containers", Some(&spec.containers)),
+        ("initContainers", spec.init_containers.as_ref()),
+    ] {
+        for c in list.into_iter().flatten() {
+            if c.resources
+                .as_ref()
+                .and_then(|r| r.claims.as_ref())
+                .is_some_and(|cl| !cl.is_empty())
+            {
+                out.push(format!("spec.{kind}[{}].resources.claims", c.name));
+            }
+        }
+    }
+    out.extend(placement_volumes(pod));
+    out
+}
+
 /// Volume sources whose placement rules (VolumeBinding, VolumeZone, VolumeRestrictions,
 /// NodeVolumeLimits) Loadstar does not implement yet. Every other source (emptyDir,
 /// configMap, secret, projected, downwardAPI, hostPath, nfs, ...) does not constrain where a
@@ -377,6 +541,111 @@ pub fn placement_volumes(pod: &Pod) -> Vec<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A deserializer that only records the field list a struct's `Deserialize` announces.
+    struct FieldNames(Vec<&'static str>);
+
+    #[derive(Debug)]
+    struct Stop;
+    impl std::fmt::Display for Stop {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("stop")
+        }
+    }
+    impl std::error::Error for Stop {}
+    impl serde::de::Error for Stop {
+        fn custom<T: std::fmt::Display>(_: T) -> Self {
+            Stop
+        }
+    }
+
+    impl<'de> serde::Deserializer<'de> for &mut FieldNames {
+        type Error = Stop;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop)
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Stop> {
+            self.0.extend_from_slice(fields);
+            Err(Stop)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 u8 u16 u32 u64 f32 f64 char str string bytes byte_buf option
+            unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+
+    #[test]
+    fn every_pod_spec_field_is_implemented_refused_or_irrelevant() {
+        use serde::Deserialize;
+        let mut names = FieldNames(Vec::new());
+        assert!(PodSpec::deserialize(&mut names).is_err());
+        let upstream: Vec<&str> = names.0;
+        assert!(upstream.len() > 30, "read the field list: {upstream:?}");
+        let classed: Vec<&str> = POD_SPEC_FIELDS.iter().map(|(f, _)| *f).collect();
+        let missing: Vec<&&str> = upstream.iter().filter(|f| !classed.contains(f)).collect();
+        let stale: Vec<&&str> = classed.iter().filter(|f| !upstream.contains(f)).collect();
+        assert!(
+            missing.is_empty(),
+            "PodSpec fields nobody classed: {missing:?}"
+        );
+        assert!(
+            stale.is_empty(),
+            "classed fields PodSpec no longer has: {stale:?}"
+        );
+    }
+
+    #[test]
+    fn every_refused_field_refuses_the_pod() {
+        let base = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}});
+        let set = |field: &str, value: serde_json::Value| {
+            let mut v = base.clone();
+            v["spec"][field] = value;
+            pod(v)
+        };
+        let samples = [
+            (
+                "resourceClaims",
+                json!([{"name": "gpu", "resourceClaimName": "x"}]),
+            ),
+            ("resources", json!({"requests": {"cpu": "1"}})),
+            ("schedulingGates", json!([{"name": "wait"}])),
+            (
+                "volumes",
+                json!([{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]),
+            ),
+        ];
+        for (field, handling) in POD_SPEC_FIELDS {
+            if !matches!(
+                handling,
+                FieldHandling::Refused | FieldHandling::RefusedIf(_)
+            ) {
+                continue;
+            }
+            let (_, value) = samples
+                .iter()
+                .find(|(f, _)| f == field)
+                .unwrap_or_else(|| panic!("no sample for refused field {field}"));
+            let refused = refused_fields(&set(field, value.clone()));
+            assert_eq!(refused.len(), 1, "{field}: {refused:?}");
+            assert!(
+                refused[0].starts_with(&format!("spec.{field}")),
+                "{refused:?}"
+            );
+        }
+        assert!(refused_fields(&pod(base)).is_empty());
+        let claims = pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "c", "resources": {"claims": [{"name": "gpu"}]}}]}}));
+        assert_eq!(
+            refused_fields(&claims),
+            vec!["spec.containers[c].resources.claims"]
+        );
+    }
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).expect("pod")

@@ -11,6 +11,8 @@ use loadstar_common::model::{ResourceList, ResourceListError};
 use thiserror::Error;
 
 use crate::constraints::{self, ConstraintError};
+use loadstar_common::text::truncate;
+use loadstar_store::cluster::{ClusterError, PodDecoder};
 
 use loadstar_framework::snapshot::{
     DEFAULT_NONZERO_CPU_MILLIS, DEFAULT_NONZERO_MEMORY_BYTES, HostPort, KubeNode, Owner, PodInfo,
@@ -295,7 +297,7 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
     };
     let (required_affinity, preferred_node_affinity) =
         constraints::node_affinity(spec).map_err(constraint)?;
-    let mut unsupported = constraints::placement_volumes(pod);
+    let mut unsupported = constraints::refused_fields(pod);
     let pod_affinity =
         constraints::pod_affinity(spec, &facts.namespace, &mut unsupported).map_err(constraint)?;
     let spread_constraints =
@@ -346,6 +348,26 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         host_ports,
         priority: facts.priority,
     })
+}
+
+/// Reads whole core/v1 Pods (JSON) for the gRPC `Score` call's `pod_json`, through the
+/// same conversion as cluster pods, so an outside scheduler's question is answered exactly
+/// as ours would be.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonPodDecoder;
+
+impl PodDecoder for JsonPodDecoder {
+    fn decode(&self, json: &str) -> Result<PodInfo, ClusterError> {
+        let pod: Pod = serde_json::from_str(json).map_err(|e| {
+            ClusterError::Invalid(format!(
+                "pod_json is not a core/v1 Pod: {}",
+                truncate(&e.to_string(), 256)
+            ))
+        })?;
+        pod_facts(&pod)
+            .info
+            .map_err(|e| ClusterError::Invalid(truncate(&e.to_string(), 1024)))
+    }
 }
 
 /// Converts a node: allocatable (capacity when absent), labels, taints, cordon, and the
@@ -600,5 +622,35 @@ mod tests {
             kube_node(&bad),
             Err(ConvertError::NodeAllocatable { .. })
         ));
+    }
+
+    #[test]
+    fn whole_pods_decode_like_cluster_pods_and_garbage_is_invalid() {
+        let json = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": "shop", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "250m"}}}],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname",
+                     "labelSelector": {"matchLabels": {"app": "web"}}}]}}}
+        })
+        .to_string();
+        let info = JsonPodDecoder.decode(&json).expect("decodes");
+        assert_eq!(info.requests.cpu_millis, 250);
+        assert_eq!(
+            info.pod_affinity.required_anti[0].namespaces,
+            vec!["shop".to_string()]
+        );
+        for bad in ["", "{", "[1,2]", "{\"spec\": {\"containers\": 7}}"] {
+            let e = JsonPodDecoder.decode(bad).expect_err(bad);
+            assert!(matches!(e, ClusterError::Invalid(_)), "{bad}: {e:?}");
+        }
+        let e = JsonPodDecoder
+            .decode(
+                r#"{"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c",
+                "resources": {"requests": {"cpu": "lots"}}}]}}"#,
+            )
+            .expect_err("bad quantity");
+        assert!(e.to_string().contains("invalid quantity"), "{e}");
     }
 }

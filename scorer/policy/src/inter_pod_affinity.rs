@@ -130,10 +130,11 @@ pub fn check(state: &AffinityState, pod: &PodInfo, node: &NodeView) -> Result<()
             None => return Err(reason(REASON_AFFINITY_RULES)),
         }
     }
-    if !pods_exist
-        && !(state.affinity.is_empty()
-            && matches_all(&pod.pod_affinity.required, &pod.namespace, &pod.labels))
-    {
+    // The first pod of a group that wants to be together: no pod matches anywhere yet and
+    // the pod matches all its own terms.
+    let first_of_group = state.affinity.is_empty()
+        && matches_all(&pod.pod_affinity.required, &pod.namespace, &pod.labels);
+    if !pods_exist && !first_of_group {
         return Err(reason(REASON_AFFINITY_RULES));
     }
     // 2. The pod's anti-affinity.

@@ -185,6 +185,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         metrics,
         resolver,
         binder,
+        decoder: Some(Arc::new(loadstar_kube::convert::JsonPodDecoder)),
         limits: args.limits.limits().map_err(AppError::Other)?,
         desired_interval_seconds: args.desired_interval_seconds,
     };

@@ -108,6 +108,7 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
         metrics,
         resolver: None,
         binder: None,
+        decoder: Some(Arc::new(loadstar_kube::convert::JsonPodDecoder)),
         limits: args.limits.limits().map_err(AppError::Other)?,
         desired_interval_seconds: 0.0,
     };

@@ -28,6 +28,16 @@ pub enum ClusterError {
     /// The attempt was abandoned midway (e.g. the assumption could not be recorded).
     #[error("{0}")]
     Aborted(String),
+    /// The caller's input is malformed (a pod that is not a valid core/v1 Pod).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Reads a whole Kubernetes pod (JSON) into the scheduler's view of it, exactly as cluster
+/// pods are read (implemented by the Kubernetes integration; pure, no cluster needed).
+pub trait PodDecoder: Send + Sync + std::fmt::Debug {
+    /// The pod as the scheduler would see it.
+    fn decode(&self, json: &str) -> Result<PodInfo, ClusterError>;
 }
 
 /// A request to place and bind one pod.

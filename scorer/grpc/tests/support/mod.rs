@@ -48,6 +48,7 @@ impl TestServer {
             metrics: metrics.clone(),
             resolver: None,
             binder: None,
+            decoder: None,
             limits,
             desired_interval_seconds: 1.0,
         };
