@@ -276,7 +276,10 @@ mod tests {
         let snap = snapshot(nodes);
         let profile = Profile {
             name: "t".into(),
-            filters: vec![Box::new(PodTopologySpread)],
+            filters: vec![
+                Box::new(crate::node_affinity::NodeAffinity),
+                Box::new(PodTopologySpread),
+            ],
             scores: vec![],
             window_seconds: 60,
             stale_policy: StalePolicy::Fallback,
@@ -319,8 +322,7 @@ mod tests {
     #[test]
     fn domains_outside_the_pods_node_affinity_do_not_count() {
         // The pod may only go to zones b and c: zone a's empty domain does not count, so
-        // the minimum is b's 1 and c (2 + 1 - 1 > 1) fails; a passes this filter with no
-        // domain of its own (NodeAffinity rejects it), exactly as upstream's filter does.
+        // the minimum is b's 1 and c (2 + 1 - 1 > 1) fails; a is NodeAffinity's to reject.
         let nodes = vec![
             node("a1", Some("a"), 0),
             node("b1", Some("b"), 1),
@@ -335,7 +337,13 @@ mod tests {
             }],
             fields: vec![],
         }];
-        assert_eq!(feasible(nodes.clone(), &p), vec!["a1", "b1"]);
+        assert_eq!(feasible(nodes.clone(), &p), vec!["b1"]);
+        let snap = snapshot(nodes.clone());
+        assert_eq!(
+            PodTopologySpread.filter(&ctx(&snap), &p, &snap.nodes[0]),
+            Ok(()),
+            "a node outside the eligible domains adds nothing and passes this filter"
+        );
         // Without the affinity zone a counts: minimum 0, only a fits.
         p.required_affinity.clear();
         assert_eq!(feasible(nodes, &p), vec!["a1"]);
