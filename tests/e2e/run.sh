@@ -2,8 +2,11 @@
 #! The end-to-end suite (called by .ci/run): installs or reuses etcd and kube-apiserver
 #! v1.20.2, starts them on loopback in a temp dir, checks deploy/ with a server-side dry run,
 #! creates the scorer's ServiceAccount and RBAC for real, mints that account's token, and runs
-#! the ignored e2e tests with the scorer binary under it (missing RBAC fails a test).
-#! Everything is torn down on exit. Extra arguments go to the test binary (e.g. a test name).
+#! the ignored e2e tests with the scorer binary under it (missing RBAC fails a test), then the
+#! short differential run against kube-scheduler (e2e_diff: LOADSTAR_DIFF_SCENARIOS, default
+#! 100; the long run is tests/e2e/diff.sh). LOADSTAR_E2E_SUITES picks the test binaries
+#! (default "e2e_scheduler e2e_diff"). Everything is torn down on exit. Extra arguments go to
+#! each test binary (e.g. a test name).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -33,8 +36,9 @@ trap cleanup EXIT INT TERM
 mkdir -p "$WORK/logs"
 
 log "building the scorer and the e2e tests"
+SUITES=${LOADSTAR_E2E_SUITES:-e2e_scheduler e2e_diff}
 cargo build -q -p loadstar-scorer --bin loadstar-scorer
-cargo test -q -p loadstar-tests --test e2e_scheduler --no-run
+for suite in $SUITES; do cargo test -q -p loadstar-tests --test "$suite" --no-run; done
 
 log "starting etcd and kube-apiserver in $WORK"
 cluster_up "$WORK/cluster"
@@ -60,5 +64,12 @@ export LOADSTAR_E2E_ADMIN_KUBECONFIG="$KUBE_ADMIN_KUBECONFIG"
 export LOADSTAR_E2E_SCORER_KUBECONFIG="$WORK/scorer.kubeconfig"
 export LOADSTAR_E2E_SCORER_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/loadstar-scorer"
 export LOADSTAR_E2E_LOGS="$WORK/logs"
-log "running the e2e tests"
-cargo test -p loadstar-tests --test e2e_scheduler -- --ignored --test-threads=1 "$@"
+export LOADSTAR_E2E_KUBE_SCHEDULER_BIN="$K8S_BIN/kube-scheduler"
+for suite in $SUITES; do
+  log "running $suite"
+  case "$suite" in
+    # Its progress, disagreements and "N/N scenarios identical" belong in the log.
+    e2e_diff) cargo test -p loadstar-tests --test e2e_diff -- --ignored --test-threads=1 --nocapture "$@" ;;
+    *) cargo test -p loadstar-tests --test "$suite" -- --ignored --test-threads=1 "$@" ;;
+  esac
+done

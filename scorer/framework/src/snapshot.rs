@@ -312,10 +312,61 @@ pub struct NodeAllocation {
     pub nonzero_cpu_millis: i64,
     /// Sum of non-zero memory requests, bytes.
     pub nonzero_memory_bytes: i64,
-    /// The pods.
+    /// The pods. Change them through [`NodeAllocation::put_pod`],
+    /// [`NodeAllocation::remove_pod`] or [`NodeAllocation::set_pods`], which keep
+    /// [`NodeAllocation::pods_with_affinity`] true.
     pub pods: Vec<PodOnNode>,
+    /// How many of `pods` carry inter-pod affinity or anti-affinity; they come first in
+    /// `pods` ([`NodeAllocation::affinity_pods`]), so the affinity plugins read only them
+    /// (kube-scheduler's `PodsWithAffinity`) and a cluster where few pods use affinity does
+    /// not pay a scan of every pod per scheduling cycle.
+    pub pods_with_affinity: usize,
     /// In-flight usage estimates.
     pub inflight: Vec<Inflight>,
+}
+
+impl NodeAllocation {
+    /// The pods with inter-pod affinity or anti-affinity.
+    #[inline]
+    pub fn affinity_pods(&self) -> &[PodOnNode] {
+        &self.pods[..self.pods_with_affinity.min(self.pods.len())]
+    }
+
+    /// Adds the pod, replacing one with the same UID.
+    pub fn put_pod(&mut self, pod: PodOnNode) {
+        self.remove_pod(&pod.uid);
+        let affinity = !pod.pod_affinity.is_empty();
+        self.pods.push(pod);
+        if affinity {
+            // Keep pods with affinity first: swap it into the end of that prefix.
+            let last = self.pods.len() - 1;
+            self.pods.swap(self.pods_with_affinity, last);
+            self.pods_with_affinity += 1;
+        }
+    }
+
+    /// Removes the pod with this UID, if present.
+    pub fn remove_pod(&mut self, uid: &str) -> Option<PodOnNode> {
+        let i = self.pods.iter().position(|p| p.uid == uid)?;
+        if i < self.pods_with_affinity {
+            // Close the prefix: move its last member into the hole, then the hole to the end.
+            let end = self.pods_with_affinity - 1;
+            self.pods.swap(i, end);
+            self.pods_with_affinity = end;
+            let last = self.pods.len() - 1;
+            self.pods.swap(end, last);
+            self.pods.pop()
+        } else {
+            Some(self.pods.swap_remove(i))
+        }
+    }
+
+    /// Replaces all pods.
+    pub fn set_pods(&mut self, mut pods: Vec<PodOnNode>) {
+        pods.sort_by_key(|p| p.pod_affinity.is_empty());
+        self.pods_with_affinity = pods.iter().filter(|p| !p.pod_affinity.is_empty()).count();
+        self.pods = pods;
+    }
 }
 
 /// Everything known about one node at snapshot time.
@@ -730,5 +781,59 @@ pub fn inflight_extra(node: &NodeView, kind: ResourceKind, window_span_seconds: 
         ResourceKind::Cpu => ratio_of(cpu, f64::from(agent.capacity.logical_cpus) * 1000.0),
         ResourceKind::Memory => ratio_of(mem, agent.capacity.memory_bytes as f64),
         _ => 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, affinity: bool) -> PodOnNode {
+        PodOnNode {
+            uid: uid.into(),
+            pod_affinity: if affinity {
+                Arc::new(PodAffinity {
+                    required_anti: vec![AffinityTerm::default()],
+                    ..Default::default()
+                })
+            } else {
+                Arc::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn check(a: &NodeAllocation) {
+        let n = a.pods.iter().filter(|p| !p.pod_affinity.is_empty()).count();
+        assert_eq!(a.pods_with_affinity, n);
+        assert!(a.affinity_pods().iter().all(|p| !p.pod_affinity.is_empty()));
+    }
+
+    #[test]
+    fn pods_with_affinity_stay_first_through_every_change() {
+        let mut a = NodeAllocation::default();
+        for (i, aff) in [false, true, false, true, true, false]
+            .into_iter()
+            .enumerate()
+        {
+            a.put_pod(pod(&i.to_string(), aff));
+            check(&a);
+        }
+        for uid in ["3", "0", "1", "9", "5", "4", "2"] {
+            a.remove_pod(uid);
+            check(&a);
+        }
+        assert!(a.pods.is_empty());
+        a.set_pods(vec![
+            pod("a", false),
+            pod("b", true),
+            pod("c", false),
+            pod("d", true),
+        ]);
+        check(&a);
+        // Replacing a pod by UID changes its class.
+        a.put_pod(pod("b", false));
+        check(&a);
+        assert_eq!(a.pods.len(), 4);
     }
 }

@@ -112,8 +112,7 @@ fn add_to(a: &mut NodeAllocation, p: &Placement, pod: PodOnNode) {
     a.nonzero_memory_bytes = a
         .nonzero_memory_bytes
         .saturating_add(p.nonzero_memory_bytes);
-    a.pods.retain(|q| q.uid != pod.uid);
-    a.pods.push(pod);
+    a.put_pod(pod);
 }
 
 fn remove_from(a: &mut NodeAllocation, p: &Placement, uid: &str) {
@@ -123,7 +122,7 @@ fn remove_from(a: &mut NodeAllocation, p: &Placement, uid: &str) {
     a.nonzero_memory_bytes = a
         .nonzero_memory_bytes
         .saturating_sub(p.nonzero_memory_bytes);
-    a.pods.retain(|q| q.uid != uid);
+    a.remove_pod(uid);
     a.inflight.retain(|i| i.uid != uid);
 }
 
@@ -341,8 +340,8 @@ impl ClusterCache {
         if let Some((node, on)) = refresh {
             // Same node, same requests: only what affinity and spreading read changed.
             self.store.update_allocation(&node, |a| {
-                if let Some(q) = a.pods.iter_mut().find(|q| q.uid == on.uid) {
-                    *q = on;
+                if a.remove_pod(&on.uid).is_some() {
+                    a.put_pod(on);
                 }
             });
         }

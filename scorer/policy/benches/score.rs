@@ -14,8 +14,8 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use loadstar_common::model::{NodeCapacity, ResourceKind, ResourceList, ResourceLoad};
 use loadstar_common::window::WindowSummary;
 use loadstar_framework::snapshot::{
-    AgentNode, ClusterSnapshot, Inflight, KubeNode, MeasuredPod, NodeAllocation, NodeView, Owner,
-    PodInfo, PodOnNode, Taint, TaintEffect,
+    AffinityTerm, AgentNode, ClusterSnapshot, Inflight, KubeNode, LabelSelector, MeasuredPod,
+    NodeAllocation, NodeView, Owner, PodAffinity, PodInfo, PodOnNode, Taint, TaintEffect,
 };
 use loadstar_framework::{CycleContext, Profile};
 use loadstar_policy::config::ScorerConfig;
@@ -104,14 +104,33 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                         memory_bytes: 1e8,
                     },
                 );
+                // One pod in 20 belongs to an HA deployment that keeps its replicas on
+                // separate hosts (required anti-affinity): the affinity plugins' real load.
+                let app = format!("rs-{}", p % 7);
+                let pod_affinity = if p % 20 == 0 {
+                    Arc::new(PodAffinity {
+                        required_anti: vec![AffinityTerm {
+                            namespaces: vec!["default".into()],
+                            selector: Some(LabelSelector {
+                                match_labels: BTreeMap::from([("app".into(), app.clone())]),
+                                ..Default::default()
+                            }),
+                            topology_key: "kubernetes.io/hostname".into(),
+                        }],
+                        ..Default::default()
+                    })
+                } else {
+                    Arc::default()
+                };
                 pods.push(PodOnNode {
                     uid,
                     namespace: "default".into(),
-                    labels: BTreeMap::new(),
+                    labels: BTreeMap::from([("app".into(), app.clone())]),
                     owner: Some(Owner {
                         kind: "ReplicaSet".into(),
-                        name: format!("rs-{}", p % 7),
+                        name: app,
                     }),
+                    pod_affinity,
                     ..PodOnNode::default()
                 });
             }
@@ -143,17 +162,21 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                 name: Arc::from(format!("node-{i:05}").as_str()),
                 agent: Some(Arc::new(agent)),
                 kube: Some(Arc::new(kube)),
-                alloc: Arc::new(NodeAllocation {
-                    requested: ResourceList {
-                        cpu_millis: requested_cpu,
-                        memory_bytes: requested_mem,
-                        pods: pods_here as i64,
+                alloc: Arc::new({
+                    let mut a = NodeAllocation {
+                        requested: ResourceList {
+                            cpu_millis: requested_cpu,
+                            memory_bytes: requested_mem,
+                            pods: pods_here as i64,
+                            ..Default::default()
+                        },
+                        nonzero_cpu_millis: requested_cpu,
+                        nonzero_memory_bytes: requested_mem,
+                        inflight,
                         ..Default::default()
-                    },
-                    nonzero_cpu_millis: requested_cpu,
-                    nonzero_memory_bytes: requested_mem,
-                    pods,
-                    inflight,
+                    };
+                    a.set_pods(pods);
+                    a
                 }),
                 stale: i % 250 == 0,
                 report_age_seconds: Some(1.0),
@@ -168,6 +191,7 @@ fn pod() -> PodInfo {
         uid: "bench-pod".into(),
         namespace: "default".into(),
         name: "web-1".into(),
+        labels: BTreeMap::from([("app".into(), "rs-3".into())]),
         owner: Some(Owner {
             kind: "ReplicaSet".into(),
             name: "rs-3".into(),
@@ -185,6 +209,35 @@ fn pod() -> PodInfo {
         nonzero_cpu_millis: 500,
         nonzero_memory_bytes: GIB,
         ..Default::default()
+    }
+}
+
+/// A replica of an HA deployment: one per host (required anti-affinity against its own
+/// app) and preferably away from `rs-4` pods in the same zone (soft anti-affinity) — the
+/// pods for which the affinity plugins scan every pod in the cluster.
+fn ha_pod() -> PodInfo {
+    let app = |a: &str| LabelSelector {
+        match_labels: BTreeMap::from([("app".into(), a.into())]),
+        ..Default::default()
+    };
+    PodInfo {
+        pod_affinity: Arc::new(PodAffinity {
+            required_anti: vec![AffinityTerm {
+                namespaces: vec!["default".into()],
+                selector: Some(app("rs-3")),
+                topology_key: "kubernetes.io/hostname".into(),
+            }],
+            preferred_anti: vec![loadstar_framework::snapshot::WeightedAffinityTerm {
+                weight: 50,
+                term: AffinityTerm {
+                    namespaces: vec!["default".into()],
+                    selector: Some(app("rs-4")),
+                    topology_key: "topology.kubernetes.io/zone".into(),
+                },
+            }],
+            ..Default::default()
+        }),
+        ..pod()
     }
 }
 
@@ -220,9 +273,12 @@ fn cpu_micros_per_eval(
 
 fn bench_evaluate(c: &mut Criterion) {
     let profile = default_profile();
-    let pod = pod();
     let mut group = c.benchmark_group("score_default_profile");
-    for n in [5_000usize, 10_000] {
+    for (n, label, pod) in [
+        (5_000usize, "5000".to_string(), pod()),
+        (10_000, "10000".to_string(), pod()),
+        (5_000, "5000-anti-affinity".to_string(), ha_pod()),
+    ] {
         let snap = cluster(n, 42);
         let mut rng = StdRng::seed_from_u64(1);
         // Sanity: most nodes are feasible, so scoring really runs over thousands.
@@ -230,11 +286,11 @@ fn bench_evaluate(c: &mut Criterion) {
         assert!(e.evaluated - e.filtered.len() > n / 2, "{}", e.summary());
         if let Some(us) = cpu_micros_per_eval(&profile, &snap, &pod, 300) {
             println!(
-                "score_default_profile/{n}: {us:.0} µs on-CPU per evaluation (mean of 300; {})",
+                "score_default_profile/{label}: {us:.0} µs on-CPU per evaluation (mean of 300; {})",
                 e.summary()
             );
         }
-        group.bench_with_input(BenchmarkId::from_parameter(n), &snap, |b, snap| {
+        group.bench_with_input(BenchmarkId::from_parameter(label), &snap, |b, snap| {
             b.iter(|| black_box(profile.evaluate(snap, black_box(&pod), None, 10, &mut rng)))
         });
     }

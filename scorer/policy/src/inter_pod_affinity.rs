@@ -16,15 +16,25 @@
 //! 2. an incoming anti-affinity term's pair on the node has a matching pod;
 //! 3. any of its label pairs carries an existing pod's anti-affinity against the pod.
 //!
+//! As a score (upstream's `scoring.go`), every existing pod adds, per topology pair of its
+//! node: the incoming pod's preferred affinity weights it matches (anti-affinity: minus),
+//! `hardPodAffinityWeight` (default 1) for each of its own required affinity terms the
+//! incoming pod matches, and its preferred (anti-)affinity weights the incoming pod
+//! matches. A node scores the sum over its label pairs; sums are scaled from the minimum
+//! (0 at most) to the maximum (0 at least) onto 0–100. No pair at all: every node scores 0.
+//!
 //! Terms match a pod by namespace (an empty list meant the term owner's namespace) and label
 //! selector (an absent selector matches nothing). Nodes without Kubernetes facts have no
 //! labels.
 use std::collections::{BTreeMap, HashMap};
 
 use loadstar_framework::snapshot::{AffinityTerm, NodeView, PodInfo};
-use loadstar_framework::{CycleContext, FilterPlugin, PreFilterState, REASON_SEPARATOR};
+use loadstar_framework::{
+    CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, REASON_SEPARATOR, ScorePlugin,
+};
+use serde::{Deserialize, Serialize};
 
-use crate::args::{NoArgs, PluginError, parse_args};
+use crate::args::{PluginError, args_to_yaml, parse_args};
 
 /// Plugin name.
 pub const NAME: &str = "InterPodAffinity";
@@ -81,9 +91,20 @@ pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
     let mut s = AffinityState::default();
     let affinity = &pod.pod_affinity.required;
     let anti = &pod.pod_affinity.required_anti;
+    // Without terms of its own only existing pods' anti-affinity matters: nodes without
+    // pods carrying affinity are skipped unread.
+    let every_pod = !affinity.is_empty() || !anti.is_empty();
     for node in nodes {
+        if !every_pod && node.alloc.pods_with_affinity == 0 {
+            continue;
+        }
         let node_labels = labels(node);
-        for existing in &node.alloc.pods {
+        let candidates = if every_pod {
+            &node.alloc.pods[..]
+        } else {
+            node.alloc.affinity_pods()
+        };
+        for existing in candidates {
             if existing.uid == pod.uid {
                 continue;
             }
@@ -164,15 +185,146 @@ fn reason(specific: &str) -> String {
     format!("{REASON_AFFINITY_NOT_MATCH}{REASON_SEPARATOR}{specific}")
 }
 
-/// The inter-pod affinity filter.
+/// The plugin's arguments (`InterPodAffinityArgs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Args {
+    /// Score weight of an existing pod's *required* affinity term that the incoming pod
+    /// matches, 0–100 (default 1, upstream's).
+    #[serde(default = "default_hard_weight")]
+    pub hard_pod_affinity_weight: i32,
+}
+
+fn default_hard_weight() -> i32 {
+    1
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args {
+            hard_pod_affinity_weight: default_hard_weight(),
+        }
+    }
+}
+
+/// The inter-pod affinity filter and score.
 #[derive(Debug, Clone, Default)]
-pub struct InterPodAffinity;
+pub struct InterPodAffinity {
+    args: Args,
+}
 
 impl InterPodAffinity {
-    /// Builds it; it takes no arguments.
+    /// Builds it from [`Args`].
     pub fn from_args(args: &serde_norway::Value) -> Result<Self, PluginError> {
-        parse_args::<NoArgs>(NAME, args)?;
-        Ok(InterPodAffinity)
+        let args: Args = parse_args(NAME, args)?;
+        if !(0..=100).contains(&args.hard_pod_affinity_weight) {
+            return Err(PluginError::invalid(
+                NAME,
+                "hardPodAffinityWeight",
+                "must be between 0 and 100",
+            ));
+        }
+        Ok(InterPodAffinity { args })
+    }
+
+    /// Topology pair → summed weights, for scoring `pod` (upstream's PreScore).
+    fn topology_scores(&self, nodes: &[NodeView], pod: &PodInfo) -> PairCounts {
+        let mine = &pod.pod_affinity;
+        let preferred = !mine.preferred.is_empty() || !mine.preferred_anti.is_empty();
+        let hard = i64::from(self.args.hard_pod_affinity_weight);
+        let mut m = PairCounts::new();
+        let mut add = |key: &str, l: &BTreeMap<String, String>, w: i64| {
+            if let Some(v) = l.get(key) {
+                *m.entry(key.to_string())
+                    .or_default()
+                    .entry(v.clone())
+                    .or_default() += w;
+            }
+        };
+        for node in nodes {
+            if !preferred && node.alloc.pods_with_affinity == 0 {
+                continue;
+            }
+            let l = labels(node);
+            if l.is_empty() {
+                continue;
+            }
+            let candidates = if preferred {
+                &node.alloc.pods[..]
+            } else {
+                node.alloc.affinity_pods()
+            };
+            for existing in candidates {
+                let theirs = &existing.pod_affinity;
+                if existing.uid == pod.uid {
+                    continue;
+                }
+                for t in &mine.preferred {
+                    if t.term.matches_pod(&existing.namespace, &existing.labels) {
+                        add(&t.term.topology_key, l, i64::from(t.weight));
+                    }
+                }
+                for t in &mine.preferred_anti {
+                    if t.term.matches_pod(&existing.namespace, &existing.labels) {
+                        add(&t.term.topology_key, l, -i64::from(t.weight));
+                    }
+                }
+                if hard > 0 {
+                    for t in &theirs.required {
+                        if t.matches_pod(&pod.namespace, &pod.labels) {
+                            add(&t.topology_key, l, hard);
+                        }
+                    }
+                }
+                for t in &theirs.preferred {
+                    if t.term.matches_pod(&pod.namespace, &pod.labels) {
+                        add(&t.term.topology_key, l, i64::from(t.weight));
+                    }
+                }
+                for t in &theirs.preferred_anti {
+                    if t.term.matches_pod(&pod.namespace, &pod.labels) {
+                        add(&t.term.topology_key, l, -i64::from(t.weight));
+                    }
+                }
+            }
+        }
+        m
+    }
+}
+
+impl ScorePlugin for InterPodAffinity {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+        let topo = self.topology_scores(&ctx.snapshot.nodes, pod);
+        if topo.is_empty() {
+            out.fill(0);
+            return;
+        }
+        for (o, n) in out.iter_mut().zip(nodes) {
+            let l = labels(n);
+            *o = topo
+                .iter()
+                .filter_map(|(k, values)| l.get(k).and_then(|v| values.get(v)))
+                .sum();
+        }
+        let max = out.iter().copied().max().unwrap_or(0).max(0);
+        let min = out.iter().copied().min().unwrap_or(0).min(0);
+        let diff = max - min;
+        for o in out.iter_mut() {
+            *o = if diff > 0 {
+                // Float then truncation, as upstream.
+                (MAX_NODE_SCORE as f64 * ((*o - min) as f64 / diff as f64)) as i64
+            } else {
+                0
+            };
+        }
+    }
+
+    fn args_yaml(&self) -> String {
+        args_to_yaml(&self.args)
     }
 }
 
@@ -239,7 +391,7 @@ mod tests {
             }
         });
         let mut alloc = (*n.alloc).clone();
-        alloc.pods = pods;
+        alloc.set_pods(pods);
         n.alloc = Arc::new(alloc);
         n
     }
@@ -266,7 +418,7 @@ mod tests {
         let snap = snapshot(nodes);
         let profile = Profile {
             name: "t".into(),
-            filters: vec![Box::new(InterPodAffinity)],
+            filters: vec![Box::new(InterPodAffinity::default())],
             scores: vec![],
             window_seconds: 60,
             stale_policy: StalePolicy::Fallback,
@@ -317,7 +469,7 @@ mod tests {
         let snap = snapshot(nodes);
         let ctx = ctx(&snap);
         assert_eq!(
-            InterPodAffinity.filter(&ctx, &p, &snap.nodes[0]),
+            InterPodAffinity::default().filter(&ctx, &p, &snap.nodes[0]),
             Err(format!(
                 "{REASON_AFFINITY_NOT_MATCH}, {REASON_EXISTING_ANTI_AFFINITY}"
             ))
@@ -357,6 +509,63 @@ mod tests {
             feasible(nodes, &incoming("cache", together)),
             vec!["b1", "b2"]
         );
+    }
+
+    #[test]
+    fn preferences_and_existing_required_terms_score_by_domain() {
+        let weighted = |w: i32, t: AffinityTerm| {
+            loadstar_framework::snapshot::WeightedAffinityTerm { weight: w, term: t }
+        };
+        // An existing db pod in zone a requires app=web next to it (hard weight 1); the
+        // incoming web pod prefers cache pods (weight 10) and avoids db pods (weight 4).
+        let db = Arc::new(PodAffinity {
+            required: vec![term("web", "zone")],
+            ..Default::default()
+        });
+        let nodes = vec![
+            zoned("a1", Some("a"), vec![running("1", "db", db)]),
+            zoned("b1", Some("b"), vec![running("2", "cache", Arc::default())]),
+            zoned("c1", Some("c"), vec![]),
+        ];
+        let p = incoming(
+            "web",
+            PodAffinity {
+                preferred: vec![weighted(10, term("cache", "zone"))],
+                preferred_anti: vec![weighted(4, term("db", "zone"))],
+                ..Default::default()
+            },
+        );
+        let snap = snapshot(nodes);
+        let refs: Vec<&NodeView> = snap.nodes.iter().collect();
+        let mut out = vec![0; 3];
+        // Raw: a = 1 - 4 = -3, b = 10, c = 0; scaled from -3..10.
+        ScorePlugin::score(
+            &InterPodAffinity::default(),
+            &ctx(&snap),
+            &p,
+            &refs,
+            &mut out,
+        );
+        assert_eq!(out, vec![0, 100, 23]);
+        // No pair anywhere: all zero.
+        let plain = incoming("web", PodAffinity::default());
+        let bare = snapshot(vec![
+            zoned("a1", Some("a"), vec![]),
+            zoned("b1", Some("b"), vec![]),
+        ]);
+        let refs: Vec<&NodeView> = bare.nodes.iter().collect();
+        let mut out = vec![7; 2];
+        ScorePlugin::score(
+            &InterPodAffinity::default(),
+            &ctx(&bare),
+            &plain,
+            &refs,
+            &mut out,
+        );
+        assert_eq!(out, vec![0, 0]);
+        let y = serde_norway::from_str::<serde_norway::Value>("hardPodAffinityWeight: 101")
+            .expect("yaml");
+        assert!(InterPodAffinity::from_args(&y).is_err());
     }
 
     #[test]

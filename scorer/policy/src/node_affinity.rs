@@ -10,10 +10,14 @@
 //! parse as integers and compare strictly; anything else does not match). Reason, as
 //! upstream: `node(s) didn't match Pod's node affinity/selector`. A node without Kubernetes
 //! facts has no labels.
+//!
+//! As a score it sums the weights of the preferred terms a node matches (terms of weight 0
+//! or without requirements are skipped) and scales the sums so the best node gets 100
+//! (upstream's `DefaultNormalizeScore`; all 0 when no node matches any).
 use std::collections::BTreeMap;
 
 use loadstar_framework::snapshot::{NodeView, PodInfo, SelectorRequirement};
-use loadstar_framework::{CycleContext, FilterPlugin};
+use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, ScorePlugin};
 
 use crate::args::{NoArgs, PluginError, parse_args};
 
@@ -77,6 +81,42 @@ impl FilterPlugin for NodeAffinity {
     }
 }
 
+impl ScorePlugin for NodeAffinity {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn score(&self, _: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        let terms: Vec<&(i32, _)> = pod
+            .preferred_node_affinity
+            .iter()
+            .filter(|(w, t)| *w != 0 && (!t.expressions.is_empty() || !t.fields.is_empty()))
+            .collect();
+        for (o, n) in out.iter_mut().zip(nodes) {
+            let labels = n.labels().unwrap_or(&EMPTY);
+            *o = terms
+                .iter()
+                .filter(|(_, t)| t.matches(&n.name, labels))
+                .map(|(w, _)| i64::from(*w))
+                .sum();
+        }
+        default_normalize(out);
+    }
+}
+
+/// Upstream's `DefaultNormalizeScore` (not reversed): scales so the largest becomes 100,
+/// integer arithmetic; all zero stays zero.
+pub fn default_normalize(out: &mut [i64]) {
+    let max = out.iter().copied().max().unwrap_or(0);
+    if max == 0 {
+        return;
+    }
+    for o in out.iter_mut() {
+        *o = MAX_NODE_SCORE * *o / max;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +159,30 @@ mod tests {
         assert!(!requirement_matches(&req("bad", Gt, &["1"]), &l));
         assert!(!requirement_matches(&req("gen", Gt, &["1", "2"]), &l));
         assert!(!requirement_matches(&req("nope", Lt, &["9"]), &l));
+    }
+
+    #[test]
+    fn preferred_terms_add_their_weights_then_scale_to_the_best() {
+        let zone = |z: &str| {
+            edit_kube(kube_node(z, 1000, GIB), |k| {
+                k.labels = labels(&[("zone", z)]);
+            })
+        };
+        let nodes = [zone("a"), zone("b"), zone("c")];
+        let refs: Vec<&NodeView> = nodes.iter().collect();
+        let term = |z: &str| NodeSelectorTerm {
+            expressions: vec![req("zone", SelectorOp::In, &[z])],
+            fields: vec![],
+        };
+        let mut p = pod(100, MIB);
+        p.preferred_node_affinity = vec![(20, term("a")), (60, term("b")), (0, term("c"))];
+        let snap = snapshot(vec![]);
+        let mut out = vec![0; 3];
+        ScorePlugin::score(&NodeAffinity, &ctx(&snap), &p, &refs, &mut out);
+        assert_eq!(out, vec![33, 100, 0]);
+        p.preferred_node_affinity.clear();
+        ScorePlugin::score(&NodeAffinity, &ctx(&snap), &p, &refs, &mut out);
+        assert_eq!(out, vec![0, 0, 0]);
     }
 
     #[test]

@@ -3,10 +3,13 @@
 //! noderesources/fit.go`, `fitsRequest`).
 //!
 //! Checked, in upstream's order, with upstream's reasons: the pod count (`Too many pods`,
-//! always checked), then — unless the pod requests nothing at all — `Insufficient cpu`,
-//! `Insufficient memory`, `Insufficient ephemeral-storage` and `Insufficient <name>` for
-//! `nvidia.com/gpu` and every other extended resource the pod requests (zero requests are
-//! skipped; GPUs first, then the others by name). All failing reasons are reported, joined
+//! always checked), then — unless the pod requests nothing at all (no CPU, memory or
+//! ephemeral storage and no extended resource named) — `Insufficient cpu`, `Insufficient
+//! memory` and `Insufficient ephemeral-storage` *whether or not the pod asks for them*
+//! (kube-scheduler 1.20 rejects an overcommitted node even for a pod that requests none of
+//! the overcommitted resource; the differential test found this), and `Insufficient <name>`
+//! for `nvidia.com/gpu` when requested and every other extended resource the pod names,
+//! even with a zero request (GPUs first, then the others by name). All failing reasons are reported, joined
 //! with [`REASON_SEPARATOR`] like upstream's status message, and counted one by one in the
 //! summary. Resources listed in `ignoredResources` are not checked (upstream's argument of
 //! the same name, extended resources only).
@@ -78,10 +81,11 @@ impl FilterPlugin for NodeResourcesFit {
             && req.memory_bytes == 0
             && req.ephemeral_storage_bytes == 0
             && req.gpus == 0
-            && req.extended.values().all(|v| *v == 0);
+            && req.extended.is_empty();
         if !nothing {
+            // Upstream: `allocatable < request + requested`, also for a request of zero.
             let mut check = |name: &str, want: i64, have: i64, used: i64| {
-                if want > 0 && want > have.saturating_sub(used) {
+                if have < want.saturating_add(used) {
                     reasons.push(format!("Insufficient {name}"));
                 }
             };
@@ -103,7 +107,9 @@ impl FilterPlugin for NodeResourcesFit {
                 d.allocatable_ephemeral_bytes,
                 d.requested_ephemeral_bytes,
             );
-            if !self.args.ignored_resources.contains(GPU_RESOURCE) {
+            // A GPU request of zero cannot be told from none here; upstream checks the
+            // resource only when the pod names it.
+            if req.gpus > 0 && !self.args.ignored_resources.contains(GPU_RESOURCE) {
                 check(GPU_RESOURCE, req.gpus, d.allocatable_gpus, d.requested_gpus);
             }
             if !req.extended.is_empty() {
@@ -211,6 +217,31 @@ mod tests {
         assert_eq!(
             e.summary(),
             "0/2 nodes are available: 2 Insufficient cpu, 1 Insufficient memory."
+        );
+    }
+
+    #[test]
+    fn an_overcommitted_node_rejects_pods_that_do_not_ask_for_that_resource() {
+        // 2 CPUs with 2.5 cores already requested (bound by nodeName, past any filter).
+        let node = edit_alloc(kube_node("n", 2000, 8 * GIB), |a| {
+            a.requested.cpu_millis = 2500;
+        });
+        let mut p = pod(0, 128 * MIB);
+        assert_eq!(
+            filter_one(&NodeResourcesFit::default(), node.clone(), &p),
+            Err("Insufficient cpu".into())
+        );
+        // A pod that asks for nothing at all is only counted.
+        p.requests.memory_bytes = 0;
+        assert_eq!(
+            filter_one(&NodeResourcesFit::default(), node.clone(), &p),
+            Ok(())
+        );
+        // Naming an extended resource with a zero request is asking for something.
+        p.requests.extended.insert("example.com/dongle".into(), 0);
+        assert_eq!(
+            filter_one(&NodeResourcesFit::default(), node, &p),
+            Err("Insufficient cpu".into())
         );
     }
 }

@@ -12,15 +12,22 @@
 //! `count(domain) + (1 if the selector matches the pod itself) - min(key)` must not exceed
 //! `maxSkew`.
 //!
-//! `defaultConstraints` apply only to a pod without constraints of its own; upstream builds
-//! their selector from the Services, ReplicaSets, StatefulSets and ReplicationControllers
-//! selecting the pod, which Loadstar does not watch, so a default *hard* constraint is
-//! rejected at configuration time with that explanation rather than applied wrongly. (Upstream's
-//! own defaults are soft and affect scores only.)
+//! As a score (upstream's `scoring.go`) it spreads by the soft (`ScheduleAnyway`)
+//! constraints: among the feasible nodes, those lacking a constraint's key are ignored
+//! (score 0); each constraint's domains of the remaining feasible nodes count matching pods
+//! over all nodes the pod's node affinity admits (the hostname key counts the node's own
+//! pods); a node's raw score is `Σ count × ln(domains + 2) + (maxSkew − 1)`, and the
+//! normalised score is `100 × (max + min − raw) / max` (100 everywhere when `max` is 0).
+//! A pod without soft constraints scores 100 on every node.
+//!
+//! `defaultConstraints` are rejected at configuration time: upstream builds their selector
+//! from the Services, ReplicaSets, StatefulSets and ReplicationControllers selecting the
+//! pod, which Loadstar does not watch, and applying them with a guessed selector would
+//! mislead. `SelectorSpread` spreads by controller instead.
 use std::collections::{BTreeMap, HashMap};
 
 use loadstar_framework::snapshot::{NodeView, PodInfo, SpreadConstraint, WhenUnsatisfiable};
-use loadstar_framework::{CycleContext, FilterPlugin, PreFilterState};
+use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, ScorePlugin};
 use serde::Deserialize;
 
 use crate::args::{PluginError, parse_args};
@@ -38,15 +45,15 @@ pub const REASON_MISSING_LABEL: &str =
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Args {
-    /// Constraints for pods that declare none. Only `ScheduleAnyway` entries are accepted;
-    /// see the module docs.
+    /// Constraints for pods that declare none: rejected when non-empty (see the module
+    /// docs); the key exists so the error says why instead of "unknown field".
     #[serde(default)]
     pub default_constraints: Vec<DefaultConstraint>,
 }
 
-/// One default constraint (no selector: upstream derives it from the pod's controllers).
+/// One default constraint, as upstream spells it (accepted only to be refused clearly).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct DefaultConstraint {
     /// Largest allowed skew.
     pub max_skew: i32,
@@ -154,31 +161,17 @@ pub fn check(state: &SpreadState, pod: &PodInfo, node: &NodeView) -> Result<(), 
 pub struct PodTopologySpread;
 
 impl PodTopologySpread {
-    /// Builds it from [`Args`]; a default `DoNotSchedule` constraint is an error (see the
-    /// module docs).
+    /// Builds it from [`Args`]; any default constraint is an error (see the module docs).
     pub fn from_args(args: &serde_norway::Value) -> Result<Self, PluginError> {
         let a: Args = parse_args(NAME, args)?;
-        for (i, c) in a.default_constraints.iter().enumerate() {
-            let field = format!("defaultConstraints[{i}]");
-            let invalid = |reason: String| PluginError::invalid(NAME, field.clone(), reason);
-            if c.max_skew <= 0 {
-                return Err(invalid("maxSkew must be greater than zero".into()));
-            }
-            if c.topology_key.is_empty() {
-                return Err(invalid("topologyKey must not be empty".into()));
-            }
-            match c.when_unsatisfiable.as_str() {
-                "ScheduleAnyway" => {}
-                "DoNotSchedule" => {
-                    return Err(invalid(
-                        "a hard default constraint needs the selector upstream derives from \
-                         the pod's Services and controllers, which Loadstar does not watch; \
-                         use ScheduleAnyway or put the constraint in the pod spec"
-                            .into(),
-                    ));
-                }
-                other => return Err(invalid(format!("unknown whenUnsatisfiable {other:?}"))),
-            }
+        if !a.default_constraints.is_empty() {
+            return Err(PluginError::invalid(
+                NAME,
+                "defaultConstraints",
+                "not supported: upstream derives their selector from the Services and \
+                 controllers selecting the pod, which Loadstar does not watch; put the \
+                 constraints in the pod spec, or score with SelectorSpread (by controller)",
+            ));
         }
         Ok(PodTopologySpread)
     }
@@ -218,6 +211,128 @@ impl FilterPlugin for PodTopologySpread {
     }
 }
 
+/// The well-known hostname label, which upstream's spreading score counts per node.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+fn matching_pods(node: &NodeView, c: &SpreadConstraint, namespace: &str) -> i64 {
+    let n = node
+        .alloc
+        .pods
+        .iter()
+        .filter(|p| {
+            !p.terminating
+                && p.namespace == namespace
+                && c.selector.as_ref().is_some_and(|s| s.matches(&p.labels))
+        })
+        .count();
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl ScorePlugin for PodTopologySpread {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+        let soft: Vec<&SpreadConstraint> = pod
+            .spread_constraints
+            .iter()
+            .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::ScheduleAnyway)
+            .collect();
+        if soft.is_empty() {
+            out.fill(MAX_NODE_SCORE);
+            return;
+        }
+        let has_keys =
+            |l: &BTreeMap<String, String>| soft.iter().all(|c| l.contains_key(&c.topology_key));
+        // Domains of the feasible nodes, keyed like upstream's pairs (by key, not by
+        // constraint: two constraints on one key share a count).
+        let ignored: Vec<bool> = nodes.iter().map(|n| !has_keys(labels(n))).collect();
+        let mut counts: HashMap<&str, HashMap<&str, i64>> = HashMap::new();
+        let mut sizes = vec![0usize; soft.len()];
+        for (n, _) in nodes.iter().zip(&ignored).filter(|(_, ig)| !**ig) {
+            let l = labels(n);
+            for (i, c) in soft.iter().enumerate() {
+                if c.topology_key == HOSTNAME_LABEL {
+                    continue;
+                }
+                let values = counts.entry(c.topology_key.as_str()).or_default();
+                if !values.contains_key(l[&c.topology_key].as_str()) {
+                    values.insert(l[&c.topology_key].as_str(), 0);
+                    sizes[i] += 1;
+                }
+            }
+        }
+        let kept = ignored.iter().filter(|ig| !**ig).count();
+        let weights: Vec<f64> = soft
+            .iter()
+            .zip(&sizes)
+            .map(|(c, &sz)| {
+                let sz = if c.topology_key == HOSTNAME_LABEL {
+                    kept
+                } else {
+                    sz
+                };
+                ((sz + 2) as f64).ln()
+            })
+            .collect();
+        for node in &ctx.snapshot.nodes {
+            let l = labels(node);
+            if !has_keys(l) || !pod_matches_node(pod, node) {
+                continue;
+            }
+            for c in &soft {
+                if let Some(n) = counts
+                    .get_mut(c.topology_key.as_str())
+                    .and_then(|values| values.get_mut(l[&c.topology_key].as_str()))
+                {
+                    *n += matching_pods(node, c, &pod.namespace);
+                }
+            }
+        }
+        for ((o, n), ig) in out.iter_mut().zip(nodes).zip(&ignored) {
+            if *ig {
+                *o = -1;
+                continue;
+            }
+            let l = labels(n);
+            let mut raw = 0.0;
+            for (c, w) in soft.iter().zip(&weights) {
+                let Some(value) = l.get(&c.topology_key) else {
+                    continue;
+                };
+                let cnt = if c.topology_key == HOSTNAME_LABEL {
+                    matching_pods(n, c, &pod.namespace)
+                } else {
+                    counts
+                        .get(c.topology_key.as_str())
+                        .and_then(|values| values.get(value.as_str()))
+                        .copied()
+                        .unwrap_or(0)
+                };
+                raw += cnt as f64 * w + f64::from(c.max_skew - 1);
+            }
+            *o = raw as i64;
+        }
+        let valid = out
+            .iter()
+            .zip(&ignored)
+            .filter(|(_, ig)| !**ig)
+            .map(|(o, _)| *o);
+        let min = valid.clone().min().unwrap_or(0);
+        let max = valid.max().unwrap_or(0).max(0);
+        for (o, ig) in out.iter_mut().zip(&ignored) {
+            *o = if *ig {
+                0
+            } else if max == 0 {
+                MAX_NODE_SCORE
+            } else {
+                MAX_NODE_SCORE * (max + min - *o) / max
+            };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,14 +359,16 @@ mod tests {
             }
         });
         let mut alloc = (*n.alloc).clone();
-        alloc.pods = (0..web_pods)
-            .map(|i| PodOnNode {
-                uid: format!("{name}-{i}"),
-                namespace: "ns".into(),
-                labels: l(&[("app", "web")]),
-                ..Default::default()
-            })
-            .collect();
+        alloc.set_pods(
+            (0..web_pods)
+                .map(|i| PodOnNode {
+                    uid: format!("{name}-{i}"),
+                    namespace: "ns".into(),
+                    labels: l(&[("app", "web")]),
+                    ..Default::default()
+                })
+                .collect(),
+        );
         n.alloc = Arc::new(alloc);
         n
     }
@@ -368,16 +485,35 @@ mod tests {
     }
 
     #[test]
-    fn hard_default_constraints_are_refused_at_configuration() {
+    fn default_constraints_are_refused_at_configuration() {
         let y = |s: &str| serde_norway::from_str::<serde_norway::Value>(s).expect("yaml");
-        assert!(PodTopologySpread::from_args(&y(
-            "defaultConstraints: [{maxSkew: 3, topologyKey: zone, whenUnsatisfiable: ScheduleAnyway}]"
-        ))
-        .is_ok());
+        assert!(PodTopologySpread::from_args(&y("defaultConstraints: []")).is_ok());
         let err = PodTopologySpread::from_args(&y(
-            "defaultConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]",
+            "defaultConstraints: [{maxSkew: 3, topologyKey: zone, whenUnsatisfiable: ScheduleAnyway}]",
         ))
-        .expect_err("hard default");
-        assert!(err.to_string().contains("defaultConstraints[0]"), "{err}");
+        .expect_err("defaults need selectors we cannot build");
+        assert!(err.to_string().contains("defaultConstraints"), "{err}");
+    }
+
+    #[test]
+    fn soft_constraints_score_emptier_domains_higher() {
+        // Zone a: 3 web pods, b: 1, c: 0; node x has no zone (ignored: 0).
+        let nodes = vec![
+            node("a1", Some("a"), 3),
+            node("b1", Some("b"), 1),
+            node("c1", Some("c"), 0),
+            node("x", None, 0),
+        ];
+        let mut p = spread(1, "zone");
+        p.spread_constraints[0].when_unsatisfiable = WhenUnsatisfiable::ScheduleAnyway;
+        let snap = snapshot(nodes);
+        let refs: Vec<&NodeView> = snap.nodes.iter().collect();
+        let mut out = vec![0; 4];
+        ScorePlugin::score(&PodTopologySpread, &ctx(&snap), &p, &refs, &mut out);
+        // Raw = count × ln(3 + 2): a 4.83 → 4, b 1.61 → 1, c 0; 100 × (4 + 0 − raw) / 4.
+        assert_eq!(out, vec![0, 75, 100, 0]);
+        let plain = pod(100, MIB);
+        ScorePlugin::score(&PodTopologySpread, &ctx(&snap), &plain, &refs, &mut out);
+        assert_eq!(out, vec![100; 4]);
     }
 }

@@ -35,6 +35,9 @@ pub const SCORE_NAMES: &[&str] = &[
     gpu_bin_pack::NAME,
     selector_spread::NAME,
     taint_toleration::NAME,
+    node_affinity::NAME,
+    inter_pod_affinity::NAME,
+    pod_topology_spread::NAME,
 ];
 
 /// Builds the filter plugin `name` with `args` (null = defaults).
@@ -90,6 +93,13 @@ pub fn build_score(
         gpu_bin_pack::NAME => Box::new(gpu_bin_pack::GpuBinPack::from_args(args)?),
         selector_spread::NAME => Box::new(selector_spread::SelectorSpread::from_args(args)?),
         taint_toleration::NAME => Box::new(taint_toleration::TaintToleration::from_args(args)?),
+        node_affinity::NAME => Box::new(node_affinity::NodeAffinity::from_args(args)?),
+        inter_pod_affinity::NAME => {
+            Box::new(inter_pod_affinity::InterPodAffinity::from_args(args)?)
+        }
+        pod_topology_spread::NAME => {
+            Box::new(pod_topology_spread::PodTopologySpread::from_args(args)?)
+        }
         _ => {
             return Err(PluginError::Unknown {
                 kind: "score",

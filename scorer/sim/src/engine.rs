@@ -339,7 +339,7 @@ impl<'a> Simulation<'a> {
         alloc.requested.pods -= 1;
         alloc.nonzero_cpu_millis -= info.nonzero_cpu_millis;
         alloc.nonzero_memory_bytes -= info.nonzero_memory_bytes;
-        alloc.pods.retain(|p| p.uid != info.uid);
+        alloc.remove_pod(&info.uid);
         alloc.inflight.retain(|e| e.uid != info.uid);
         let n = &mut self.nodes[node];
         n.running.retain(|&p| p != j);
@@ -539,7 +539,7 @@ impl<'a> Simulation<'a> {
         alloc.requested.pods += 1;
         alloc.nonzero_cpu_millis += info.nonzero_cpu_millis;
         alloc.nonzero_memory_bytes += info.nonzero_memory_bytes;
-        alloc.pods.push(PodOnNode::of(info));
+        alloc.put_pod(PodOnNode::of(info));
         alloc
             .inflight
             .push(Inflight::new(info.uid.clone(), cpu, mem, added_at));

@@ -96,6 +96,12 @@ pub struct NodeChange {
 }
 
 #[derive(Debug, Default, Clone)]
+/// One name's state. An entry with neither Kubernetes facts nor an agent is *hidden*: it only
+/// keeps the requests of pods bound to a node that was deleted before them (pods are removed
+/// after their node in a real cluster) or not seen yet, so the pods' later deletion does not
+/// drive a fresh entry negative and a node re-registered under the name still carries them
+/// (kube-scheduler's node-less `NodeInfo`). Hidden entries are in no snapshot, list or watch;
+/// an empty one is dropped.
 struct NodeEntry {
     agent: Option<Arc<AgentNode>>,
     report: Option<Arc<pb::NodeReport>>,
@@ -178,6 +184,16 @@ impl NodeStore {
         &self.shards[(h.finish() as usize) % SHARDS]
     }
 
+    /// Whether the entry is a node (Kubernetes or agent facts), not only left-over requests.
+    fn visible(e: &NodeEntry) -> bool {
+        e.kube.is_some() || e.agent.is_some()
+    }
+
+    /// Whether the entry holds nothing worth keeping.
+    fn vacant(e: &NodeEntry) -> bool {
+        !Self::visible(e) && e.alloc.pods.is_empty() && e.alloc.inflight.is_empty()
+    }
+
     fn bump(&self, kind: ChangeKind, node: Arc<str>) {
         self.generation.fetch_add(1, Ordering::Release);
         // No receivers is fine: nobody is watching.
@@ -248,7 +264,7 @@ impl NodeStore {
                 return Err(e);
             }
         };
-        let added = !shard.contains_key(&name);
+        let added = !shard.get(&name).is_some_and(Self::visible);
         let stale = shard
             .get(&name)
             .is_none_or(|e| self.age_and_staleness(e, now).1);
@@ -348,13 +364,16 @@ impl NodeStore {
         let mut shard = lock_write(self.shard(name));
         let kind = match (shard.get_mut(&key), kube) {
             (Some(entry), k) => {
-                let removed = k.is_none();
+                let was_visible = Self::visible(entry);
                 entry.kube = k.map(Arc::new);
-                if removed && entry.agent.is_none() {
+                let visible = Self::visible(entry);
+                if Self::vacant(entry) {
                     shard.remove(&key);
-                    ChangeKind::Removed
-                } else {
-                    ChangeKind::Updated
+                }
+                match (was_visible, visible) {
+                    (true, false) => ChangeKind::Removed,
+                    (false, true) => ChangeKind::Added,
+                    _ => ChangeKind::Updated,
                 }
             }
             (None, Some(k)) => {
@@ -373,14 +392,24 @@ impl NodeStore {
         self.bump(kind, key);
     }
 
-    /// Changes the requests placed on a node (creating an entry if needed).
+    /// Changes the requests placed on a node (creating a hidden entry for a node not known,
+    /// and dropping one left empty).
     pub fn update_allocation(&self, name: &str, f: impl FnOnce(&mut NodeAllocation)) {
         let key: Arc<str> = Arc::from(name);
         let mut shard = lock_write(self.shard(name));
         let entry = shard.entry(key.clone()).or_default();
         f(Arc::make_mut(&mut entry.alloc));
+        let visible = Self::visible(entry);
+        if Self::vacant(entry) {
+            shard.remove(&key);
+        }
         drop(shard);
-        self.bump(ChangeKind::Updated, key);
+        if visible {
+            self.bump(ChangeKind::Updated, key);
+        } else {
+            // Nothing anyone can see changed; snapshots still rebuild on the generation.
+            self.generation.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// Adds an in-flight estimate to a node.
@@ -433,7 +462,12 @@ impl NodeStore {
         let mut nodes = Vec::new();
         for shard in &self.shards {
             let shard = lock_read(shard);
-            nodes.extend(shard.iter().map(|(name, e)| self.view(name, e, now)));
+            nodes.extend(
+                shard
+                    .iter()
+                    .filter(|(_, e)| Self::visible(e))
+                    .map(|(name, e)| self.view(name, e, now)),
+            );
         }
         let snap = Arc::new(ClusterSnapshot::new(nodes, generation));
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
@@ -460,7 +494,7 @@ impl NodeStore {
     pub fn node_status(&self, name: &str) -> Option<pb::NodeStatus> {
         let shard = lock_read(self.shard(name));
         let (k, e) = shard.get_key_value(name)?;
-        Some(self.status_of(k, e, Instant::now()))
+        Self::visible(e).then(|| self.status_of(k, e, Instant::now()))
     }
 
     /// Status of every node, sorted by name.
@@ -469,7 +503,12 @@ impl NodeStore {
         let mut out = Vec::new();
         for shard in &self.shards {
             let shard = lock_read(shard);
-            out.extend(shard.iter().map(|(k, e)| self.status_of(k, e, now)));
+            out.extend(
+                shard
+                    .iter()
+                    .filter(|(_, e)| Self::visible(e))
+                    .map(|(k, e)| self.status_of(k, e, now)),
+            );
         }
         out.sort_by(|a, b| a.node_name.cmp(&b.node_name));
         out
@@ -479,7 +518,12 @@ impl NodeStore {
     pub fn node_names(&self) -> Vec<Arc<str>> {
         let mut out = Vec::with_capacity(self.len());
         for shard in &self.shards {
-            out.extend(lock_read(shard).keys().cloned());
+            out.extend(
+                lock_read(shard)
+                    .iter()
+                    .filter(|(_, e)| Self::visible(e))
+                    .map(|(k, _)| k.clone()),
+            );
         }
         out.sort();
         out
@@ -487,7 +531,10 @@ impl NodeStore {
 
     /// Number of nodes known.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock_read(s).len()).sum()
+        self.shards
+            .iter()
+            .map(|s| lock_read(s).values().filter(|e| Self::visible(e)).count())
+            .sum()
     }
 
     /// True when no node is known.
@@ -562,7 +609,14 @@ impl NodeStore {
                 }
             }
             for name in forget {
-                shard.remove(&name);
+                // Forgetting the agent keeps any pods' requests (hidden).
+                if let Some(e) = shard.get_mut(&name) {
+                    e.agent = None;
+                    e.report = None;
+                    if Self::vacant(e) {
+                        shard.remove(&name);
+                    }
+                }
                 changes.push(NodeChange {
                     kind: ChangeKind::Removed,
                     node: name,
@@ -763,5 +817,45 @@ mod tests {
         assert!(snap.get("k").expect("k").stale);
         store.set_kube_node("k", None);
         assert!(store.is_empty());
+    }
+
+    #[test]
+    fn pods_outliving_their_node_stay_hidden_and_never_go_negative() {
+        use loadstar_framework::snapshot::PodOnNode;
+        let store = NodeStore::new(StoreConfig::default());
+        let mut node = KubeNode::default();
+        node.allocatable.cpu_millis = 2000;
+        store.set_kube_node("n", Some(node.clone()));
+        let pod = |uid: &str| PodOnNode {
+            uid: uid.into(),
+            ..Default::default()
+        };
+        store.update_allocation("n", |a| {
+            a.requested.cpu_millis += 1500;
+            a.put_pod(pod("p"));
+        });
+        // The node goes first, as in a real cluster; its pod's requests stay, hidden.
+        store.set_kube_node("n", None);
+        assert!(store.is_empty());
+        assert!(store.snapshot_now().nodes.is_empty());
+        assert!(store.node_status("n").is_none());
+        // Re-registered under the same name, the node still carries the pod.
+        store.set_kube_node("n", Some(node.clone()));
+        let snap = store.snapshot_now();
+        assert_eq!(snap.nodes[0].alloc.requested.cpu_millis, 1500);
+        // Node deleted again, then the pod: nothing negative and nothing left behind.
+        store.set_kube_node("n", None);
+        store.update_allocation("n", |a| {
+            a.requested.cpu_millis -= 1500;
+            a.remove_pod("p");
+        });
+        store.set_kube_node("n", Some(node));
+        let snap = store.snapshot_now();
+        assert_eq!(snap.nodes[0].alloc.requested.cpu_millis, 0);
+        assert!(snap.nodes[0].alloc.pods.is_empty());
+        // A pod bound to a node never seen is hidden too.
+        store.update_allocation("ghost", |a| a.put_pod(pod("q")));
+        assert_eq!(store.len(), 1);
+        assert!(store.node_names().iter().all(|n| &**n != "ghost"));
     }
 }

@@ -67,7 +67,7 @@ pub fn with_requested(n: NodeView, cpu_millis: i64, memory_bytes: i64) -> NodeVi
 pub fn with_pod(n: NodeView, pod: PodOnNode) -> NodeView {
     edit_alloc(n, |a| {
         a.requested.pods += 1;
-        a.pods.push(pod);
+        a.put_pod(pod);
     })
 }
 

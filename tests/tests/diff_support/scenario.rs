@@ -1,0 +1,276 @@
+//! What the differential test asks both schedulers about: a [`Scenario`] — nodes, bound
+//! pods, one incoming pod, sometimes a node's history — as Kubernetes objects (JSON), the
+//! [`Feature`]s it exercises, the vocabulary the generator draws from, and the annotations
+//! that tell the runner what to do beyond creating objects. Pure data and helpers.
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value, json};
+
+/// The scheduler name of the incoming pod: the dedicated kube-scheduler's only profile.
+/// Loadstar's scheduler never touches it.
+pub const SCHEDULER_NAME: &str = "diff-kube";
+/// The hostname label: every node carries its own name there.
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+/// The GA zone label.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+/// The deprecated zone label, on some nodes only.
+pub const OLD_ZONE: &str = "failure-domain.beta.kubernetes.io/zone";
+/// Free-form node labels (present on some nodes only).
+pub const DISK: &str = "disk";
+/// See [`DISK`].
+pub const TIER: &str = "tier";
+/// An integer label for `Gt`/`Lt` node-affinity requirements.
+pub const GEN: &str = "gen";
+/// Taint keys nodes may carry; [`probe_tolerations`] tolerates exactly these.
+pub const TAINT_KEYS: &[&str] = &["dedicated", "maintenance", "gpu"];
+/// The taint key that lets a pod onto a cordoned node.
+pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+/// An extended resource some nodes offer.
+pub const DONGLE: &str = "example.com/dongle";
+/// Annotation of an existing pod saying what the runner does right after creating it:
+/// [`DELETE_GRACEFULLY`] or [`MARK_SUCCEEDED`] (a replay with `kubectl` must do the same).
+pub const AFTER_CREATE: &str = "loadstar-diff/after-create";
+/// Delete with the pod's grace period: it stays Terminating (there is no kubelet).
+pub const DELETE_GRACEFULLY: &str = "delete-gracefully";
+/// Set `status.phase: Succeeded`.
+pub const MARK_SUCCEEDED: &str = "mark-succeeded";
+/// Zones nodes are spread over (a scenario uses the first two or three).
+pub const ZONES: &[&str] = &["zone-a", "zone-b", "zone-c"];
+/// Values of the pods' `app` label.
+pub const APPS: &[&str] = &["web", "db", "cache"];
+/// Values of the pods' `team` label.
+pub const TEAMS: &[&str] = &["x", "y"];
+/// Taint effects.
+pub const EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
+/// Annotation of a [`Scenario::history`] pod.
+pub const HISTORY: &str = "loadstar-diff/history";
+
+/// What a scenario exercises; a disagreement is counted under each feature its scenario has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Feature {
+    /// The incoming pod has required `podAffinity` terms.
+    PodAffinity,
+    /// The incoming pod has required `podAntiAffinity` terms.
+    PodAntiAffinity,
+    /// Some existing pod has required `podAntiAffinity` terms (checked symmetrically).
+    ExistingAntiAffinity,
+    /// The incoming pod has `DoNotSchedule` topology spread constraints.
+    SpreadDoNotSchedule,
+    /// The incoming pod has `ScheduleAnyway` constraints only (must not filter).
+    SpreadScheduleAnyway,
+    /// The incoming pod has a `nodeSelector`.
+    NodeSelector,
+    /// The incoming pod has required node affinity.
+    NodeAffinity,
+    /// The incoming pod has tolerations.
+    Tolerations,
+    /// Some node has a taint.
+    Taints,
+    /// Some node is cordoned.
+    Unschedulable,
+    /// Host ports on the incoming pod.
+    HostPorts,
+    /// Extended resources or ephemeral storage requested by the incoming pod.
+    ScalarResources,
+    /// The incoming pod requests CPU or memory but not both.
+    PartialRequests,
+    /// Some node carries more cpu, memory or ephemeral-storage requests than it has.
+    Overcommitted,
+    /// Some existing pod is being deleted (graceful deletion never completes: no kubelet).
+    TerminatingPods,
+    /// Some existing pod has finished (`status.phase: Succeeded`): it no longer counts.
+    FinishedPods,
+    /// A node's name was used by a node that was deleted before its pods.
+    RecycledNode,
+    /// The incoming pod has init containers.
+    InitContainers,
+    /// Some node has room for only a few pods.
+    PodCount,
+    /// Soft (preferred) affinities, which must not change the feasible set.
+    Preferred,
+}
+
+impl Feature {
+    /// Every feature, in display order.
+    pub const ALL: &[Feature] = &[
+        Feature::PodAffinity,
+        Feature::PodAntiAffinity,
+        Feature::ExistingAntiAffinity,
+        Feature::SpreadDoNotSchedule,
+        Feature::SpreadScheduleAnyway,
+        Feature::NodeSelector,
+        Feature::NodeAffinity,
+        Feature::Tolerations,
+        Feature::Taints,
+        Feature::Unschedulable,
+        Feature::HostPorts,
+        Feature::ScalarResources,
+        Feature::PartialRequests,
+        Feature::Overcommitted,
+        Feature::TerminatingPods,
+        Feature::FinishedPods,
+        Feature::RecycledNode,
+        Feature::InitContainers,
+        Feature::PodCount,
+        Feature::Preferred,
+    ];
+
+    /// A short name, with the kube-scheduler plugin it exercises.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::PodAffinity => "InterPodAffinity: incoming required podAffinity",
+            Feature::PodAntiAffinity => "InterPodAffinity: incoming required podAntiAffinity",
+            Feature::ExistingAntiAffinity => "InterPodAffinity: existing pods' podAntiAffinity",
+            Feature::SpreadDoNotSchedule => "PodTopologySpread: DoNotSchedule",
+            Feature::SpreadScheduleAnyway => "PodTopologySpread: ScheduleAnyway only",
+            Feature::NodeSelector => "NodeAffinity: nodeSelector",
+            Feature::NodeAffinity => "NodeAffinity: required terms",
+            Feature::Tolerations => "TaintToleration: tolerations",
+            Feature::Taints => "TaintToleration: tainted nodes",
+            Feature::Unschedulable => "NodeUnschedulable: cordoned nodes",
+            Feature::HostPorts => "NodePorts: host ports",
+            Feature::ScalarResources => "NodeResourcesFit: extended/ephemeral",
+            Feature::PartialRequests => "NodeResourcesFit: cpu or memory only",
+            Feature::Overcommitted => "NodeResourcesFit: overcommitted node",
+            Feature::TerminatingPods => "existing pods being deleted",
+            Feature::FinishedPods => "existing pods finished (Succeeded)",
+            Feature::RecycledNode => "node name reused after node-then-pods deletion",
+            Feature::InitContainers => "NodeResourcesFit: init containers",
+            Feature::PodCount => "NodeResourcesFit: pod count",
+            Feature::Preferred => "preferred (soft) affinities",
+        }
+    }
+
+    /// Features of kube-scheduler filters Loadstar does not implement yet (issue #13).
+    pub fn needs_inter_pod_filters(self) -> bool {
+        matches!(
+            self,
+            Feature::PodAffinity
+                | Feature::PodAntiAffinity
+                | Feature::ExistingAntiAffinity
+                | Feature::SpreadDoNotSchedule
+        )
+    }
+}
+
+/// One scheduling question.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// The run's seed.
+    pub seed: u64,
+    /// The scenario's index under that seed.
+    pub index: usize,
+    /// Namespaces: the incoming pod's first, then a second one some pods live in.
+    pub namespaces: Vec<String>,
+    /// Node objects (status included: allocatable and a Ready condition).
+    pub nodes: Vec<Value>,
+    /// Pods bound at creation (`spec.nodeName`), each with `metadata.namespace`.
+    pub pods: Vec<Value>,
+    /// The pod both schedulers are asked about (namespace: `namespaces[0]`).
+    pub incoming: Value,
+    /// Pods of a previous incarnation of one node (same name, annotated [`HISTORY`]): the
+    /// runner creates that node and these pods first, deletes the node, then the pods (the
+    /// order of a real cluster, where the pod garbage collector removes the pods of a
+    /// deleted node afterwards), and only then creates the scenario. Usually empty.
+    pub history: Vec<Value>,
+    /// What it exercises.
+    pub features: BTreeSet<Feature>,
+}
+
+impl Scenario {
+    /// The node names, in creation order.
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| str_at(n, "/metadata/name"))
+            .collect()
+    }
+
+    /// Nodes with room for one more pod by count (allocatable `pods` > bound pods that have
+    /// not finished): the feasible set of a probe pod that requests nothing and tolerates
+    /// every generated taint.
+    pub fn nodes_with_a_free_pod_slot(&self) -> BTreeSet<String> {
+        let mut bound: BTreeMap<String, i64> = BTreeMap::new();
+        for p in &self.pods {
+            if after_create(p) != Some(MARK_SUCCEEDED) {
+                *bound.entry(str_at(p, "/spec/nodeName")).or_default() += 1;
+            }
+        }
+        self.nodes
+            .iter()
+            .filter_map(|n| {
+                let name = str_at(n, "/metadata/name");
+                let cap: i64 = str_at(n, "/status/allocatable/pods").parse().unwrap_or(0);
+                (bound.get(&name).copied().unwrap_or(0) < cap).then_some(name)
+            })
+            .collect()
+    }
+
+    /// Whether the scenario uses a filter Loadstar does not implement yet.
+    pub fn needs_inter_pod_filters(&self) -> bool {
+        self.features.iter().any(|f| f.needs_inter_pod_filters())
+    }
+
+    /// All objects as a multi-document YAML stream (`kubectl apply -f` can replay it).
+    pub fn to_yaml(&self) -> String {
+        let mut docs: Vec<Value> = self
+            .namespaces
+            .iter()
+            .map(|n| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}))
+            .collect();
+        for p in &self.history {
+            docs.push(with_kind(p, "Pod"));
+        }
+        for n in &self.nodes {
+            docs.push(with_kind(n, "Node"));
+        }
+        for p in self.pods.iter().chain(std::iter::once(&self.incoming)) {
+            docs.push(with_kind(p, "Pod"));
+        }
+        docs.iter()
+            .map(|d| {
+                format!(
+                    "---\n{}",
+                    serde_norway::to_string(d).unwrap_or_else(|e| format!("# unprintable: {e}\n"))
+                )
+            })
+            .collect()
+    }
+}
+
+fn with_kind(v: &Value, kind: &str) -> Value {
+    let mut out = Map::new();
+    out.insert("apiVersion".into(), json!("v1"));
+    out.insert("kind".into(), json!(kind));
+    if let Some(m) = v.as_object() {
+        out.extend(m.clone());
+    }
+    Value::Object(out)
+}
+
+/// What the runner does to this existing pod right after creating it ([`AFTER_CREATE`]).
+pub fn after_create(pod: &Value) -> Option<&str> {
+    pod.pointer("/metadata/annotations")
+        .and_then(|a| a.get(AFTER_CREATE))
+        .and_then(Value::as_str)
+}
+
+/// The string at a JSON pointer, or "" when absent.
+pub fn str_at(v: &Value, pointer: &str) -> String {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Tolerations for every taint the generator puts on nodes, and for cordoned nodes — but
+/// not for `not-ready`, so a probe that passes Loadstar's `NodeReady` proves the scorer has
+/// seen the node's Ready condition.
+pub fn probe_tolerations() -> Value {
+    let mut t: Vec<Value> = TAINT_KEYS
+        .iter()
+        .map(|k| json!({"key": k, "operator": "Exists"}))
+        .collect();
+    t.push(json!({"key": UNSCHEDULABLE_TAINT, "operator": "Exists"}));
+    Value::Array(t)
+}
