@@ -7,13 +7,16 @@
 #! 0.2 s) when a placeholder's Lease is deleted at the start mark.
 #! Prints pods/s from start to all bound, the ratio, p50/p99 latencies, and CPU seconds of the
 #! scheduler, kube-apiserver and etcd while scheduling. Release builds.
-#! Usage: bench/scheduler-throughput.sh [NODES] [PODS] [QPS]
+#! CONSTRAINED percent of the pods carry a hard inter-pod constraint (half required
+#! anti-affinity per host, half a hard host spread, in 50 groups), the same pods for both.
+#! Usage: bench/scheduler-throughput.sh [NODES] [PODS] [QPS] [CONSTRAINED]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 NODES=${1:-1000}
 PODS=${2:-5000}
 QPS=${3:-1000}
+CONSTRAINED=${4:-0}
 log() { printf '[bench] %s\n' "$*" >&2; }
 
 bash tests/e2e/install-deps.sh
@@ -57,7 +60,8 @@ EOF
 
 # --- kube-scheduler -------------------------------------------------------------------------
 log "creating $PODS pending pods for default-scheduler"
-H pods --namespace bench-kube --scheduler default-scheduler --count "$PODS" >/dev/null
+H pods --namespace bench-kube --scheduler default-scheduler --count "$PODS" \
+  --constrained-percent "$CONSTRAINED" >/dev/null
 placeholder_lease kube-system kube-scheduler
 "$K8S_BIN/kube-scheduler" --kubeconfig "$KC" --port=0 --secure-port=0 \
   --kube-api-qps="$QPS" --kube-api-burst="$QPS" \
@@ -83,7 +87,8 @@ log "kube-scheduler: $KUBE_JSON"
 "$K8S_BIN/kubectl" --kubeconfig "$KC" create namespace loadstar >/dev/null
 placeholder_lease loadstar loadstar-scorer
 log "creating $PODS pending pods for loadstar"
-H pods --namespace bench-loadstar --scheduler loadstar --count "$PODS" >/dev/null
+H pods --namespace bench-loadstar --scheduler loadstar --count "$PODS" \
+  --constrained-percent "$CONSTRAINED" >/dev/null
 GRPC_PORT=$(free_port)
 RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" \
   --listen "127.0.0.1:$GRPC_PORT" --metrics-listen 127.0.0.1:0 \
@@ -108,11 +113,11 @@ LS_JSON=$(H wait --namespace bench-loadstar --count "$PODS" --start-ms "$START" 
 log "loadstar: $LS_JSON"
 if [ -n "${PERF:-}" ]; then kill -INT "$PERF"; wait "$PERF" 2>/dev/null || true; fi
 
-python3 - "$KUBE_JSON" "$LS_JSON" "$NODES" "$PODS" "$QPS" <<'EOF'
+python3 - "$KUBE_JSON" "$LS_JSON" "$NODES" "$PODS" "$QPS" "$CONSTRAINED" <<'EOF'
 import json, sys
 k, l = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 nodes, pods, qps = sys.argv[3:6]
-print(f"\nScheduler throughput: {nodes} nodes, {pods} pre-created pending pods each, client QPS/burst {qps}")
+print(f"\nScheduler throughput: {nodes} nodes, {pods} pre-created pending pods each, client QPS/burst {qps}, {sys.argv[6]} % with a hard inter-pod constraint")
 print(f"{'':26}{'kube-scheduler':>16}{'loadstar':>16}")
 def row(name, key, fmt="{:.1f}"):
     print(f"{name:26}{fmt.format(k[key]):>16}{fmt.format(l[key]):>16}")

@@ -50,6 +50,12 @@ enum Cmd {
         scheduler: String,
         #[arg(long, default_value_t = 5000)]
         count: usize,
+        /// Percent of the pods (every pod whose index mod 100 is below it) that carry a
+        /// constraint: half of them a required anti-affinity against their group (one per
+        /// host), the other half a hard topology spread over hosts (maxSkew 1) of their
+        /// group; 50 groups.
+        #[arg(long, default_value_t = 0)]
+        constrained_percent: usize,
     },
     /// Streams reports for `bench-node-0..count` to the scorer until killed.
     Agents {
@@ -142,7 +148,39 @@ async fn create_nodes(c: &Client, count: usize) -> Result<()> {
     Ok(())
 }
 
-async fn create_pods(c: &Client, ns: &str, scheduler: &str, count: usize) -> Result<()> {
+/// The spec of bench pod `i` (see `Cmd::Pods::constrained_percent`).
+fn bench_pod(i: usize, scheduler: &str, constrained_percent: usize) -> serde_json::Value {
+    let group = format!("g{}", i % 50);
+    let mut pod = json!({
+        "metadata": {"name": format!("pod-{i}"), "labels": {"app": "bench", "group": group}},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "c", "image": "registry.invalid/pause:3",
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]
+        }
+    });
+    if i % 100 < constrained_percent {
+        let selector = json!({"matchLabels": {"group": group}});
+        if (i / 100) % 2 == 0 {
+            pod["spec"]["affinity"] = json!({"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": selector}]}});
+        } else {
+            pod["spec"]["topologySpreadConstraints"] = json!([{"maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": selector}]);
+        }
+    }
+    pod
+}
+
+async fn create_pods(
+    c: &Client,
+    ns: &str,
+    scheduler: &str,
+    count: usize,
+    constrained_percent: usize,
+) -> Result<()> {
     let nsapi: Api<Namespace> = Api::all(c.clone());
     match nsapi
         .create(
@@ -160,14 +198,8 @@ async fn create_pods(c: &Client, ns: &str, scheduler: &str, count: usize) -> Res
         .map(|i| {
             let api = api.clone();
             async move {
-                let pod: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": format!("pod-{i}"), "labels": {"app": "bench"}},
-                    "spec": {
-                        "schedulerName": scheduler,
-                        "containers": [{"name": "c", "image": "registry.invalid/pause:3",
-                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]
-                    }
-                }))?;
+                let pod: Pod =
+                    serde_json::from_value(bench_pod(i, scheduler, constrained_percent))?;
                 api.create(&PostParams::default(), &pod)
                     .await
                     .context("creating pod")?;
@@ -394,8 +426,9 @@ async fn main() -> Result<()> {
             namespace,
             scheduler,
             count,
+            constrained_percent,
         } => {
-            create_pods(&c, &namespace, &scheduler, count).await?;
+            create_pods(&c, &namespace, &scheduler, count, constrained_percent).await?;
             println!("{}", now_ms());
         }
         Cmd::Agents {
