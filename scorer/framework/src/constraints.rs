@@ -173,6 +173,21 @@ impl PodAffinity {
 /// Shared, cheaply cloned affinity (pods on nodes hold one per pod).
 pub type SharedAffinity = Arc<PodAffinity>;
 
+/// What a pod's PersistentVolumeClaims need of a node, resolved against the cluster's
+/// claims, volumes and storage classes when the pod is scheduled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VolumeNeeds {
+    /// Each bound volume's required node affinity terms (ORed within one volume; every
+    /// volume must match): `VolumeBinding`.
+    pub node_affinity: Vec<Vec<NodeSelectorTerm>>,
+    /// Bound volumes' zone and region labels: the node's label under the key must be one of
+    /// the values (a label's `a__b` lists several): `VolumeZone`.
+    pub zones: Vec<(String, Vec<String>)>,
+    /// Why no node can take the pod, in kube-scheduler's words (an unbound claim with
+    /// immediate binding, a missing claim or volume).
+    pub unschedulable: Option<String>,
+}
+
 /// What a topology spread constraint does when it cannot be met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WhenUnsatisfiable {

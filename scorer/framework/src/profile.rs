@@ -313,6 +313,14 @@ const CONSTRAINT_FILTERS: &[(&str, &str, DeclaresConstraint)] = &[
         },
     ),
     ("NodePorts", "hostPort", |p| !p.host_ports.is_empty()),
+    (
+        "VolumeBinding",
+        "spec.volumes[].persistentVolumeClaim",
+        |p| !p.claims.is_empty(),
+    ),
+    ("VolumeZone", "spec.volumes[].persistentVolumeClaim", |p| {
+        !p.claims.is_empty()
+    }),
 ];
 
 impl Profile {
@@ -361,7 +369,13 @@ impl Profile {
         let mut feasible: Vec<&NodeView> = Vec::with_capacity(indices.len());
         let mut feasible_idx: Vec<usize> = Vec::with_capacity(indices.len());
         let mut filtered = Vec::new();
-        let unchecked = self.unchecked_constraints(pod);
+        let mut unchecked = self.unchecked_constraints(pod);
+        if !pod.claims.is_empty() && pod.volumes.is_none() {
+            unchecked.push(
+                "spec.volumes[].persistentVolumeClaim (claims not resolved: no cluster state)"
+                    .to_string(),
+            );
+        }
         if !pod.unsupported.is_empty() || !unchecked.is_empty() {
             // Never a silent violation: a constraint we cannot check refuses every node.
             let mut fields = pod.unsupported.clone();

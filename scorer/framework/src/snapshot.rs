@@ -69,7 +69,7 @@ pub struct Toleration {
 
 pub use crate::constraints::{
     AffinityTerm, LabelSelector, NodeSelectorTerm, PodAffinity, SelectorOp, SelectorRequirement,
-    SharedAffinity, SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
+    SharedAffinity, SpreadConstraint, VolumeNeeds, WeightedAffinityTerm, WhenUnsatisfiable,
 };
 
 /// A node selector term (kept under its old name).
@@ -125,6 +125,11 @@ pub struct PodInfo {
     pub unsupported: Vec<String>,
     /// `spec.preemptionPolicy: Never`.
     pub preemption_never: bool,
+    /// Names of the PersistentVolumeClaims its volumes mount (in its namespace).
+    pub claims: Vec<String>,
+    /// What those claims need of a node; `None` until resolved against the cluster (a pod
+    /// with claims that were never resolved is refused).
+    pub volumes: Option<VolumeNeeds>,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
     /// Host ports of its containers.

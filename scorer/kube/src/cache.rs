@@ -16,10 +16,11 @@ use tracing::{debug, warn};
 
 use super::convert::{self, PodFacts};
 use super::queue::SchedulingQueue;
+use super::volumes::{self, VolumeStores};
 use loadstar_framework::snapshot::{Inflight, KubeNode, NodeAllocation, PodInfo, PodOnNode};
 use loadstar_policy::profiles::Profiles;
 use loadstar_store::NodeStore;
-use loadstar_store::cluster::{ClusterError, PodResolver};
+use loadstar_store::cluster::{ClusterError, PodDecoder, PodResolver};
 
 /// Errors of the cache.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -83,6 +84,9 @@ pub struct ClusterCache {
     inner: Mutex<Inner>,
     node_epoch: AtomicU64,
     synced: watch::Sender<Synced>,
+    /// Claims, volumes and classes, once the volume reflectors run (pods with claims are
+    /// refused until then).
+    volumes: std::sync::OnceLock<VolumeStores>,
 }
 
 fn pod_on_node(info: &PodInfo, terminating: bool) -> PodOnNode {
@@ -140,7 +144,34 @@ impl ClusterCache {
             inner: Mutex::new(Inner::default()),
             node_epoch: AtomicU64::new(0),
             synced: watch::channel(Synced::default()).0,
+            volumes: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Attaches the volume reflectors' stores (once).
+    pub fn set_volume_stores(&self, stores: VolumeStores) {
+        let _ = self.volumes.set(stores);
+    }
+
+    /// A claim, volume or class changed: waiting pods may fit now.
+    pub fn volumes_changed(&self) {
+        self.queue.with(|q| q.retry_all());
+    }
+
+    /// Resolves `info`'s claims against the volume stores (a pod without claims is
+    /// returned as is; without stores the claims stay unresolved and the pod is refused).
+    pub fn with_volumes(&self, mut info: PodInfo) -> PodInfo {
+        if info.claims.is_empty() {
+            return info;
+        }
+        let Some(stores) = self.volumes.get() else {
+            return info;
+        };
+        match volumes::resolve(&info.namespace, &info.claims, stores) {
+            volumes::Resolved::Needs(n) => info.volumes = Some(n),
+            volumes::Resolved::Unsupported(fields) => info.unsupported.extend(fields),
+        }
+        info
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -166,7 +197,18 @@ impl ClusterCache {
 
     /// The pod `namespace/name`, if known.
     pub fn pod(&self, key: &str) -> Option<Arc<PodFacts>> {
-        self.lock().pods.get(key).cloned()
+        let facts = self.lock().pods.get(key).cloned()?;
+        // Claims are resolved when the pod is asked for: their binding changes on its own.
+        match &facts.info {
+            Ok(info) if !info.claims.is_empty() => {
+                let info = self.with_volumes(info.clone());
+                Some(Arc::new(PodFacts {
+                    info: Ok(info),
+                    ..(*facts).clone()
+                }))
+            }
+            _ => Some(facts),
+        }
     }
 
     /// Number of pods known.
@@ -466,6 +508,16 @@ impl PodResolver for ClusterCache {
     }
 }
 
+/// Whole pods sent over gRPC are read like cluster pods, claims resolved against the
+/// cluster's volumes.
+impl PodDecoder for ClusterCache {
+    fn decode(&self, json: &str) -> Result<PodInfo, ClusterError> {
+        convert::JsonPodDecoder
+            .decode(json)
+            .map(|info| self.with_volumes(info))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -629,5 +681,73 @@ mod tests {
             cache.resolve("ns", "bad").await.expect_err("bad"),
             ClusterError::FailedPrecondition(_)
         ));
+    }
+
+    #[test]
+    fn claims_resolve_when_the_pod_is_asked_for_and_follow_their_binding() {
+        use ::kube::runtime::watcher::Event;
+        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+        let (_, _, cache) = setup();
+        let mut p: serde_json::Value =
+            serde_json::to_value(pod("db", "u1", "loadstar", None, "1")).expect("json");
+        p["spec"]["volumes"] = json!([{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]);
+        cache.apply_pod(&serde_json::from_value(p.clone()).expect("pod"));
+        // No volume reflectors: the claim stays unresolved (the profile refuses the pod).
+        let info = cache.pod("ns/db").expect("pod").info.clone().expect("info");
+        assert_eq!(info.claims, vec!["c".to_string()]);
+        assert!(info.volumes.is_none());
+        let (claims, mut claims_w) = ::kube::runtime::reflector::store::<PersistentVolumeClaim>();
+        let (volumes, mut volumes_w) = ::kube::runtime::reflector::store::<PersistentVolume>();
+        let (classes, _classes_w) = ::kube::runtime::reflector::store();
+        cache.set_volume_stores(VolumeStores {
+            claims,
+            volumes,
+            classes,
+        });
+        let info = cache.pod("ns/db").expect("pod").info.clone().expect("info");
+        assert_eq!(
+            info.volumes.and_then(|v| v.unschedulable),
+            Some("persistentvolumeclaim \"c\" not found".to_string())
+        );
+        let claim = |bound: bool| -> PersistentVolumeClaim {
+            let mut c = json!({"metadata": {"name": "c", "namespace": "ns"}, "spec": {}});
+            if bound {
+                c["metadata"]["annotations"] = json!({volumes::BIND_COMPLETED: "yes"});
+                c["spec"]["volumeName"] = json!("pv1");
+            }
+            serde_json::from_value(c).expect("pvc")
+        };
+        claims_w.apply_watcher_event(&Event::Apply(claim(false)));
+        let info = cache.pod("ns/db").expect("pod").info.clone().expect("info");
+        assert_eq!(
+            info.volumes.and_then(|v| v.unschedulable).as_deref(),
+            Some(volumes::UNBOUND_IMMEDIATE)
+        );
+        claims_w.apply_watcher_event(&Event::Apply(claim(true)));
+        volumes_w.apply_watcher_event(&Event::Apply(
+            serde_json::from_value(json!({"metadata": {"name": "pv1",
+                "labels": {"topology.kubernetes.io/zone": "z1"}},
+                "spec": {"hostPath": {"path": "/d"}}}))
+            .expect("pv"),
+        ));
+        let v = cache
+            .pod("ns/db")
+            .expect("pod")
+            .info
+            .clone()
+            .expect("info")
+            .volumes;
+        let v = v.expect("resolved");
+        assert_eq!(v.unschedulable, None);
+        assert_eq!(
+            v.zones,
+            vec![(
+                "topology.kubernetes.io/zone".to_string(),
+                vec!["z1".to_string()]
+            )]
+        );
+        // A whole pod sent over gRPC resolves the same way.
+        let decoded = PodDecoder::decode(&cache, &p.to_string()).expect("decodes");
+        assert_eq!(decoded.volumes.map(|v| v.zones.len()), Some(1));
     }
 }

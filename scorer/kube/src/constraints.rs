@@ -458,8 +458,10 @@ pub const POD_SPEC_FIELDS: &[(&str, FieldHandling)] = &[
     (
         "volumes",
         FieldHandling::RefusedIf(
-            "a persistentVolumeClaim, ephemeral, csi or cloud-disk source (VolumeBinding, \
-             VolumeZone, VolumeRestrictions, NodeVolumeLimits are not implemented yet)",
+            "claims are checked by VolumeBinding and VolumeZone (unbound WaitForFirstConsumer \
+             claims and CSI or cloud-disk volumes are refused); an ephemeral, csi or \
+             cloud-disk inline source is refused (VolumeRestrictions, NodeVolumeLimits \
+             are not implemented yet)",
         ),
     ),
 ];
@@ -503,12 +505,12 @@ pub fn refused_fields(pod: &Pod) -> Vec<String> {
     out
 }
 
-/// Volume sources whose placement rules (VolumeBinding, VolumeZone, VolumeRestrictions,
-/// NodeVolumeLimits) Loadstar does not implement yet. Every other source (emptyDir,
-/// configMap, secret, projected, downwardAPI, hostPath, nfs, ...) does not constrain where a
-/// pod may run.
+/// Inline volume sources whose placement rules (VolumeRestrictions, NodeVolumeLimits) or
+/// claim creation (generic ephemeral volumes) Loadstar does not implement yet. Claims
+/// (`persistentVolumeClaim`) are resolved by [`crate::volumes`]; every other source
+/// (emptyDir, configMap, secret, projected, downwardAPI, hostPath, nfs, ...) does not
+/// constrain where a pod may run.
 const PLACEMENT_VOLUMES: &[&str] = &[
-    "persistentVolumeClaim",
     "ephemeral",
     "gcePersistentDisk",
     "awsElasticBlockStore",
@@ -519,7 +521,18 @@ const PLACEMENT_VOLUMES: &[&str] = &[
     "csi",
 ];
 
-/// Paths of the pod's volumes that constrain placement (see [`PLACEMENT_VOLUMES`]).
+/// The claims the pod's volumes mount, by name.
+pub fn claims(pod: &Pod) -> Vec<String> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.clone())
+        .collect()
+}
+
+/// Paths of the pod's inline volumes that Loadstar refuses (see [`PLACEMENT_VOLUMES`]).
 pub fn placement_volumes(pod: &Pod) -> Vec<String> {
     let mut out = Vec::new();
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
@@ -617,7 +630,7 @@ mod tests {
             ("schedulingGates", json!([{"name": "wait"}])),
             (
                 "volumes",
-                json!([{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]),
+                json!([{"name": "d", "gcePersistentDisk": {"pdName": "c"}}]),
             ),
         ];
         for (field, handling) in POD_SPEC_FIELDS {
@@ -723,10 +736,8 @@ mod tests {
         }));
         assert_eq!(
             placement_volumes(&p),
-            vec![
-                "spec.volumes[1].persistentVolumeClaim (\"data\")".to_string(),
-                "spec.volumes[3].gcePersistentDisk (\"disk\")".to_string()
-            ]
+            vec!["spec.volumes[3].gcePersistentDisk (\"disk\")".to_string()]
         );
+        assert_eq!(claims(&p), vec!["c".to_string()]);
     }
 }

@@ -344,6 +344,8 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         spread_constraints,
         unsupported,
         preemption_never: spec.preemption_policy.as_deref() == Some("Never"),
+        claims: constraints::claims(pod),
+        volumes: None,
         tolerations,
         host_ports,
         priority: facts.priority,

@@ -16,3 +16,4 @@ pub mod leader;
 pub mod queue;
 pub mod runtime;
 pub mod scheduler;
+pub mod volumes;

@@ -23,6 +23,7 @@ use super::client::{self, ClientError, RateLimit};
 use super::leader::{self, LeaderConfig, LeaderElector};
 use super::queue::SchedulingQueue;
 use super::scheduler::{Estimator, Scheduler, SchedulerConfig};
+use super::volumes::VolumeStores;
 use loadstar_policy::profiles::Profiles;
 use loadstar_store::NodeStore;
 use loadstar_store::metrics::Metrics;
@@ -99,6 +100,67 @@ async fn reflect_pods(client: Client, cache: Arc<ClusterCache>) {
     }
 }
 
+/// Mirrors one kind into a reflector store, telling the cache after every change.
+fn reflect_into<K>(
+    api: Api<K>,
+    cache: Arc<ClusterCache>,
+    writer: ::kube::runtime::reflector::store::Writer<K>,
+) -> tokio::task::JoinHandle<()>
+where
+    K: ::kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    tokio::spawn(async move {
+        let stream = ::kube::runtime::reflector(
+            writer,
+            watcher::watcher(api, watcher::Config::default().any_semantic()),
+        )
+        .default_backoff();
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(Event::Init) | Ok(Event::InitApply(_)) => {}
+                Ok(_) => cache.volumes_changed(),
+                Err(e) => warn!(error = %e, "volume watch failed; retrying with backoff"),
+            }
+        }
+    })
+}
+
+/// Starts the claim, volume and storage-class reflectors and hands their stores to the
+/// cache.
+fn reflect_volumes(client: Client, cache: Arc<ClusterCache>) -> Vec<tokio::task::JoinHandle<()>> {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let (claims, claims_w) = ::kube::runtime::reflector::store();
+    let (volumes, volumes_w) = ::kube::runtime::reflector::store();
+    let (classes, classes_w) = ::kube::runtime::reflector::store();
+    cache.set_volume_stores(VolumeStores {
+        claims,
+        volumes,
+        classes,
+    });
+    vec![
+        reflect_into(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            cache.clone(),
+            claims_w,
+        ),
+        reflect_into(
+            Api::<PersistentVolume>::all(client.clone()),
+            cache.clone(),
+            volumes_w,
+        ),
+        reflect_into(Api::<StorageClass>::all(client), cache, classes_w),
+    ]
+}
+
 /// Connects and starts everything; the returned runtime stops when `shutdown` resolves.
 pub async fn start(
     options: KubeOptions,
@@ -121,6 +183,7 @@ pub async fn start(
     ));
     let nodes = tokio::spawn(reflect_nodes(main.clone(), cache.clone()));
     let pods = tokio::spawn(reflect_pods(main.clone(), cache.clone()));
+    let volume_tasks = reflect_volumes(main.clone(), cache.clone());
     let (stop_elector, elector_stopped) = watch::channel(false);
     let (leadership, elector) = match &options.leader {
         Some(lc) => {
@@ -155,6 +218,9 @@ pub async fn start(
         }
         nodes.abort();
         pods.abort();
+        for t in volume_tasks {
+            t.abort();
+        }
         info!("Kubernetes side stopped");
     });
     Ok(KubeRuntime {

@@ -35,6 +35,8 @@ pub mod taint_toleration;
 pub mod target_load_packing;
 pub mod usage_threshold;
 pub mod util;
+pub mod volume_binding;
+pub mod volume_zone;
 
 pub use args::{NoArgs, PluginError};
 pub use registry::{FILTER_NAMES, SCORE_NAMES, build_filter, build_score};

@@ -15,7 +15,7 @@ use loadstar_kube::client::RateLimit;
 use loadstar_kube::leader::LeaderConfig;
 use loadstar_kube::runtime::{self, KubeOptions};
 use loadstar_kube::scheduler::SchedulerConfig;
-use loadstar_store::cluster::{Binder, PodResolver};
+use loadstar_store::cluster::{Binder, PodDecoder, PodResolver};
 use loadstar_store::metrics::{Metrics, Readiness};
 
 /// Whether to connect to Kubernetes.
@@ -120,6 +120,8 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         KubernetesMode::Auto => args.kubeconfig.is_some() || in_cluster(),
     };
     let mut resolver: Option<Arc<dyn PodResolver>> = None;
+    let mut decoder: Option<Arc<dyn PodDecoder>> =
+        Some(Arc::new(loadstar_kube::convert::JsonPodDecoder));
     let mut binder: Option<Arc<dyn Binder>> = None;
     let mut kube = None;
     if want_kube {
@@ -176,6 +178,8 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         .map_err(|e| AppError::Other(e.to_string()))?;
         info!(%identity, leader_elect = args.leader_elect, "Kubernetes scheduler started");
         resolver = Some(rt.cache.clone());
+        // Whole pods sent over gRPC get their claims resolved against the cluster too.
+        decoder = Some(rt.cache.clone());
         binder = Some(rt.scheduler.clone());
         kube = Some(rt);
     }
@@ -185,7 +189,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         metrics,
         resolver,
         binder,
-        decoder: Some(Arc::new(loadstar_kube::convert::JsonPodDecoder)),
+        decoder,
         limits: args.limits.limits().map_err(AppError::Other)?,
         desired_interval_seconds: args.desired_interval_seconds,
     };

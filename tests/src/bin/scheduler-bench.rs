@@ -161,7 +161,7 @@ fn bench_pod(i: usize, scheduler: &str, constrained_percent: usize) -> serde_jso
     });
     if i % 100 < constrained_percent {
         let selector = json!({"matchLabels": {"group": group}});
-        if (i / 100) % 2 == 0 {
+        if (i / 100).is_multiple_of(2) {
             pod["spec"]["affinity"] = json!({"podAntiAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": [
                     {"topologyKey": "kubernetes.io/hostname", "labelSelector": selector}]}});
