@@ -104,15 +104,19 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                         memory_bytes: 1e8,
                     },
                 );
-                // One pod in 20 belongs to an HA deployment that keeps its replicas on
-                // separate hosts (required anti-affinity): the affinity plugins' real load.
+                // About one pod in 80 is a replica of an HA deployment that keeps its
+                // replicas on separate hosts (label `ha=web`, required anti-affinity against
+                // it): a quarter of the nodes carry one, the affinity plugins' real load.
                 let app = format!("rs-{}", p % 7);
-                let pod_affinity = if p % 20 == 0 {
+                let ha = (i * 31 + p) % 80 == 0;
+                let mut labels = BTreeMap::from([("app".to_string(), app.clone())]);
+                let pod_affinity = if ha {
+                    labels.insert("ha".into(), "web".into());
                     Arc::new(PodAffinity {
                         required_anti: vec![AffinityTerm {
                             namespaces: vec!["default".into()],
                             selector: Some(LabelSelector {
-                                match_labels: BTreeMap::from([("app".into(), app.clone())]),
+                                match_labels: BTreeMap::from([("ha".into(), "web".into())]),
                                 ..Default::default()
                             }),
                             topology_key: "kubernetes.io/hostname".into(),
@@ -125,7 +129,7 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                 pods.push(PodOnNode {
                     uid,
                     namespace: "default".into(),
-                    labels: BTreeMap::from([("app".into(), app.clone())]),
+                    labels,
                     owner: Some(Owner {
                         kind: "ReplicaSet".into(),
                         name: app,
@@ -212,9 +216,9 @@ fn pod() -> PodInfo {
     }
 }
 
-/// A replica of an HA deployment: one per host (required anti-affinity against its own
-/// app) and preferably away from `rs-4` pods in the same zone (soft anti-affinity) — the
-/// pods for which the affinity plugins scan every pod in the cluster.
+/// A replica of the HA deployment (`ha=web`): one per host (required anti-affinity against
+/// its own label) and preferably away from `rs-4` pods in the same zone (soft
+/// anti-affinity) — a pod for which the affinity plugins scan every pod in the cluster.
 fn ha_pod() -> PodInfo {
     let app = |a: &str| LabelSelector {
         match_labels: BTreeMap::from([("app".into(), a.into())]),
@@ -224,7 +228,10 @@ fn ha_pod() -> PodInfo {
         pod_affinity: Arc::new(PodAffinity {
             required_anti: vec![AffinityTerm {
                 namespaces: vec!["default".into()],
-                selector: Some(app("rs-3")),
+                selector: Some(LabelSelector {
+                    match_labels: BTreeMap::from([("ha".into(), "web".into())]),
+                    ..Default::default()
+                }),
                 topology_key: "kubernetes.io/hostname".into(),
             }],
             preferred_anti: vec![loadstar_framework::snapshot::WeightedAffinityTerm {
@@ -237,6 +244,10 @@ fn ha_pod() -> PodInfo {
             }],
             ..Default::default()
         }),
+        labels: BTreeMap::from([
+            ("app".to_string(), "rs-3".to_string()),
+            ("ha".to_string(), "web".to_string()),
+        ]),
         ..pod()
     }
 }

@@ -68,14 +68,32 @@ fn labels(node: &NodeView) -> &BTreeMap<String, String> {
     node.labels().unwrap_or(&NO_LABELS)
 }
 
-fn bump(counts: &mut PairCounts, key: &str, node_labels: &BTreeMap<String, String>) {
-    if let Some(v) = node_labels.get(key) {
-        *counts
-            .entry(key.to_string())
-            .or_default()
-            .entry(v.clone())
-            .or_default() += 1;
+/// Adds `by` to the pair `(key, node's value of key)`; nothing when the node lacks the key.
+/// Existing entries are updated in place (no allocation per matching pod).
+fn add_to_pair(
+    counts: &mut PairCounts,
+    key: &str,
+    node_labels: &BTreeMap<String, String>,
+    by: i64,
+) {
+    let Some(v) = node_labels.get(key) else {
+        return;
+    };
+    match counts.get_mut(key) {
+        Some(values) => match values.get_mut(v.as_str()) {
+            Some(n) => *n += by,
+            None => {
+                values.insert(v.clone(), by);
+            }
+        },
+        None => {
+            counts.insert(key.to_string(), HashMap::from([(v.clone(), by)]));
+        }
     }
+}
+
+fn bump(counts: &mut PairCounts, key: &str, node_labels: &BTreeMap<String, String>) {
+    add_to_pair(counts, key, node_labels, 1);
 }
 
 fn matches_all(
@@ -104,22 +122,26 @@ pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
         } else {
             node.alloc.affinity_pods()
         };
-        for existing in candidates {
-            if existing.uid == pod.uid {
-                continue;
-            }
-            for term in &existing.pod_affinity.required_anti {
-                if term.matches_pod(&pod.namespace, &pod.labels) {
-                    bump(&mut s.existing_anti, &term.topology_key, node_labels);
+        let with_affinity = node.alloc.pods_with_affinity;
+        for (i, existing) in candidates.iter().enumerate() {
+            // The pod itself (already assumed somewhere) never counts; compared only when a
+            // term matched, since UIDs are long and equal-length.
+            let other = || existing.uid != pod.uid;
+            // Pods past the affinity prefix have none: their terms are not even loaded.
+            if i < with_affinity {
+                for term in &existing.pod_affinity.required_anti {
+                    if term.matches_pod(&pod.namespace, &pod.labels) && other() {
+                        bump(&mut s.existing_anti, &term.topology_key, node_labels);
+                    }
                 }
             }
-            if matches_all(affinity, &existing.namespace, &existing.labels) {
+            if matches_all(affinity, &existing.namespace, &existing.labels) && other() {
                 for term in affinity {
                     bump(&mut s.affinity, &term.topology_key, node_labels);
                 }
             }
             for term in anti {
-                if term.matches_pod(&existing.namespace, &existing.labels) {
+                if term.matches_pod(&existing.namespace, &existing.labels) && other() {
                     bump(&mut s.anti, &term.topology_key, node_labels);
                 }
             }
@@ -234,12 +256,7 @@ impl InterPodAffinity {
         let hard = i64::from(self.args.hard_pod_affinity_weight);
         let mut m = PairCounts::new();
         let mut add = |key: &str, l: &BTreeMap<String, String>, w: i64| {
-            if let Some(v) = l.get(key) {
-                *m.entry(key.to_string())
-                    .or_default()
-                    .entry(v.clone())
-                    .or_default() += w;
-            }
+            add_to_pair(&mut m, key, l, w);
         };
         for node in nodes {
             if !preferred && node.alloc.pods_with_affinity == 0 {
@@ -254,35 +271,37 @@ impl InterPodAffinity {
             } else {
                 node.alloc.affinity_pods()
             };
-            for existing in candidates {
-                let theirs = &existing.pod_affinity;
-                if existing.uid == pod.uid {
-                    continue;
-                }
+            let with_affinity = node.alloc.pods_with_affinity;
+            for (i, existing) in candidates.iter().enumerate() {
+                let other = || existing.uid != pod.uid;
                 for t in &mine.preferred {
-                    if t.term.matches_pod(&existing.namespace, &existing.labels) {
+                    if t.term.matches_pod(&existing.namespace, &existing.labels) && other() {
                         add(&t.term.topology_key, l, i64::from(t.weight));
                     }
                 }
                 for t in &mine.preferred_anti {
-                    if t.term.matches_pod(&existing.namespace, &existing.labels) {
+                    if t.term.matches_pod(&existing.namespace, &existing.labels) && other() {
                         add(&t.term.topology_key, l, -i64::from(t.weight));
                     }
                 }
+                if i >= with_affinity {
+                    continue;
+                }
+                let theirs = &existing.pod_affinity;
                 if hard > 0 {
                     for t in &theirs.required {
-                        if t.matches_pod(&pod.namespace, &pod.labels) {
+                        if t.matches_pod(&pod.namespace, &pod.labels) && other() {
                             add(&t.topology_key, l, hard);
                         }
                     }
                 }
                 for t in &theirs.preferred {
-                    if t.term.matches_pod(&pod.namespace, &pod.labels) {
+                    if t.term.matches_pod(&pod.namespace, &pod.labels) && other() {
                         add(&t.term.topology_key, l, i64::from(t.weight));
                     }
                 }
                 for t in &theirs.preferred_anti {
-                    if t.term.matches_pod(&pod.namespace, &pod.labels) {
+                    if t.term.matches_pod(&pod.namespace, &pod.labels) && other() {
                         add(&t.term.topology_key, l, -i64::from(t.weight));
                     }
                 }
