@@ -224,11 +224,25 @@ pub const STALE_REASON: &str = "node(s) had stale load metrics";
 /// Filter name used when the pod carries constraints Loadstar does not implement.
 pub const UNSUPPORTED_FILTER: &str = "UnsupportedConstraints";
 
-/// The reason given on every node for a pod with unimplemented constraints.
+/// Most fields a refusal names (the rest are counted), and most bytes of each: the reason is
+/// repeated for every node, and a client's `pod_json` names are not validated.
+const REFUSAL_FIELDS: usize = 3;
+const REFUSAL_FIELD_BYTES: usize = 160;
+
+/// The reason given on every node for a pod with unimplemented constraints: the first
+/// fields, each cut short, without the summary's separator.
 pub fn unsupported_reason(fields: &[String]) -> String {
+    let mut named: Vec<String> = fields
+        .iter()
+        .take(REFUSAL_FIELDS)
+        .map(|f| loadstar_common::text::truncate(&f.replace(',', ";"), REFUSAL_FIELD_BYTES))
+        .collect();
+    if fields.len() > REFUSAL_FIELDS {
+        named.push(format!("{} more", fields.len() - REFUSAL_FIELDS));
+    }
     format!(
         "pod uses {} that Loadstar does not implement (refused rather than placed in violation)",
-        fields.join(" and ")
+        named.join(" and ")
     )
 }
 
@@ -598,5 +612,18 @@ mod tests {
         let ev = profile.evaluate(&snap, &pod, None, 0, &mut rng);
         assert_eq!(ev.feasible(), 0);
         assert!(ev.filtered[0].reason.contains("persistentVolumeClaim"));
+        // A hostile client's names cannot make the reason, repeated per node, large, nor
+        // split it into several summary entries.
+        let pod = PodInfo {
+            unsupported: (0..50)
+                .map(|i| format!("spec.volumes[{i}].csi ({})", "x, y".repeat(100_000)))
+                .collect(),
+            ..PodInfo::default()
+        };
+        let ev = profile.evaluate(&snap, &pod, None, 0, &mut rng);
+        let reason = &ev.filtered[0].reason;
+        assert!(reason.len() < 800, "{} bytes", reason.len());
+        assert!(reason.contains("47 more"), "{reason}");
+        assert!(!reason.contains(REASON_SEPARATOR), "{reason}");
     }
 }

@@ -169,7 +169,11 @@ impl ClusterCache {
         };
         match volumes::resolve(&info.namespace, &info.claims, stores) {
             volumes::Resolved::Needs(n) => info.volumes = Some(n),
-            volumes::Resolved::Unsupported(fields) => info.unsupported.extend(fields),
+            volumes::Resolved::Unsupported(fields) => {
+                // Resolved, and refused for what the fields name.
+                info.volumes = Some(Default::default());
+                info.unsupported.extend(fields);
+            }
         }
         info
     }
@@ -349,8 +353,12 @@ impl ClusterCache {
             if let (Some(node), Ok(info)) = (&facts.node_name, &facts.info) {
                 match inner.placed.get_mut(&facts.uid) {
                     Some(p) if &*p.node == node.as_str() => {
-                        p.assumed = false;
-                        if previous.is_some_and(|old| pod_on_node_changed(&old, &facts)) {
+                        // The first sight of an assumed pod as bound refreshes it too: updates
+                        // seen while it was pending did not reach its placed form.
+                        let was_assumed = std::mem::replace(&mut p.assumed, false);
+                        if was_assumed
+                            || previous.is_some_and(|old| pod_on_node_changed(&old, &facts))
+                        {
                             refresh = Some((p.node.clone(), pod_on_node(info, facts.deleting)));
                         }
                     }

@@ -304,9 +304,16 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         constraints::spread_constraints(spec, &mut unsupported).map_err(constraint)?;
 
     let mut host_ports = Vec::new();
+    // The API server defaults hostPort to containerPort under hostNetwork; a manifest sent
+    // as `pod_json` has not been through it.
+    let host_network = spec.host_network == Some(true);
     for c in &spec.containers {
         for p in c.ports.iter().flatten() {
-            if let Some(hp) = p.host_port.filter(|p| *p > 0) {
+            let hp = p
+                .host_port
+                .filter(|p| *p > 0)
+                .or_else(|| host_network.then_some(p.container_port));
+            if let Some(hp) = hp.filter(|p| *p > 0) {
                 host_ports.push(HostPort {
                     protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
                     host_ip: p.host_ip.clone().unwrap_or_default(),

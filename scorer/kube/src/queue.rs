@@ -211,9 +211,10 @@ impl Queue {
 
     /// The pod could not be placed: back off. When the cluster changed while the pod was
     /// being decided (a node appeared or became ready, a pod was deleted), the failure may be
-    /// stale: like kube-scheduler's move-request cycle, the pod is not parked behind pods the
-    /// change already made active; it goes straight back to the active heap, once per failure
-    /// streak, so a busy cluster cannot make it spin.
+    /// stale. kube-scheduler's move-request cycle sends such a pod to its backoff queue, so a
+    /// lower-priority pod the change made active can take the room first; Loadstar
+    /// deliberately differs: the pod goes straight back to the active heap (ahead of lower
+    /// priorities), once per failure streak, so a busy cluster cannot make it spin.
     pub fn requeue_backoff(&mut self, key: &str, now: Instant) {
         let moves = self.moves;
         if let Some(e) = self.pods.get_mut(key) {

@@ -104,6 +104,9 @@ pub fn resolve(namespace: &str, claims: &[String], lookup: &impl VolumeLookup) -
         let Some(claim) = lookup.claim(namespace, name) else {
             return unschedulable(format!("persistentvolumeclaim \"{name}\" not found"));
         };
+        if claim.metadata.deletion_timestamp.is_some() {
+            return unschedulable(format!("persistentvolumeclaim \"{name}\" is being deleted"));
+        }
         let spec = claim.spec.as_ref();
         let volume_name = spec
             .and_then(|s| s.volume_name.as_deref())
@@ -170,11 +173,16 @@ pub fn resolve(namespace: &str, claims: &[String], lookup: &impl VolumeLookup) -
             needs.node_affinity.push(terms);
         }
         for (k, v) in pv.metadata.labels.iter().flatten() {
-            if ZONE_LABELS.contains(&k.as_str()) {
-                needs
-                    .zones
-                    .push((k.clone(), v.split("__").map(str::to_string).collect()));
+            if !ZONE_LABELS.contains(&k.as_str()) {
+                continue;
             }
+            // `LabelZonesToSet`: an empty element makes the label unreadable, and upstream
+            // then ignores it.
+            let zones: Vec<String> = v.split("__").map(|z| z.trim().to_string()).collect();
+            if zones.iter().any(String::is_empty) {
+                continue;
+            }
+            needs.zones.push((k.clone(), zones));
         }
     }
     if !unsupported.is_empty() {
@@ -240,7 +248,8 @@ mod tests {
             Arc::new(
                 serde_json::from_value(json!({
                     "metadata": {"name": "pv-a",
-                        "labels": {"topology.kubernetes.io/zone": "a__b", "other": "x"}},
+                        "labels": {"topology.kubernetes.io/zone": "a__b", "other": "x",
+                                   "topology.kubernetes.io/region": "r1__"}},
                     "spec": {"hostPath": {"path": "/d"}, "nodeAffinity": {"required": {
                         "nodeSelectorTerms": [{"matchExpressions": [
                             {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}

@@ -1,6 +1,6 @@
 //! `PodTopologySpread` filter: the pod's hard (`DoNotSchedule`) topology spread constraints,
 //! as kube-scheduler 1.20's plugin (`pkg/scheduler/framework/plugins/podtopologyspread/
-//! filtering.go`), with the profile's `defaultConstraints` for pods that declare none.
+//! filtering.go`), and the soft (`ScheduleAnyway`) ones as a score.
 //!
 //! PreFilter, once per pod: the eligible nodes are those the pod's `nodeSelector` and
 //! required node affinity admit and that carry every constraint's key; for each constraint,
@@ -140,9 +140,12 @@ pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> SpreadState {
 
 /// The filter verdict for one node given the PreFilter state.
 pub fn check(state: &SpreadState, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
-    let hard = hard_constraints(pod);
+    let hard = pod
+        .spread_constraints
+        .iter()
+        .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule);
     let l = labels(node);
-    for (c, counts) in hard.iter().zip(&state.constraints) {
+    for (c, counts) in hard.zip(&state.constraints) {
         let Some(value) = l.get(&c.topology_key) else {
             return Err(REASON_MISSING_LABEL.into());
         };

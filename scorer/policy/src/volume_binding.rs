@@ -45,12 +45,15 @@ impl FilterPlugin for VolumeBinding {
         }
         static EMPTY: BTreeMap<String, String> = BTreeMap::new();
         let labels = node.labels().unwrap_or(&EMPTY);
-        // Upstream matches volume node affinity on labels only (no fields).
+        // Upstream (`CheckNodeAffinity`) matches volume node affinity against labels only,
+        // with no node fields: `matchFields` are skipped, and a term is an empty term only
+        // when it has neither expressions nor fields.
         for terms in &v.node_affinity {
-            if !terms
-                .iter()
-                .any(|t| t.fields.is_empty() && t.matches("", labels))
-            {
+            let admits = terms.iter().any(|t| {
+                (!t.expressions.is_empty() || !t.fields.is_empty())
+                    && t.expressions.iter().all(|r| r.matches(labels))
+            });
+            if !admits {
                 return Err(REASON_NODE_CONFLICT.into());
             }
         }
@@ -91,6 +94,20 @@ mod tests {
             filter_one(&VolumeBinding, node("b"), &p),
             Err(REASON_NODE_CONFLICT.into())
         );
+        // matchFields in a volume's node affinity are not checked (upstream passes no node
+        // fields), so a fields-only term admits every node.
+        p.volumes = Some(VolumeNeeds {
+            node_affinity: vec![vec![NodeSelectorTerm {
+                expressions: vec![],
+                fields: vec![SelectorRequirement {
+                    key: "metadata.name".into(),
+                    op: SelectorOp::In,
+                    values: vec!["a".into()],
+                }],
+            }]],
+            ..Default::default()
+        });
+        assert_eq!(filter_one(&VolumeBinding, node("b"), &p), Ok(()));
         p.volumes = Some(VolumeNeeds {
             unschedulable: Some("pod has unbound immediate PersistentVolumeClaims".into()),
             ..Default::default()
