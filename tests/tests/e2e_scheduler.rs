@@ -612,3 +612,191 @@ async fn burst_of_2000_pods_over_200_nodes_binds_each_exactly_once() -> Result<(
     delete_nodes(&client, &nodes).await;
     Ok(())
 }
+
+/// The PodScheduled=False message of pod `name`, once Loadstar has decided it cannot bind.
+async fn refusal(client: &kube::Client, ns: &str, name: &str) -> Result<String> {
+    eventually(
+        &format!("{name}: PodScheduled=False"),
+        Duration::from_secs(30),
+        || async {
+            let p = pods(client, ns).await?;
+            Ok(
+                match p
+                    .iter()
+                    .find(|p| name_of(p) == name)
+                    .and_then(scheduled_condition)
+                {
+                    Some(c) if c.0 == "False" => Ok(c.2),
+                    other => Err(format!("{other:?}")),
+                },
+            )
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn pod_constraints_are_honoured_or_refused_by_name_never_violated() -> Result<()> {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use kube::api::{DeleteParams, PostParams};
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let ns = namespace(&client, "constraints").await?;
+    let nodes = vec!["cons-a".to_string(), "cons-b".to_string()];
+    for n in &nodes {
+        create_node(&client, n, "8", "32Gi").await?;
+    }
+    let scorer = Scorer::start(&env, "cons-1", "lease-cons", &[]).await?;
+    let create = |kind: &str, v: serde_json::Value| {
+        let client = client.clone();
+        let ns = ns.clone();
+        let kind = kind.to_string();
+        async move {
+            let pp = PostParams::default();
+            match kind.as_str() {
+                "sc" => {
+                    Api::<StorageClass>::all(client)
+                        .create(&pp, &serde_json::from_value(v)?)
+                        .await?;
+                }
+                "pv" => {
+                    Api::<PersistentVolume>::all(client)
+                        .create(&pp, &serde_json::from_value(v)?)
+                        .await?;
+                }
+                _ => {
+                    Api::<PersistentVolumeClaim>::namespaced(client, &ns)
+                        .create(&pp, &serde_json::from_value(v)?)
+                        .await?;
+                }
+            }
+            anyhow::Ok(())
+        }
+    };
+    // A volume only node cons-b can mount, its claim bound to it; a claim whose class waits
+    // for the first consumer (nobody binds it: Loadstar does not provision).
+    let pv = format!("{ns}-pv");
+    create(
+        "pv",
+        json!({"metadata": {"name": pv}, "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "hostPath": {"path": "/tmp/e2e"},
+            "claimRef": {"namespace": ns, "name": "data"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["cons-b"]}]}]}}}}),
+    )
+    .await?;
+    create(
+        "pvc",
+        json!({"metadata": {"name": "data",
+                "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await?;
+    let sc = format!("{ns}-late");
+    create(
+        "sc",
+        json!({"metadata": {"name": sc}, "provisioner": "example.com/none",
+            "volumeBindingMode": "WaitForFirstConsumer"}),
+    )
+    .await?;
+    create(
+        "pvc",
+        json!({"metadata": {"name": "late"}, "spec": {"accessModes": ["ReadWriteOnce"],
+            "storageClassName": sc, "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await?;
+    let with = |name: &str, patch: serde_json::Value| {
+        let mut p = pod(name, Some(SCHEDULER), "100m", MI);
+        for (k, v) in patch.as_object().into_iter().flatten() {
+            p["spec"][k] = v.clone();
+        }
+        p
+    };
+    let hosts = |value: &str| {
+        json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname",
+             "labelSelector": {"matchLabels": {"ha": value}}}]}})
+    };
+    // Bound volume: only cons-b. Anti-affinity: three replicas, two hosts.
+    create_pod(
+        &client,
+        &ns,
+        with(
+            "mounts",
+            json!({"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}),
+        ),
+    )
+    .await?;
+    for i in 0..3 {
+        let mut p = with(&format!("ha-{i}"), json!({"affinity": hosts("web")}));
+        p["metadata"]["labels"]["ha"] = json!("web");
+        create_pod(&client, &ns, p).await?;
+        // One at a time, so which replica is left over is deterministic.
+        if i < 2 {
+            wait_bound(&client, &ns, 2 + i, Duration::from_secs(30))
+                .await
+                .with_context(|| scorer.log_tail())?;
+        }
+    }
+    create_pod(
+        &client,
+        &ns,
+        with(
+            "cloud",
+            json!({"volumes": [{"name": "d", "gcePersistentDisk": {"pdName": "x"}}]}),
+        ),
+    )
+    .await?;
+    create_pod(
+        &client,
+        &ns,
+        with(
+            "waits",
+            json!({"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "late"}}]}),
+        ),
+    )
+    .await?;
+    let anti = refusal(&client, &ns, "ha-2")
+        .await
+        .with_context(|| scorer.log_tail())?;
+    assert!(
+        anti.contains("didn't match pod anti-affinity rules"),
+        "{anti}"
+    );
+    let cloud = refusal(&client, &ns, "cloud").await?;
+    assert!(
+        cloud.contains("spec.volumes[0].gcePersistentDisk"),
+        "{cloud}"
+    );
+    let waits = refusal(&client, &ns, "waits").await?;
+    assert!(waits.contains("WaitForFirstConsumer"), "{waits}");
+    let placed: BTreeMap<String, String> = pods(&client, &ns)
+        .await?
+        .iter()
+        .filter_map(|p| node_of(p).map(|n| (name_of(p), n)))
+        .collect();
+    assert_eq!(
+        placed.get("mounts").map(String::as_str),
+        Some("cons-b"),
+        "{placed:?}"
+    );
+    assert_ne!(placed.get("ha-0"), placed.get("ha-1"), "{placed:?}");
+    for refused in ["ha-2", "cloud", "waits"] {
+        assert!(!placed.contains_key(refused), "{refused} bound: {placed:?}");
+    }
+    eprintln!("placed {placed:?}; refused: {anti} | {cloud} | {waits}");
+    let _ = Api::<PersistentVolume>::all(client.clone())
+        .delete(&pv, &DeleteParams::default())
+        .await;
+    let _ = Api::<StorageClass>::all(client.clone())
+        .delete(&sc, &DeleteParams::default())
+        .await;
+    delete_nodes(&client, &nodes).await;
+    Ok(())
+}
