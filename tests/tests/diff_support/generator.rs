@@ -1,12 +1,13 @@
 //! The differential test's scenario generator: a pure function of `(seed, index)` that
 //! returns a [`Scenario`] — so any scenario can be regenerated from the two numbers a failure
 //! prints. One function per object kind here (`node`, `existing_pod`, `incoming_pod`,
-//! `history`, `container`), one per placement-constraint family in [`constraints`]; extend
-//! the vocabulary and every run covers it.
+//! `history`, `container`), one per placement-constraint family in [`constraints`], volumes
+//! and claims in [`volumes`]; extend the vocabulary and every run covers it.
 //!
 //! Names are the only input besides `(seed, index)`: a `prefix` that makes this run's
-//! namespaces and nodes unique, and changes nothing else.
+//! namespaces, nodes and volumes unique, and changes nothing else.
 mod constraints;
+mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,7 +26,15 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Generates scenario `index` of `seed`; `prefix` names its namespaces and nodes.
+/// Salt of the volumes' random stream (see [`generate`]). Chosen so that none of
+/// `e2e_diff`'s regression cases carries volumes: they stay what their comments describe.
+const VOLUME_STREAM: u64 = 0x766F_6C75_6D65_0001;
+
+/// Generates scenario `index` of `seed`; `prefix` names its namespaces, nodes and volumes.
+///
+/// Volumes and claims come from a second random stream, drawn after everything else: adding
+/// them changed no scenario's other objects, and a scenario that draws none is exactly what
+/// it was before.
 pub fn generate(seed: u64, index: usize, prefix: &str) -> Scenario {
     let rng = StdRng::seed_from_u64(mix(seed ^ mix(index as u64)));
     let mut g = Gen {
@@ -50,7 +59,7 @@ pub fn generate(seed: u64, index: usize, prefix: &str) -> Scenario {
     let mut pods: Vec<Value> = (0..pod_count)
         .map(|i| g.existing_pod(i, inter_pod))
         .collect();
-    let incoming = g.incoming_pod(inter_pod);
+    let mut incoming = g.incoming_pod(inter_pod);
     if overcommitted(&nodes, &pods) {
         g.features.insert(Feature::Overcommitted);
     }
@@ -64,6 +73,15 @@ pub fn generate(seed: u64, index: usize, prefix: &str) -> Scenario {
             &g.namespaces[1],
         ));
     }
+    let mut v = Gen {
+        rng: StdRng::seed_from_u64(mix(seed ^ mix(index as u64) ^ VOLUME_STREAM)),
+        features: BTreeSet::new(),
+        namespaces: g.namespaces.clone(),
+        node_names: g.node_names.clone(),
+        zones: g.zones.clone(),
+    };
+    let storage = v.storage(prefix, &mut pods, &mut incoming);
+    g.features.extend(v.features);
     Scenario {
         seed,
         index,
@@ -72,6 +90,8 @@ pub fn generate(seed: u64, index: usize, prefix: &str) -> Scenario {
         history,
         pods,
         incoming,
+        volumes: storage.volumes,
+        claims: storage.claims,
         features: g.features,
     }
 }

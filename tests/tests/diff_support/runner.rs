@@ -13,6 +13,12 @@
 //! hold every node (with its Ready condition), every bound pod (they were created before
 //! the probe, on the same watch), and no node of an earlier scenario.
 //!
+//! A scenario with volumes and claims adds one more object of each kind, created after the
+//! scenario's: a volume without constraints and a claim in the probes' namespace bound to
+//! it, which the probe mounts. Each scheduler reads claims and volumes through one ordered
+//! watch per kind, so a cache that lets the probe through (a claim or volume it has not seen
+//! fails the probe everywhere) holds every claim and volume of the scenario too.
+//!
 //! Loadstar may also list entries with neither a Node object nor an agent behind them (a
 //! node deleted before its pods leaves one: see the regression cases); they have no labels,
 //! are never candidates here and cannot change a feasible set, so the barrier ignores them
@@ -36,6 +42,7 @@ use super::scenario::{
     AFTER_CREATE, DELETE_GRACEFULLY, MARK_SUCCEEDED, SCHEDULER_NAME, Scenario, after_create,
     probe_tolerations, str_at,
 };
+use super::storage;
 
 /// How often waits poll.
 const POLL: Duration = Duration::from_millis(20);
@@ -218,6 +225,31 @@ impl Harness {
         }
     }
 
+    /// Loadstar's answer for the same pod sent whole (`pod_json`, as the API server returns
+    /// it), which must equal the by-reference answer: the gRPC API speaks every constraint.
+    async fn score_json(
+        &mut self,
+        ns: &str,
+        name: &str,
+        candidates: Vec<String>,
+    ) -> Result<pb::ScoreResponse> {
+        let pod = Api::<Pod>::namespaced(self.client.clone(), ns)
+            .get(name)
+            .await
+            .context("reading the incoming pod back")?;
+        let answer = self
+            .scorer
+            .score(pb::ScoreRequest {
+                pod: Some(pb::score_request::Pod::PodJson(serde_json::to_string(
+                    &pod,
+                )?)),
+                candidate_nodes: candidates,
+                ..Default::default()
+            })
+            .await?;
+        Ok(answer.into_inner())
+    }
+
     async fn score(
         &mut self,
         ns: &str,
@@ -392,7 +424,7 @@ impl Harness {
                 );
             }
             let name = format!("probe-{tag}-{attempt}");
-            let probe = json!({
+            let mut probe = json!({
                 "metadata": {"name": name, "namespace": self.probe_ns},
                 "spec": {
                     "schedulerName": SCHEDULER_NAME,
@@ -401,6 +433,11 @@ impl Harness {
                     "containers": [{"name": "c", "image": "registry.invalid/pause:3"}]
                 }
             });
+            if sc.has_storage() {
+                let (_, claim) = storage::probe_storage_names(tag);
+                probe["spec"]["volumes"] =
+                    json!([{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]);
+            }
             let created = create_pod(&self.client, &probe).await?;
             let uid = created.metadata.uid.clone().unwrap_or_default();
             let ns = self.probe_ns.clone();
@@ -426,7 +463,7 @@ impl Harness {
     /// Creates the scenario, asks both schedulers, deletes it.
     pub async fn run(&mut self, sc: &Scenario, tag: &str) -> Result<Outcome> {
         let result = self.run_inner(sc, tag).await;
-        self.clean_up(sc).await;
+        self.clean_up(sc, tag).await;
         result
     }
 
@@ -434,6 +471,7 @@ impl Harness {
         for ns in &sc.namespaces {
             create_namespace(&self.client, ns).await?;
         }
+        storage::create_scenario_storage(&self.client, sc, &self.probe_ns, tag).await?;
         self.play_history(sc).await?;
         let client = &self.client;
         let created: Vec<Result<()>> = futures::stream::iter(&sc.nodes)
@@ -502,9 +540,23 @@ impl Harness {
             loadstar_summary: String::new(),
             loadstar_error: None,
         };
+        let by_json = self.score_json(&ns, &name, sc.node_names()).await;
         match answer {
             Ok(r) => {
                 out.loadstar_feasible = r.ranked.iter().map(|n| n.node_name.clone()).collect();
+                match by_json {
+                    Ok(j) => {
+                        let json_feasible: BTreeSet<String> =
+                            j.ranked.iter().map(|n| n.node_name.clone()).collect();
+                        if json_feasible != out.loadstar_feasible {
+                            out.loadstar_error = Some(format!(
+                                "Score by pod_json answered {json_feasible:?}, by reference {:?}",
+                                out.loadstar_feasible
+                            ));
+                        }
+                    }
+                    Err(e) => out.loadstar_error = Some(format!("Score by pod_json: {e:#}")),
+                }
                 out.loadstar_filtered = r
                     .filtered
                     .iter()
@@ -518,9 +570,10 @@ impl Harness {
     }
 
     /// Deletes the incoming pod first (so kube-scheduler does not retry it while the rest
-    /// goes), then the other pods, the nodes and the namespaces. Best effort: a failure here
-    /// shows up as the next scenario's barrier timing out, naming the leftovers.
-    async fn clean_up(&mut self, sc: &Scenario) {
+    /// goes), then the other pods, the claims and volumes, the nodes and the namespaces.
+    /// Best effort: a failure here shows up as the next scenario's barrier timing out,
+    /// naming the leftovers.
+    async fn clean_up(&mut self, sc: &Scenario, tag: &str) {
         let ns = str_at(&sc.incoming, "/metadata/namespace");
         let name = str_at(&sc.incoming, "/metadata/name");
         delete_pod(&self.client, &ns, &name).await;
@@ -530,6 +583,7 @@ impl Harness {
                 .delete_collection(&now_gone(), &ListParams::default())
                 .await;
         }
+        storage::delete_scenario_storage(&self.client, sc, &self.probe_ns, tag).await;
         let nodes: Api<Node> = Api::all(self.client.clone());
         let names = sc.node_names();
         futures::future::join_all(names.iter().map(|n| {

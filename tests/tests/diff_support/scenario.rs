@@ -1,7 +1,8 @@
 //! What the differential test asks both schedulers about: a [`Scenario`] — nodes, bound
-//! pods, one incoming pod, sometimes a node's history — as Kubernetes objects (JSON), the
-//! [`Feature`]s it exercises, the vocabulary the generator draws from, and the annotations
-//! that tell the runner what to do beyond creating objects. Pure data and helpers.
+//! pods, one incoming pod, sometimes a node's history or PersistentVolumes and their claims —
+//! as Kubernetes objects (JSON), the [`Feature`]s it exercises, the vocabulary the generator
+//! draws from, and the annotations that tell the runner what to do beyond creating objects.
+//! Pure data and helpers.
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
@@ -28,7 +29,8 @@ pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 /// An extended resource some nodes offer.
 pub const DONGLE: &str = "example.com/dongle";
 /// Annotation of an existing pod saying what the runner does right after creating it:
-/// [`DELETE_GRACEFULLY`] or [`MARK_SUCCEEDED`] (a replay with `kubectl` must do the same).
+/// [`DELETE_GRACEFULLY`] or [`MARK_SUCCEEDED`] (a replay with `kubectl` must do the same);
+/// on a claim, only [`DELETE_GRACEFULLY`] (a finalizer keeps it, Terminating).
 pub const AFTER_CREATE: &str = "loadstar-diff/after-create";
 /// Delete with the pod's grace period: it stays Terminating (there is no kubelet).
 pub const DELETE_GRACEFULLY: &str = "delete-gracefully";
@@ -44,6 +46,12 @@ pub const TEAMS: &[&str] = &["x", "y"];
 pub const EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 /// Annotation of a [`Scenario::history`] pod.
 pub const HISTORY: &str = "loadstar-diff/history";
+/// The GA region label (no generated node has one; some volumes do).
+pub const REGION: &str = "topology.kubernetes.io/region";
+/// Annotation of a claim whose binding is complete: with `spec.volumeName`, what
+/// kube-scheduler 1.20 calls "fully bound" (the PV controller is not running: nothing else
+/// ever sets it).
+pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 
 /// What a scenario exercises; a disagreement is counted under each feature its scenario has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -88,6 +96,16 @@ pub enum Feature {
     PodCount,
     /// Soft (preferred) affinities, which must not change the feasible set.
     Preferred,
+    /// The scenario has PersistentVolumes and claims (whether or not the incoming pod
+    /// mounts any).
+    Volumes,
+    /// The incoming pod mounts a bound claim whose volume has required node affinity.
+    VolumeNodeAffinity,
+    /// The incoming pod mounts a bound claim whose volume has zone or region labels.
+    VolumeZones,
+    /// The incoming pod mounts a claim that is unbound, bound to a missing volume, being
+    /// deleted, or missing itself.
+    UnboundClaims,
 }
 
 impl Feature {
@@ -113,6 +131,10 @@ impl Feature {
         Feature::InitContainers,
         Feature::PodCount,
         Feature::Preferred,
+        Feature::Volumes,
+        Feature::VolumeNodeAffinity,
+        Feature::VolumeZones,
+        Feature::UnboundClaims,
     ];
 
     /// A short name, with the kube-scheduler plugin it exercises.
@@ -138,6 +160,10 @@ impl Feature {
             Feature::InitContainers => "NodeResourcesFit: init containers",
             Feature::PodCount => "NodeResourcesFit: pod count",
             Feature::Preferred => "preferred (soft) affinities",
+            Feature::Volumes => "PersistentVolumes and claims in the scenario",
+            Feature::VolumeNodeAffinity => "VolumeBinding: bound volume's node affinity",
+            Feature::VolumeZones => "VolumeZone: zone/region-labelled bound volume",
+            Feature::UnboundClaims => "VolumeBinding: unbound/deleted/missing claim or PV",
         }
     }
 
@@ -173,6 +199,12 @@ pub struct Scenario {
     /// order of a real cluster, where the pod garbage collector removes the pods of a
     /// deleted node afterwards), and only then creates the scenario. Usually empty.
     pub history: Vec<Value>,
+    /// PersistentVolumes (cluster-scoped; named after the prefix). Usually empty.
+    pub volumes: Vec<Value>,
+    /// PersistentVolumeClaims, each with `metadata.namespace`: most pre-bound to one of
+    /// [`Scenario::volumes`] (as the PV controller would leave them), some not. Usually
+    /// empty.
+    pub claims: Vec<Value>,
     /// What it exercises.
     pub features: BTreeSet<Feature>,
 }
@@ -206,6 +238,11 @@ impl Scenario {
             .collect()
     }
 
+    /// Whether the scenario has volumes or claims.
+    pub fn has_storage(&self) -> bool {
+        !self.volumes.is_empty() || !self.claims.is_empty()
+    }
+
     /// Whether the scenario uses a filter Loadstar does not implement yet.
     pub fn needs_inter_pod_filters(&self) -> bool {
         self.features.iter().any(|f| f.needs_inter_pod_filters())
@@ -223,6 +260,12 @@ impl Scenario {
         }
         for n in &self.nodes {
             docs.push(with_kind(n, "Node"));
+        }
+        for v in &self.volumes {
+            docs.push(with_kind(v, "PersistentVolume"));
+        }
+        for c in &self.claims {
+            docs.push(with_kind(c, "PersistentVolumeClaim"));
         }
         for p in self.pods.iter().chain(std::iter::once(&self.incoming)) {
             docs.push(with_kind(p, "Pod"));
@@ -248,7 +291,19 @@ fn with_kind(v: &Value, kind: &str) -> Value {
     Value::Object(out)
 }
 
-/// What the runner does to this existing pod right after creating it ([`AFTER_CREATE`]).
+/// The claims a pod mounts, in `spec.volumes` order.
+pub fn claim_names(pod: &Value) -> Vec<String> {
+    pod.pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|v| str_at(v, "/persistentVolumeClaim/claimName"))
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// What the runner does to this existing pod or claim right after creating it
+/// ([`AFTER_CREATE`]).
 pub fn after_create(pod: &Value) -> Option<&str> {
     pod.pointer("/metadata/annotations")
         .and_then(|a| a.get(AFTER_CREATE))

@@ -1,0 +1,217 @@
+//! The differential test's generator checked without a cluster (plain `cargo test`): it is a
+//! pure function of seed and index, covers every feature, produces valid Kubernetes objects,
+//! and still produces the scenarios the named regression cases were found with.
+use super::*;
+
+#[test]
+fn generator_is_a_pure_function_of_seed_and_index() {
+    for index in 0..50 {
+        let a = generate(DEFAULT_SEED, index, "pfxone");
+        assert_eq!(a, generate(DEFAULT_SEED, index, "pfxone"), "index {index}");
+        // The prefix only names things.
+        let b = generate(DEFAULT_SEED, index, "pfxtwo");
+        assert_eq!(a.features, b.features);
+        assert_eq!(a.to_yaml().replace("pfxone", "pfxtwo"), b.to_yaml());
+    }
+    let distinct: BTreeSet<String> = (0..50)
+        .map(|i| generate(DEFAULT_SEED, i, "p").to_yaml())
+        .collect();
+    assert_eq!(distinct.len(), 50, "every index gives its own scenario");
+    assert_ne!(
+        generate(DEFAULT_SEED, 0, "p"),
+        generate(DEFAULT_SEED + 1, 0, "p"),
+        "the seed matters"
+    );
+}
+
+#[test]
+fn generator_covers_every_feature_and_many_scenarios_without_inter_pod_filters() {
+    let scenarios: Vec<Scenario> = (0..DEFAULT_SCENARIOS)
+        .map(|i| generate(DEFAULT_SEED, i, "p"))
+        .collect();
+    for f in Feature::ALL {
+        let n = scenarios.iter().filter(|s| s.features.contains(f)).count();
+        assert!(n >= 3, "{} in only {n} of 100 scenarios", f.name());
+    }
+    let basic = scenarios
+        .iter()
+        .filter(|s| !s.needs_inter_pod_filters())
+        .count();
+    assert!(
+        basic >= 30,
+        "only {basic} of 100 scenarios avoid the inter-pod filters"
+    );
+}
+
+#[test]
+fn generated_objects_are_kubernetes_objects_the_probe_can_rely_on() -> Result<()> {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    for index in 0..300 {
+        let sc = generate(DEFAULT_SEED, index, "p");
+        ensure!(
+            (4..=8).contains(&sc.nodes.len()),
+            "scenario {index}: node count"
+        );
+        // Up to 10, plus the filler of a recycled node.
+        ensure!(sc.pods.len() <= 11, "scenario {index}: pod count");
+        for n in &sc.nodes {
+            let node: Node = serde_json::from_value(n.clone())?;
+            let name = node.metadata.name.unwrap_or_default();
+            let labels = node.metadata.labels.unwrap_or_default();
+            ensure!(labels.get("kubernetes.io/hostname") == Some(&name));
+        }
+        let names: BTreeSet<String> = sc.node_names().into_iter().collect();
+        for p in sc.pods.iter().chain(&sc.history).chain([&sc.incoming]) {
+            let pod: Pod = serde_json::from_value(p.clone())?;
+            let spec = pod.spec.context("pod spec")?;
+            ensure!(spec.priority.is_none() && spec.priority_class_name.is_none());
+            let ns = pod.metadata.namespace.unwrap_or_default();
+            ensure!(
+                sc.namespaces.contains(&ns),
+                "scenario {index}: namespace {ns}"
+            );
+            // Claims only, each one of the scenario's (the incoming pod may name a missing one).
+            let volumes = spec.volumes.unwrap_or_default();
+            ensure!(volumes.iter().all(|v| v.persistent_volume_claim.is_some()));
+            for c in claim_names(p) {
+                let known = sc.claims.iter().any(|k| {
+                    str_at(k, "/metadata/name") == c && str_at(k, "/metadata/namespace") == ns
+                });
+                ensure!(
+                    known || (c == "missing" && std::ptr::eq(p, &sc.incoming)),
+                    "scenario {index}: claim {ns}/{c}"
+                );
+            }
+        }
+        check_storage(&sc).with_context(|| format!("scenario {index}"))?;
+        for p in sc.pods.iter().chain(&sc.history) {
+            ensure!(names.contains(&str_at(p, "/spec/nodeName")));
+        }
+        ensure!(
+            sc.history.is_empty() != sc.features.contains(&Feature::RecycledNode),
+            "scenario {index}: history and its feature go together"
+        );
+        ensure!(
+            str_at(&sc.incoming, "/spec/nodeName").is_empty()
+                && str_at(&sc.incoming, "/spec/schedulerName") == "diff-kube"
+        );
+        if sc.nodes_with_a_free_pod_slot().is_empty() {
+            bail!("scenario {index}: the probe would have no feasible node to wait for");
+        }
+    }
+    Ok(())
+}
+
+/// Volumes and claims are objects the API server takes, bound as the PV controller would
+/// bind them, and nothing the runner cannot clean up or that makes kube-scheduler fail.
+fn check_storage(sc: &Scenario) -> Result<()> {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    ensure!(sc.has_storage() == sc.features.contains(&Feature::Volumes));
+    let mut volumes = BTreeMap::new();
+    for v in &sc.volumes {
+        let pv: PersistentVolume = serde_json::from_value(v.clone())?;
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        ensure!(
+            name.starts_with(&sc.namespaces[0]),
+            "volume {name}: named after the prefix"
+        );
+        let spec = pv.spec.clone().context("volume spec")?;
+        ensure!(
+            spec.host_path.is_some() != spec.local.is_some(),
+            "{name}: hostPath or local"
+        );
+        ensure!(spec.csi.is_none() && spec.storage_class_name.is_none());
+        if spec.local.is_some() {
+            ensure!(
+                spec.node_affinity.is_some(),
+                "{name}: a local volume needs node affinity"
+            );
+        }
+        volumes.insert(name, pv);
+    }
+    for c in &sc.claims {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(c.clone())?;
+        let name = pvc.metadata.name.clone().unwrap_or_default();
+        let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+        ensure!(ns == sc.namespaces[0], "claim {name} in {ns}");
+        if after_create(c).is_some() {
+            ensure!(
+                after_create(c) == Some(DELETE_GRACEFULLY)
+                    && pvc.metadata.finalizers.is_some_and(|f| !f.is_empty()),
+                "claim {name}: deleted, and kept Terminating by a finalizer"
+            );
+        }
+        let spec = pvc.spec.context("claim spec")?;
+        // No class at all: kube-scheduler fails (rather than filters) on a missing one, and
+        // Loadstar refuses WaitForFirstConsumer.
+        ensure!(spec.storage_class_name.as_deref().unwrap_or("").is_empty());
+        let completed = pvc
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(BIND_COMPLETED));
+        let Some(volume) = spec.volume_name.filter(|_| completed) else {
+            continue;
+        };
+        match volumes.get(&volume) {
+            Some(pv) => {
+                let r = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+                ensure!(
+                    r.is_some_and(
+                        |r| r.name.as_deref() == Some(&name) && r.namespace.as_deref() == Some(&ns)
+                    ),
+                    "volume {volume} is claimed by {name}"
+                );
+            }
+            None => ensure!(
+                name == "dangling",
+                "claim {name}: volume {volume} is missing"
+            ),
+        }
+    }
+    Ok(())
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[test]
+fn generator_output_is_what_the_regression_cases_were_found_with() {
+    let text: String = (0..20)
+        .map(|i| generate(DEFAULT_SEED, i, "p").to_yaml())
+        .collect();
+    assert_eq!(
+        fnv1a(text.as_bytes()),
+        GENERATOR_FINGERPRINT,
+        "the generator's output changed: the (seed, index) pairs in REGRESSIONS now name \
+         other scenarios; re-find those cases, then update GENERATOR_FINGERPRINT"
+    );
+}
+
+#[test]
+fn the_regression_cases_carry_no_volumes_and_a_share_of_scenarios_does() {
+    // Volumes come from their own random stream (`generator::VOLUME_STREAM`): the cases
+    // stay the scenarios their comments describe.
+    for &(name, seed, index) in REGRESSIONS {
+        let sc = generate(seed, index, "p");
+        assert!(!sc.has_storage(), "regression {name:?} now has volumes");
+    }
+    let with = (0..DEFAULT_SCENARIOS)
+        .filter(|&i| generate(DEFAULT_SEED, i, "p").has_storage())
+        .count();
+    assert!(
+        (15..=45).contains(&with),
+        "{with} of 100 scenarios have volumes"
+    );
+}
+
+#[test]
+fn plan_numbers_parse_in_decimal_and_hex() -> Result<()> {
+    assert_eq!(parse_u64("0x10AD_57A2")?, DEFAULT_SEED);
+    assert_eq!(parse_u64("42")?, 42);
+    assert!(parse_u64("forty").is_err());
+    Ok(())
+}
