@@ -426,6 +426,14 @@ impl NodeView {
         self.kube.as_ref().map(|k| &k.labels)
     }
 
+    /// The node's Kubernetes labels, empty without Kubernetes facts (what label matching
+    /// sees on such a node).
+    #[inline]
+    pub fn labels_or_empty(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.labels().unwrap_or(&EMPTY)
+    }
+
     /// In-flight usage not yet reflected in a load window spanning `window_span_seconds`:
     /// (CPU millicores, memory bytes). An unmeasured pod counts its estimate in full; a
     /// measured one counts its measured usage × (1 − covered), where covered is the share of

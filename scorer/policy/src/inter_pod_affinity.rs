@@ -62,12 +62,6 @@ pub struct AffinityState {
     pub anti: PairCounts,
 }
 
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-
-fn labels(node: &NodeView) -> &BTreeMap<String, String> {
-    node.labels().unwrap_or(&NO_LABELS)
-}
-
 /// Adds `by` to the pair `(key, node's value of key)`; nothing when the node lacks the key.
 /// Existing entries are updated in place (no allocation per matching pod).
 fn add_to_pair(
@@ -116,7 +110,7 @@ pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
         if !every_pod && node.alloc.pods_with_affinity == 0 {
             continue;
         }
-        let node_labels = labels(node);
+        let node_labels = node.labels_or_empty();
         let candidates = if every_pod {
             &node.alloc.pods[..]
         } else {
@@ -160,7 +154,7 @@ fn count(counts: &PairCounts, key: &str, value: &str) -> i64 {
 
 /// The filter verdict for one node given the PreFilter state.
 pub fn check(state: &AffinityState, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
-    let node_labels = labels(node);
+    let node_labels = node.labels_or_empty();
     // 1. Required affinity.
     let mut pods_exist = true;
     for term in &pod.pod_affinity.required {
@@ -262,7 +256,7 @@ impl InterPodAffinity {
             if !preferred && node.alloc.pods_with_affinity == 0 {
                 continue;
             }
-            let l = labels(node);
+            let l = node.labels_or_empty();
             if l.is_empty() {
                 continue;
             }
@@ -323,7 +317,7 @@ impl ScorePlugin for InterPodAffinity {
             return;
         }
         for (o, n) in out.iter_mut().zip(nodes) {
-            let l = labels(n);
+            let l = n.labels_or_empty();
             *o = topo
                 .iter()
                 .filter_map(|(k, values)| l.get(k).and_then(|v| values.get(v)))
@@ -381,9 +375,7 @@ mod tests {
     use std::sync::Arc;
 
     use loadstar_framework::snapshot::{LabelSelector, PodAffinity, PodOnNode, SharedAffinity};
-    use loadstar_framework::{Profile, StalePolicy};
     use loadstar_testkit::snapshot::*;
-    use rand::SeedableRng;
 
     fn l(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter()
@@ -434,24 +426,7 @@ mod tests {
     }
 
     fn feasible(nodes: Vec<NodeView>, p: &PodInfo) -> Vec<String> {
-        let snap = snapshot(nodes);
-        let profile = Profile {
-            name: "t".into(),
-            filters: vec![Box::new(InterPodAffinity::default())],
-            scores: vec![],
-            window_seconds: 60,
-            stale_policy: StalePolicy::Fallback,
-            stale_penalty: 1.0,
-        };
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-        let ev = profile.evaluate(&snap, p, None, 0, &mut rng);
-        let mut names: Vec<String> = ev
-            .ranked
-            .iter()
-            .map(|r| snap.nodes[r.index].name.to_string())
-            .collect();
-        names.sort();
-        names
+        feasible_names(vec![Box::new(InterPodAffinity::default())], nodes, p)
     }
 
     #[test]

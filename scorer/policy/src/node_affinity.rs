@@ -51,8 +51,7 @@ pub fn pod_matches_node(pod: &PodInfo, node: &NodeView) -> bool {
     if pod.node_selector.is_empty() && pod.required_affinity.is_empty() {
         return true;
     }
-    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-    pod_matches(pod, &node.name, node.labels().unwrap_or(&EMPTY))
+    pod_matches(pod, &node.name, node.labels_or_empty())
 }
 
 /// The node selector / required affinity filter.
@@ -87,14 +86,13 @@ impl ScorePlugin for NodeAffinity {
     }
 
     fn score(&self, _: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
-        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
         let terms: Vec<&(i32, _)> = pod
             .preferred_node_affinity
             .iter()
             .filter(|(w, t)| *w != 0 && (!t.expressions.is_empty() || !t.fields.is_empty()))
             .collect();
         for (o, n) in out.iter_mut().zip(nodes) {
-            let labels = n.labels().unwrap_or(&EMPTY);
+            let labels = n.labels_or_empty();
             *o = terms
                 .iter()
                 .filter(|(_, t)| t.matches(&n.name, labels))

@@ -79,12 +79,6 @@ pub struct ConstraintCounts {
     pub min: i32,
 }
 
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-
-fn labels(node: &NodeView) -> &BTreeMap<String, String> {
-    node.labels().unwrap_or(&NO_LABELS)
-}
-
 /// The pod's hard constraints.
 pub fn hard_constraints(pod: &PodInfo) -> Vec<&SpreadConstraint> {
     pod.spread_constraints
@@ -101,7 +95,7 @@ pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> SpreadState {
     }
     let mut counts: Vec<ConstraintCounts> = vec![ConstraintCounts::default(); hard.len()];
     for node in nodes {
-        let l = labels(node);
+        let l = node.labels_or_empty();
         if !hard.iter().all(|c| l.contains_key(&c.topology_key)) || !pod_matches_node(pod, node) {
             continue;
         }
@@ -110,7 +104,7 @@ pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> SpreadState {
         }
     }
     for node in nodes {
-        let l = labels(node);
+        let l = node.labels_or_empty();
         for (c, out) in hard.iter().zip(counts.iter_mut()) {
             // A node outside the eligible domains adds nothing (upstream: nil counter).
             let value = l.get(&c.topology_key).map(String::as_str).unwrap_or("");
@@ -144,7 +138,7 @@ pub fn check(state: &SpreadState, pod: &PodInfo, node: &NodeView) -> Result<(), 
         .spread_constraints
         .iter()
         .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule);
-    let l = labels(node);
+    let l = node.labels_or_empty();
     for (c, counts) in hard.zip(&state.constraints) {
         let Some(value) = l.get(&c.topology_key) else {
             return Err(REASON_MISSING_LABEL.into());
@@ -250,11 +244,14 @@ impl ScorePlugin for PodTopologySpread {
             |l: &BTreeMap<String, String>| soft.iter().all(|c| l.contains_key(&c.topology_key));
         // Domains of the feasible nodes, keyed like upstream's pairs (by key, not by
         // constraint: two constraints on one key share a count).
-        let ignored: Vec<bool> = nodes.iter().map(|n| !has_keys(labels(n))).collect();
+        let ignored: Vec<bool> = nodes
+            .iter()
+            .map(|n| !has_keys(n.labels_or_empty()))
+            .collect();
         let mut counts: HashMap<&str, HashMap<&str, i64>> = HashMap::new();
         let mut sizes = vec![0usize; soft.len()];
         for (n, _) in nodes.iter().zip(&ignored).filter(|(_, ig)| !**ig) {
-            let l = labels(n);
+            let l = n.labels_or_empty();
             for (i, c) in soft.iter().enumerate() {
                 if c.topology_key == HOSTNAME_LABEL {
                     continue;
@@ -280,7 +277,7 @@ impl ScorePlugin for PodTopologySpread {
             })
             .collect();
         for node in &ctx.snapshot.nodes {
-            let l = labels(node);
+            let l = node.labels_or_empty();
             if !has_keys(l) || !pod_matches_node(pod, node) {
                 continue;
             }
@@ -298,7 +295,7 @@ impl ScorePlugin for PodTopologySpread {
                 *o = -1;
                 continue;
             }
-            let l = labels(n);
+            let l = n.labels_or_empty();
             let mut raw = 0.0;
             for (c, w) in soft.iter().zip(&weights) {
                 let Some(value) = l.get(&c.topology_key) else {
@@ -344,9 +341,7 @@ mod tests {
     use loadstar_framework::snapshot::{
         LabelSelector, NodeSelectorTerm, PodOnNode, SelectorOp, SelectorRequirement,
     };
-    use loadstar_framework::{Profile, StalePolicy};
     use loadstar_testkit::snapshot::*;
-    use rand::SeedableRng;
 
     fn l(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter()
@@ -393,27 +388,14 @@ mod tests {
     }
 
     fn feasible(nodes: Vec<NodeView>, p: &PodInfo) -> Vec<String> {
-        let snap = snapshot(nodes);
-        let profile = Profile {
-            name: "t".into(),
-            filters: vec![
+        feasible_names(
+            vec![
                 Box::new(crate::node_affinity::NodeAffinity),
                 Box::new(PodTopologySpread),
             ],
-            scores: vec![],
-            window_seconds: 60,
-            stale_policy: StalePolicy::Fallback,
-            stale_penalty: 1.0,
-        };
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-        let ev = profile.evaluate(&snap, p, None, 0, &mut rng);
-        let mut names: Vec<String> = ev
-            .ranked
-            .iter()
-            .map(|r| snap.nodes[r.index].name.to_string())
-            .collect();
-        names.sort();
-        names
+            nodes,
+            p,
+        )
     }
 
     #[test]

@@ -7,8 +7,6 @@
 //! not handled (Loadstar does not bind or provision volumes yet): the Kubernetes layer
 //! refuses such pods by name. The claims are resolved by the Kubernetes layer into
 //! [`VolumeNeeds`](loadstar_framework::snapshot::VolumeNeeds).
-use std::collections::BTreeMap;
-
 use loadstar_framework::snapshot::{NodeView, PodInfo};
 use loadstar_framework::{CycleContext, FilterPlugin};
 
@@ -43,8 +41,7 @@ impl FilterPlugin for VolumeBinding {
         if let Some(reason) = &v.unschedulable {
             return Err(reason.clone());
         }
-        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-        let labels = node.labels().unwrap_or(&EMPTY);
+        let labels = node.labels_or_empty();
         // Upstream (`CheckNodeAffinity`) matches volume node affinity against labels only,
         // with no node fields: `matchFields` are skipped, and a term is an empty term only
         // when it has neither expressions nor fields.
@@ -68,6 +65,7 @@ mod tests {
         NodeSelectorTerm, SelectorOp, SelectorRequirement, VolumeNeeds,
     };
     use loadstar_testkit::snapshot::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn bound_volumes_pin_the_pod_to_their_nodes() {

@@ -8,7 +8,8 @@ use loadstar_common::window::WindowSummary;
 use loadstar_framework::snapshot::{
     AgentNode, ClusterSnapshot, KubeNode, NodeAllocation, NodeView, PodInfo, PodOnNode,
 };
-use loadstar_framework::{CycleContext, FilterPlugin, ScorePlugin, StalePolicy};
+use loadstar_framework::{CycleContext, FilterPlugin, Profile, ScorePlugin, StalePolicy};
+use rand::SeedableRng;
 
 /// One gibibyte in bytes.
 pub const GIB: i64 = 1 << 30;
@@ -150,6 +151,33 @@ pub fn ctx_with(snap: &ClusterSnapshot, policy: StalePolicy) -> CycleContext<'_>
 /// A cycle context with a 60 s window and the fallback policy.
 pub fn ctx(snap: &ClusterSnapshot) -> CycleContext<'_> {
     ctx_with(snap, StalePolicy::Fallback)
+}
+
+/// The nodes a profile of just these `filters` finds feasible for `pod` (through
+/// `Profile::evaluate`, so PreFilter states are computed as in production), sorted by name.
+pub fn feasible_names(
+    filters: Vec<Box<dyn FilterPlugin>>,
+    nodes: Vec<NodeView>,
+    pod: &PodInfo,
+) -> Vec<String> {
+    let snap = snapshot(nodes);
+    let profile = Profile {
+        name: "t".into(),
+        filters,
+        scores: vec![],
+        window_seconds: 60,
+        stale_policy: StalePolicy::Fallback,
+        stale_penalty: 1.0,
+    };
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let ev = profile.evaluate(&snap, pod, None, 0, &mut rng);
+    let mut names: Vec<String> = ev
+        .ranked
+        .iter()
+        .map(|r| snap.nodes[r.index].name.to_string())
+        .collect();
+    names.sort();
+    names
 }
 
 /// Scores every node of the snapshot (in name order).
