@@ -157,6 +157,13 @@ pub trait FilterPlugin: Send + Sync + Debug {
     /// joined with [`REASON_SEPARATOR`] (like upstream's status message); the summary counts
     /// each.
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String>;
+    /// Whether evicting lower-priority pods from a node may lift this plugin's rejection
+    /// `reason` (kube-scheduler's `Unschedulable`, as opposed to
+    /// `UnschedulableAndUnresolvable`). The default, `false`, keeps preemption away from
+    /// nodes that no eviction can open: taints, selectors, readiness, volumes, load.
+    fn preemption_may_help(&self, _reason: &str) -> bool {
+        false
+    }
 }
 
 /// A score: how good is each feasible node, 0–100.
@@ -190,6 +197,8 @@ pub struct Profile {
     pub stale_policy: StalePolicy,
     /// Multiplier for the total of a stale node under [`StalePolicy::Penalize`].
     pub stale_penalty: f64,
+    /// DefaultPreemption's arguments (`None`: the profile never preempts).
+    pub preemption: Option<crate::preemption::PreemptionArgs>,
 }
 
 /// A feasible node and its score.
@@ -555,6 +564,7 @@ mod tests {
             window_seconds: 60,
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 0.5,
+            preemption: None,
         };
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let ev = profile.evaluate(&snap, &PodInfo::default(), None, 1, &mut rng);
@@ -587,6 +597,7 @@ mod tests {
             window_seconds: 60,
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 0.5,
+            preemption: None,
         };
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let ok = profile.evaluate(&snap, &PodInfo::default(), None, 0, &mut rng);

@@ -136,6 +136,8 @@ pub struct PodInfo {
     pub host_ports: Vec<HostPort>,
     /// spec.priority.
     pub priority: i32,
+    /// status.nominatedNodeName: the node an earlier preemption cleared for it.
+    pub nominated_node: Option<String>,
 }
 
 /// Default CPU request upstream assumes for scoring a container without one (millicores).
@@ -230,12 +232,25 @@ pub struct PodOnNode {
     pub terminating: bool,
     /// spec.priority.
     pub priority: i32,
+    /// Effective requests (what evicting it frees).
+    pub requests: ResourceList,
+    /// Non-zero CPU request (upstream scoring convention), millicores.
+    pub nonzero_cpu_millis: i64,
+    /// Non-zero memory request, bytes.
+    pub nonzero_memory_bytes: i64,
+    /// status.startTime, Unix seconds (`None`: not started; preemption treats it as
+    /// starting now, as kube-scheduler does).
+    pub start_time: Option<i64>,
 }
 
 impl PodOnNode {
-    /// The placed form of a pod (not terminating).
+    /// The placed form of a pod (not terminating, not started).
     pub fn of(info: &PodInfo) -> PodOnNode {
         PodOnNode {
+            requests: info.requests.clone(),
+            nonzero_cpu_millis: info.nonzero_cpu_millis,
+            nonzero_memory_bytes: info.nonzero_memory_bytes,
+            start_time: None,
             uid: info.uid.clone(),
             namespace: info.namespace.clone(),
             name: info.name.clone(),
@@ -364,6 +379,34 @@ impl NodeAllocation {
         } else {
             Some(self.pods.swap_remove(i))
         }
+    }
+
+    /// Adds the pod and its requests (as binding it would).
+    pub fn admit(&mut self, pod: PodOnNode) {
+        self.requested.add(&pod.requests);
+        self.requested.pods = self.requested.pods.saturating_add(1);
+        self.nonzero_cpu_millis = self
+            .nonzero_cpu_millis
+            .saturating_add(pod.nonzero_cpu_millis);
+        self.nonzero_memory_bytes = self
+            .nonzero_memory_bytes
+            .saturating_add(pod.nonzero_memory_bytes);
+        self.put_pod(pod);
+    }
+
+    /// Removes the pod with this UID and its requests (as evicting it would).
+    pub fn evict(&mut self, uid: &str) -> Option<PodOnNode> {
+        let pod = self.remove_pod(uid)?;
+        self.requested.sub(&pod.requests);
+        self.requested.pods = self.requested.pods.saturating_sub(1).max(0);
+        self.nonzero_cpu_millis = self
+            .nonzero_cpu_millis
+            .saturating_sub(pod.nonzero_cpu_millis);
+        self.nonzero_memory_bytes = self
+            .nonzero_memory_bytes
+            .saturating_sub(pod.nonzero_memory_bytes);
+        self.inflight.retain(|i| i.uid != uid);
+        Some(pod)
     }
 
     /// Replaces all pods.

@@ -17,12 +17,13 @@ use tracing::{Instrument, debug, info_span};
 
 use loadstar_framework::{Evaluation, Profile};
 use loadstar_policy::profiles::Profiles;
-use loadstar_store::cluster::{PodDecoder, PodResolver};
+use loadstar_store::cluster::{BudgetSource, PodDecoder, PodResolver};
 use loadstar_store::metrics::Metrics;
 
 use crate::shutdown::closed;
 use crate::watch::{WatchHub, WatchLimits, WatchStats};
 use crate::{NO_KUBERNETES, podspec, status};
+use loadstar_framework::preemption::PreemptionOutcome;
 use loadstar_framework::snapshot::{ClusterSnapshot, PodInfo};
 use loadstar_store::NodeStore;
 
@@ -63,6 +64,55 @@ pub fn to_response(
             .collect(),
         summary: ev.summary(),
         nodes_evaluated: ev.evaluated as u32,
+        preemption: None,
+    }
+}
+
+/// The wire form of a preemption outcome.
+pub fn preemption_response(snap: &ClusterSnapshot, outcome: PreemptionOutcome) -> pb::Preemption {
+    use pb::PreemptionOutcome as O;
+    match outcome {
+        PreemptionOutcome::Ineligible(reason) => pb::Preemption {
+            outcome: O::Ineligible as i32,
+            reason,
+            ..Default::default()
+        },
+        PreemptionOutcome::NoCandidates { potential } => pb::Preemption {
+            outcome: O::NoCandidates as i32,
+            reason: if potential == 0 {
+                "preemption cannot help: every node's rejection is unresolvable".to_string()
+            } else {
+                "evicting every lower-priority pod would not let the pod fit on any node"
+                    .to_string()
+            },
+            potential_nodes: potential as u32,
+            ..Default::default()
+        },
+        PreemptionOutcome::Proposal(p) => pb::Preemption {
+            outcome: O::Proposed as i32,
+            reason: String::new(),
+            candidates: p
+                .candidates
+                .iter()
+                .map(|c| pb::PreemptionCandidate {
+                    node_name: snap.nodes[c.index].name.to_string(),
+                    victims: c
+                        .victims
+                        .iter()
+                        .map(|v| pb::PreemptionVictim {
+                            namespace: v.namespace.clone(),
+                            name: v.name.clone(),
+                            uid: v.uid.clone(),
+                            priority: v.priority,
+                        })
+                        .collect(),
+                    pdb_violations: c.pdb_violations as u32,
+                    rank: c.rank as u32,
+                })
+                .collect(),
+            potential_nodes: p.potential as u32,
+            examined_nodes: p.examined as u32,
+        },
     }
 }
 
@@ -74,6 +124,7 @@ pub struct ScorerService {
     metrics: Arc<Metrics>,
     resolver: Option<Arc<dyn PodResolver>>,
     decoder: Option<Arc<dyn PodDecoder>>,
+    budgets: Option<Arc<dyn BudgetSource>>,
     closing: Option<watch::Receiver<bool>>,
     hub: Arc<WatchHub>,
     limits: QueryLimits,
@@ -136,6 +187,7 @@ impl ScorerService {
             metrics,
             resolver,
             decoder: None,
+            budgets: None,
             closing: None,
             hub,
             limits,
@@ -145,6 +197,12 @@ impl ScorerService {
     /// The watch hub's accounting (watchers, queued bytes, drops).
     pub fn watch_stats(&self) -> WatchStats {
         self.hub.stats()
+    }
+
+    /// Reads PodDisruptionBudgets for preemption answers from `budgets` (without: none).
+    pub fn with_budgets(mut self, budgets: Option<Arc<dyn BudgetSource>>) -> Self {
+        self.budgets = budgets;
+        self
     }
 
     /// Reads `pod_json` requests with `decoder` (without one they answer UNIMPLEMENTED).
@@ -203,6 +261,7 @@ impl ScorerService {
         profile_name: &str,
         candidates: &[String],
         limit: usize,
+        preempt: bool,
     ) -> Result<pb::ScoreResponse, Status> {
         let profile = self
             .profiles
@@ -245,7 +304,17 @@ impl ScorerService {
             .score_duration
             .observe(started.elapsed().as_secs_f64());
         debug!(summary = %ev.summary(), "scored");
-        Ok(to_response(profile, &snap, &ev))
+        let mut response = to_response(profile, &snap, &ev);
+        if preempt && ev.feasible() == 0 {
+            let budgets = self
+                .budgets
+                .as_ref()
+                .map(|b| b.disruption_budgets())
+                .unwrap_or_default();
+            let outcome = profile.preempt(&snap, pod, &ev, &budgets, &mut rng);
+            response.preemption = Some(preemption_response(&snap, outcome));
+        }
+        Ok(response)
     }
 }
 
@@ -262,7 +331,8 @@ impl pb::scorer_server::Scorer for ScorerService {
         async move {
             let pod = self.pod_of(&req).await?;
             tracing::Span::current().record("pod", format!("{}/{}", pod.namespace, pod.name));
-            self.score_pod(&pod, &req.profile, &req.candidate_nodes, req.limit as usize)
+            let limit = req.limit as usize;
+            self.score_pod(&pod, &req.profile, &req.candidate_nodes, limit, req.preempt)
                 .map(Response::new)
         }
         .instrument(span)

@@ -16,7 +16,7 @@ use crate::scorer::{QueryLimits, ScorerService};
 use loadstar_policy::profiles::Profiles;
 use loadstar_proto::limits;
 use loadstar_store::NodeStore;
-use loadstar_store::cluster::{Binder, PodDecoder, PodResolver};
+use loadstar_store::cluster::{Binder, BudgetSource, PodDecoder, PodResolver};
 use loadstar_store::metrics::Metrics;
 
 /// Every limit the gRPC port enforces, by layer; see [`ServerLimits::default`] and
@@ -90,6 +90,8 @@ pub struct ServerParts {
     pub binder: Option<Arc<dyn Binder>>,
     /// Reader of whole core/v1 Pods for `Score`'s `pod_json`, if any.
     pub decoder: Option<Arc<dyn PodDecoder>>,
+    /// PodDisruptionBudgets for `Score`'s preemption answers, if any.
+    pub budgets: Option<Arc<dyn BudgetSource>>,
     /// Interval pushed back to agents in acks, seconds (0: none).
     pub desired_interval_seconds: f64,
     /// What the port enforces.
@@ -107,6 +109,7 @@ impl ServerParts {
             self.limits.query,
         )
         .with_decoder(self.decoder.clone())
+        .with_budgets(self.budgets.clone())
     }
 }
 

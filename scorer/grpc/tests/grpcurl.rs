@@ -57,6 +57,7 @@ async fn grpcurl_lists_describes_and_scores() {
         resolver: None,
         binder: None,
         decoder: None,
+        budgets: None,
         limits: server::ServerLimits::default(),
         desired_interval_seconds: 0.0,
     };

@@ -3,7 +3,7 @@
 //! answers with a `Status`, not a `Binding`), core/v1 Events, and the `PodScheduled`
 //! condition as a strategic-merge patch of `pods/{name}/status`.
 use ::kube::Client;
-use ::kube::api::{Patch, PatchParams, PostParams};
+use ::kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use ::kube::core::Request;
 use k8s_openapi::jiff::Timestamp;
 use serde::de::IgnoredAny;
@@ -105,6 +105,8 @@ pub struct PodEvent {
 pub const REASON_SCHEDULED: &str = "Scheduled";
 /// The reason of a failed placement's Event (as kube-scheduler).
 pub const REASON_FAILED: &str = "FailedScheduling";
+/// The reason of the Event on a pod evicted by preemption (as kube-scheduler).
+pub const REASON_PREEMPTED: &str = "Preempted";
 
 fn pods_path(namespace: &str) -> String {
     format!("/api/v1/namespaces/{namespace}/pods")
@@ -246,6 +248,38 @@ impl KubeApi {
         );
         let pod = format!("{}/{}", ev.namespace, ev.name);
         Self::send(&self.events, pod, "event", req).await
+    }
+
+    /// Deletes a preemption victim gracefully (its own termination grace period), only if it
+    /// is still the pod with `uid`.
+    pub async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ApiError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let req = Request::new(pods_path(namespace)).delete(name, &params);
+        Self::send(&self.client, format!("{namespace}/{name}"), "delete", req).await
+    }
+
+    /// Sets (or, with `None`, clears) the pod's `status.nominatedNodeName`.
+    pub async fn set_nominated_node(
+        &self,
+        namespace: &str,
+        name: &str,
+        node: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let patch = json!({"status": {"nominatedNodeName": node}});
+        let req = Request::new(pods_path(namespace)).patch_subresource(
+            "status",
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        );
+        let pod = format!("{namespace}/{name}");
+        Self::send(&self.client, pod, "nomination patch", req).await
     }
 
     /// Sets the pod's `PodScheduled` condition to False/Unschedulable with `message`.

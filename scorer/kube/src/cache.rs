@@ -15,12 +15,13 @@ use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use super::convert::{self, PodFacts};
+use super::disruption::Budgets;
 use super::queue::SchedulingQueue;
 use super::volumes::{self, VolumeStores};
 use loadstar_framework::snapshot::{Inflight, KubeNode, NodeAllocation, PodInfo, PodOnNode};
 use loadstar_policy::profiles::Profiles;
 use loadstar_store::NodeStore;
-use loadstar_store::cluster::{ClusterError, PodDecoder, PodResolver};
+use loadstar_store::cluster::{BudgetSource, ClusterError, PodDecoder, PodResolver};
 
 /// Errors of the cache.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -54,9 +55,23 @@ struct Inner {
     placed: HashMap<String, Placement>,
     /// Last conversion of each node.
     nodes: HashMap<String, KubeNode>,
+    /// Pending pods nominated to a node by a preemption, by `namespace/name`.
+    nominated: HashMap<String, Nomination>,
     /// Keys seen since the watcher restarted (relist), to drop what vanished.
     relist_pods: Option<HashSet<String>>,
     relist_nodes: Option<HashSet<String>>,
+}
+
+/// A pending pod's claim on the node a preemption cleared for it: pods of lower or equal
+/// priority are evaluated as if it were already there (kube-scheduler's nominator).
+#[derive(Debug, Clone)]
+pub struct Nomination {
+    /// `namespace/name`.
+    pub key: String,
+    /// The nominated node.
+    pub node: String,
+    /// The pod as it would sit on the node.
+    pub pod: PodOnNode,
 }
 
 /// Which reflectors have completed their first list.
@@ -87,11 +102,14 @@ pub struct ClusterCache {
     /// Claims, volumes and classes, once the volume reflectors run (pods with claims are
     /// refused until then).
     volumes: std::sync::OnceLock<VolumeStores>,
+    /// PodDisruptionBudgets, for preemption (empty until their watch lists them).
+    budgets: Arc<Budgets>,
 }
 
-fn pod_on_node(info: &PodInfo, terminating: bool) -> PodOnNode {
+fn pod_on_node(info: &PodInfo, facts: &PodFacts) -> PodOnNode {
     PodOnNode {
-        terminating,
+        terminating: facts.deleting,
+        start_time: facts.start_time,
         ..PodOnNode::of(info)
     }
 }
@@ -101,6 +119,7 @@ fn pod_on_node_changed(old: &PodFacts, new: &PodFacts) -> bool {
     match (&old.info, &new.info) {
         (Ok(a), Ok(b)) => {
             old.deleting != new.deleting
+                || old.start_time != new.start_time
                 || a.labels != b.labels
                 || a.pod_affinity != b.pod_affinity
                 || a.priority != b.priority
@@ -145,12 +164,41 @@ impl ClusterCache {
             node_epoch: AtomicU64::new(0),
             synced: watch::channel(Synced::default()).0,
             volumes: std::sync::OnceLock::new(),
+            budgets: Arc::new(Budgets::default()),
         }
     }
 
     /// Attaches the volume reflectors' stores (once).
     pub fn set_volume_stores(&self, stores: VolumeStores) {
         let _ = self.volumes.set(stores);
+    }
+
+    /// The PodDisruptionBudgets (fed by [`crate::disruption::reflect`]).
+    pub fn budgets(&self) -> &Arc<Budgets> {
+        &self.budgets
+    }
+
+    /// Pending pods nominated to nodes.
+    pub fn nominations(&self) -> Vec<Nomination> {
+        self.lock().nominated.values().cloned().collect()
+    }
+
+    /// Records that a preemption nominated `info` to `node` (before the status patch comes
+    /// back through the watch).
+    pub fn nominate(&self, key: &str, node: &str, info: &PodInfo) {
+        self.lock().nominated.insert(
+            key.to_string(),
+            Nomination {
+                key: key.to_string(),
+                node: node.to_string(),
+                pod: PodOnNode::of(info),
+            },
+        );
+    }
+
+    /// Drops a pod's nomination (a higher-priority preemption took its node).
+    pub fn clear_nomination(&self, key: &str) {
+        self.lock().nominated.remove(key);
     }
 
     /// A claim, volume or class changed: waiting pods may fit now.
@@ -350,6 +398,27 @@ impl ClusterCache {
                     .update_allocation(&p.node, |a| remove_from(a, &p, &old_uid));
             }
             let previous = inner.pods.insert(key.clone(), facts.clone());
+            match (
+                &facts.node_name,
+                facts.deleting,
+                &facts.nominated_node,
+                &facts.info,
+            ) {
+                (None, false, Some(node), Ok(info)) => {
+                    let n = Nomination {
+                        key: key.clone(),
+                        node: node.clone(),
+                        pod: PodOnNode::of(info),
+                    };
+                    inner.nominated.insert(key.clone(), n);
+                }
+                // A pending pod without a nomination in its status keeps one made here
+                // (the status patch may still be on its way).
+                (None, false, None, Ok(_)) => {}
+                _ => {
+                    inner.nominated.remove(&key);
+                }
+            }
             if let (Some(node), Ok(info)) = (&facts.node_name, &facts.info) {
                 match inner.placed.get_mut(&facts.uid) {
                     Some(p) if &*p.node == node.as_str() => {
@@ -359,7 +428,7 @@ impl ClusterCache {
                         if was_assumed
                             || previous.is_some_and(|old| pod_on_node_changed(&old, &facts))
                         {
-                            refresh = Some((p.node.clone(), pod_on_node(info, facts.deleting)));
+                            refresh = Some((p.node.clone(), pod_on_node(info, &facts)));
                         }
                     }
                     existing => {
@@ -374,7 +443,7 @@ impl ClusterCache {
                             assumed: false,
                         };
                         inner.placed.insert(facts.uid.clone(), p.clone());
-                        place = Some((p.node.clone(), p, pod_on_node(info, facts.deleting)));
+                        place = Some((p.node.clone(), p, pod_on_node(info, &facts)));
                     }
                 }
             }
@@ -417,6 +486,7 @@ impl ClusterCache {
         let (known, placed) = {
             let mut inner = self.lock();
             let known = inner.pods.remove(key).is_some();
+            inner.nominated.remove(key);
             (known, inner.placed.remove(uid))
         };
         self.queue.with(|q| q.remove(key));
@@ -461,7 +531,7 @@ impl ClusterCache {
         let inflight = Inflight::new(info.uid.clone(), estimate.0, estimate.1, Instant::now());
         let mut out = None;
         self.store.update_allocation(node, |a| {
-            add_to(a, &p, pod_on_node(info, false));
+            add_to(a, &p, PodOnNode::of(info));
             a.inflight.retain(|e| e.uid != inflight.uid);
             a.inflight.push(inflight);
             out = Some(Arc::new(a.clone()));
@@ -494,6 +564,12 @@ impl ClusterCache {
             .placed
             .get(uid)
             .map(|p| (p.node.to_string(), p.assumed))
+    }
+}
+
+impl BudgetSource for ClusterCache {
+    fn disruption_budgets(&self) -> Vec<loadstar_framework::preemption::DisruptionBudget> {
+        self.budgets.all()
     }
 }
 
@@ -543,6 +619,7 @@ mod tests {
             window_seconds: 60,
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 1.0,
+            preemption: None,
         }]));
         let cache = ClusterCache::new(store.clone(), queue.clone(), profiles);
         (store, queue, cache)

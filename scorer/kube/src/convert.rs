@@ -89,6 +89,10 @@ pub struct PodFacts {
     pub created_unix: i64,
     /// spec.priority.
     pub priority: i32,
+    /// status.startTime, Unix seconds (preemption prefers evicting the youngest).
+    pub start_time: Option<i64>,
+    /// status.nominatedNodeName.
+    pub nominated_node: Option<String>,
     /// The scheduling view, or why the pod cannot be scheduled as written.
     pub info: Result<PodInfo, ConvertError>,
 }
@@ -216,6 +220,16 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
             .map(|t| t.0.as_second())
             .unwrap_or(0),
         priority,
+        start_time: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(|t| t.0.as_second()),
+        nominated_node: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.clone())
+            .filter(|n| !n.is_empty()),
         info: Ok(PodInfo::default()),
         namespace,
         name,
@@ -232,6 +246,7 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
             namespace: facts.namespace.clone(),
             name: facts.name.clone(),
             priority: facts.priority,
+            nominated_node: facts.nominated_node.clone(),
             ..Default::default()
         });
     };
@@ -356,6 +371,7 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         tolerations,
         host_ports,
         priority: facts.priority,
+        nominated_node: facts.nominated_node.clone(),
     })
 }
 

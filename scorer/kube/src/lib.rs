@@ -12,6 +12,7 @@ pub mod cache;
 pub mod client;
 pub mod constraints;
 pub mod convert;
+pub mod disruption;
 pub mod leader;
 pub mod queue;
 pub mod runtime;

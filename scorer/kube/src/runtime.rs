@@ -1,6 +1,6 @@
 //! Starts the Kubernetes side of the scorer: clients (main, events and leader election, each
-//! with its own rate limit as kube-scheduler), the Node and Pod reflectors feeding the
-//! [`ClusterCache`], leader election, and the [`Scheduler`]; and stops it in order — stop
+//! with its own rate limit as kube-scheduler), the Node, Pod, volume and
+//! PodDisruptionBudget reflectors feeding the [`ClusterCache`], leader election, and the [`Scheduler`]; and stops it in order — stop
 //! taking pods, drain bindings, release the Lease.
 use std::future::Future;
 use std::path::PathBuf;
@@ -184,6 +184,10 @@ pub async fn start(
     let nodes = tokio::spawn(reflect_nodes(main.clone(), cache.clone()));
     let pods = tokio::spawn(reflect_pods(main.clone(), cache.clone()));
     let volume_tasks = reflect_volumes(main.clone(), cache.clone());
+    let budgets = tokio::spawn(super::disruption::reflect(
+        main.clone(),
+        cache.budgets().clone(),
+    ));
     let (stop_elector, elector_stopped) = watch::channel(false);
     let (leadership, elector) = match &options.leader {
         Some(lc) => {
@@ -218,6 +222,7 @@ pub async fn start(
         }
         nodes.abort();
         pods.abort();
+        budgets.abort();
         for t in volume_tasks {
             t.abort();
         }

@@ -18,12 +18,16 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::api::{ApiError, EventType, KubeApi, PodEvent, REASON_FAILED, REASON_SCHEDULED};
-use super::cache::ClusterCache;
+use super::api::{
+    ApiError, EventType, KubeApi, PodEvent, REASON_FAILED, REASON_PREEMPTED, REASON_SCHEDULED,
+};
+use super::cache::{ClusterCache, Nomination};
 use super::convert::PodFacts;
 use super::leader::Leadership;
 use super::queue::{QueuedPod, SchedulingQueue};
+use loadstar_framework::preemption::PreemptionOutcome;
 use loadstar_framework::snapshot::{ClusterSnapshot, PodInfo};
+use loadstar_framework::{Evaluation, Profile};
 use loadstar_policy::profiles::{ProfileError, Profiles};
 use loadstar_store::NodeStore;
 use loadstar_store::cluster::{BindOutcome, BindRequest, Binder, ClusterError};
@@ -374,14 +378,31 @@ impl Scheduler {
         }
         let Some(l) = local.as_mut() else { return };
         l.fresh = false;
-        let ev = profile.evaluate(&l.snap, info, Some(&l.candidates), 1, rng);
+        // Pods nominated by earlier preemptions, at least as important as this one, hold
+        // their nodes' room (kube-scheduler's first filter pass with nominated pods).
+        let nominated: Vec<Nomination> = self
+            .cache
+            .nominations()
+            .into_iter()
+            .filter(|n| n.pod.priority >= info.priority && n.pod.uid != info.uid)
+            .collect();
+        let held;
+        let view = if nominated.is_empty() {
+            &l.snap
+        } else {
+            held = with_nominated(&l.snap, &nominated);
+            &held
+        };
+        let ev = profile.evaluate(view, info, Some(&l.candidates), 1, rng);
         let Some(best) = ev.best() else {
             self.failed(&facts, ev.summary());
+            self.preempt(&facts, info, profile, view, &ev, rng);
             self.queue
                 .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
             return;
         };
         let index = best.index;
+        let total = best.total;
         let node = l.snap.nodes[index].name.clone();
         let estimate = (self.estimate.0)(info);
         match self.cache.assume(info, &node, estimate) {
@@ -394,7 +415,7 @@ impl Scheduler {
             }
         }
         span.record("node", &*node);
-        debug!(node = %node, score = best.total, "assumed");
+        debug!(node = %node, score = total, "assumed");
         let this = self.clone();
         let bind_span = span.clone();
         tokio::spawn(
@@ -409,6 +430,123 @@ impl Scheduler {
                 drop(permit);
             }
             .instrument(bind_span),
+        );
+    }
+
+    /// DefaultPreemption for a pod no node fits: nominate it to the chosen node at once
+    /// (so lower-priority pods leave that room alone), then delete the victims gracefully
+    /// with a `Preempted` Event each, set the pod's `nominatedNodeName` and clear the
+    /// nominations of lower-priority pods on that node. The pod itself stays queued: it
+    /// binds once the victims are gone.
+    fn preempt(
+        self: &Arc<Self>,
+        facts: &Arc<PodFacts>,
+        info: &PodInfo,
+        profile: &Profile,
+        snap: &ClusterSnapshot,
+        ev: &Evaluation,
+        rng: &mut SmallRng,
+    ) {
+        let budgets = self.cache.budgets().all();
+        let result = |r: &str| ResultLabel {
+            result: r.to_string(),
+        };
+        let proposal = match profile.preempt(snap, info, ev, &budgets, rng) {
+            PreemptionOutcome::Ineligible(why) => {
+                self.metrics
+                    .preemptions
+                    .get_or_create(&result("ineligible"))
+                    .inc();
+                debug!(%why, "not preempting");
+                return;
+            }
+            PreemptionOutcome::NoCandidates { potential } => {
+                self.metrics
+                    .preemptions
+                    .get_or_create(&result("no_candidates"))
+                    .inc();
+                debug!(potential, "preemption would not help");
+                if potential == 0 && info.nominated_node.is_some() {
+                    // Its nominated node can no longer take it either.
+                    self.cache.clear_nomination(&facts.key());
+                    let (api, ns, name) = (
+                        self.api.clone(),
+                        facts.namespace.clone(),
+                        facts.name.clone(),
+                    );
+                    tokio::spawn(async move {
+                        if let Err(e) = api.set_nominated_node(&ns, &name, None).await {
+                            debug!(error = %e, "could not clear a nomination");
+                        }
+                    });
+                }
+                return;
+            }
+            PreemptionOutcome::Proposal(p) => p,
+        };
+        let Some(chosen) = proposal.chosen() else {
+            return;
+        };
+        let node = snap.nodes[chosen.index].name.to_string();
+        self.metrics
+            .preemptions
+            .get_or_create(&result("preempted"))
+            .inc();
+        info!(
+            node,
+            victims = chosen.victims.len(),
+            pdb_violations = chosen.pdb_violations,
+            candidates = proposal.candidates.len(),
+            "preempting"
+        );
+        let key = facts.key();
+        self.cache.nominate(&key, &node, info);
+        let displaced: Vec<Nomination> = self
+            .cache
+            .nominations()
+            .into_iter()
+            .filter(|n| n.node == node && n.pod.priority < info.priority)
+            .collect();
+        for n in &displaced {
+            self.cache.clear_nomination(&n.key);
+        }
+        let victims = chosen.victims.clone();
+        let this = self.clone();
+        let facts = facts.clone();
+        tokio::spawn(
+            async move {
+                for v in &victims {
+                    match this.api.delete_pod(&v.namespace, &v.name, &v.uid).await {
+                        Ok(()) => {
+                            this.metrics.preemption_victims.inc();
+                            this.write(Write::Event(PodEvent {
+                                namespace: v.namespace.clone(),
+                                name: v.name.clone(),
+                                uid: v.uid.clone(),
+                                type_: EventType::Normal,
+                                reason: REASON_PREEMPTED,
+                                message: format!("Preempted by {key} on node {node}"),
+                            }));
+                        }
+                        Err(ApiError::NotFound { .. } | ApiError::Conflict { .. }) => {}
+                        Err(e) => warn!(error = %e, "could not delete a preemption victim"),
+                    }
+                }
+                if let Err(e) = this
+                    .api
+                    .set_nominated_node(&facts.namespace, &facts.name, Some(&node))
+                    .await
+                {
+                    debug!(error = %e, "could not record the nominated node");
+                }
+                for n in displaced {
+                    let (ns, name) = n.key.split_once('/').unwrap_or(("", &n.key));
+                    if let Err(e) = this.api.set_nominated_node(ns, name, None).await {
+                        debug!(error = %e, "could not clear a displaced nomination");
+                    }
+                }
+            }
+            .in_current_span(),
         );
     }
 
@@ -457,6 +595,20 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// `snap` with each nominated pod counted on its node (unless already placed there).
+fn with_nominated(snap: &ClusterSnapshot, nominated: &[Nomination]) -> ClusterSnapshot {
+    let mut view = snap.clone();
+    for n in nominated {
+        if let Some(&i) = view.index.get(n.node.as_str()) {
+            let node = &mut view.nodes[i];
+            if !node.alloc.pods.iter().any(|p| p.uid == n.pod.uid) {
+                Arc::make_mut(&mut node.alloc).admit(n.pod.clone());
+            }
+        }
+    }
+    view
 }
 
 /// Indices of the snapshot's nodes that Kubernetes knows.

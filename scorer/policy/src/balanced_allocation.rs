@@ -126,6 +126,7 @@ mod tests {
             window_seconds: 60,
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 1.0,
+            preemption: None,
         };
         let mut rng = StdRng::seed_from_u64(7);
         let snap = snapshot(vec![

@@ -16,6 +16,7 @@
 //!     windowSeconds: 300           # default 300
 //!     stalePolicy: fallback        # fallback | filter | penalize
 //!     stalePenalty: 0.5            # total × this for stale nodes under `penalize`
+//!     preemption: {enabled: true, minCandidateNodesPercentage: 10, minCandidateNodesAbsolute: 100}
 //!     filters: [NodeReady, {name: UsageThreshold, args: {thresholds: {cpu: 75}}}]
 //!     scores:
 //!       - {name: LoadVariationRiskBalancing, weight: 3}
@@ -29,6 +30,7 @@ use serde_norway::Value;
 use crate::args::PluginError;
 use crate::eviction::{self, EvictionArgs, EvictionThresholds};
 use crate::inflight::InflightArgs;
+use loadstar_framework::preemption::PreemptionArgs;
 use loadstar_framework::{FilterPlugin, Profile, ScorePlugin, StalePolicy};
 
 /// The embedded default configuration.
@@ -109,6 +111,8 @@ pub struct ProfileConfig {
     pub stale_policy: StalePolicy,
     /// Multiplier for stale nodes under `penalize`, 0–1.
     pub stale_penalty: f64,
+    /// DefaultPreemption's arguments; `None` when the profile does not preempt.
+    pub preemption: Option<PreemptionArgs>,
 }
 
 /// The validated configuration.
@@ -159,6 +163,41 @@ struct RawProfile {
     stale_policy: StalePolicy,
     #[serde(default = "default_penalty")]
     stale_penalty: f64,
+    #[serde(default)]
+    preemption: RawPreemption,
+}
+
+/// A profile's `preemption` block: kube-scheduler's DefaultPreemption PostFilter and its
+/// `DefaultPreemptionArgs`. Enabled with upstream's defaults when absent.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawPreemption {
+    #[serde(default = "enabled")]
+    enabled: bool,
+    #[serde(default = "default_min_percentage")]
+    min_candidate_nodes_percentage: u32,
+    #[serde(default = "default_min_absolute")]
+    min_candidate_nodes_absolute: u32,
+}
+
+fn enabled() -> bool {
+    true
+}
+fn default_min_percentage() -> u32 {
+    PreemptionArgs::default().min_candidate_nodes_percentage
+}
+fn default_min_absolute() -> u32 {
+    PreemptionArgs::default().min_candidate_nodes_absolute
+}
+
+impl Default for RawPreemption {
+    fn default() -> Self {
+        RawPreemption {
+            enabled: true,
+            min_candidate_nodes_percentage: default_min_percentage(),
+            min_candidate_nodes_absolute: default_min_absolute(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -333,6 +372,18 @@ impl ScorerConfig {
                     args: s.args,
                 });
             }
+            let preemption = if p.preemption.enabled {
+                let args = PreemptionArgs {
+                    min_candidate_nodes_percentage: p.preemption.min_candidate_nodes_percentage,
+                    min_candidate_nodes_absolute: p.preemption.min_candidate_nodes_absolute,
+                };
+                args.validate().map_err(|(field, message)| {
+                    ConfigError::at(join(&join(&at, "preemption"), field), message)
+                })?;
+                Some(args)
+            } else {
+                None
+            };
             profiles.push(ProfileConfig {
                 scheduler_name: p.scheduler_name,
                 filters,
@@ -340,6 +391,7 @@ impl ScorerConfig {
                 window_seconds: p.window_seconds,
                 stale_policy: p.stale_policy,
                 stale_penalty: p.stale_penalty,
+                preemption,
             });
         }
         Ok(ScorerConfig {
@@ -383,6 +435,7 @@ impl ScorerConfig {
                     window_seconds: p.window_seconds,
                     stale_policy: p.stale_policy,
                     stale_penalty: p.stale_penalty,
+                    preemption: p.preemption,
                 })
             })
             .collect()
@@ -482,6 +535,21 @@ mod tests {
         assert_eq!(e.path(), "profiles[0].stalePolicy", "{e}");
         let e = err(&format!("{base}    stalePenalty: 2\n"));
         assert_eq!(e.path(), "profiles[0].stalePenalty");
+        let e = err(&format!(
+            "{base}    preemption: {{minCandidateNodesPercentage: 101}}\n"
+        ));
+        assert_eq!(
+            e.path(),
+            "profiles[0].preemption.minCandidateNodesPercentage",
+            "{e}"
+        );
+        let e = err(&format!("{base}    preemption: {{victims: all}}\n"));
+        assert_eq!(e.path(), "profiles[0].preemption.victims", "{e}");
+        let off = ScorerConfig::from_yaml(&format!("{base}    preemption: {{enabled: false}}\n"))
+            .expect("valid");
+        assert_eq!(off.profiles()[0].preemption, None);
+        let on = ScorerConfig::from_yaml(base).expect("valid");
+        assert_eq!(on.profiles()[0].preemption, Some(PreemptionArgs::default()));
         let e = err(&format!(
             "{base}    filters: [NodeReady, {{name: UsageThreshold, args: {{thresholds: {{cpu: 0}}}}}}]\n"
         ));

@@ -364,6 +364,15 @@ impl FilterPlugin for InterPodAffinity {
     }
 
     /// Without a PreFilter state (a single-node check), computes it on the spot.
+    /// Anti-affinity (the pod's or an existing pod's) is lifted by evicting the matching
+    /// pods; the pod's own required affinity is not (upstream:
+    /// `UnschedulableAndUnresolvable`).
+    fn preemption_may_help(&self, reason: &str) -> bool {
+        !reason
+            .split(REASON_SEPARATOR)
+            .any(|r| r == REASON_AFFINITY_RULES)
+    }
+
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
         check(&prefilter_state(&ctx.snapshot.nodes, pod), pod, node)
     }
@@ -588,5 +597,118 @@ mod tests {
             },
         );
         assert_eq!(feasible(nodes, &p), vec!["b1"]);
+    }
+
+    /// What preemption proposes for `p` on `nodes` with anti-affinity and resource filters.
+    fn preempt(nodes: Vec<NodeView>, p: &PodInfo) -> Vec<(String, Vec<String>)> {
+        use loadstar_framework::preemption::{PreemptionArgs, PreemptionOutcome};
+        use loadstar_framework::{Profile, StalePolicy};
+        use rand::SeedableRng;
+        let snap = snapshot(nodes);
+        let profile = Profile {
+            name: "t".into(),
+            filters: vec![
+                Box::new(crate::node_resources_fit::NodeResourcesFit::default()),
+                Box::new(InterPodAffinity::default()),
+            ],
+            scores: vec![],
+            window_seconds: 60,
+            stale_policy: StalePolicy::Fallback,
+            stale_penalty: 1.0,
+            preemption: Some(PreemptionArgs::default()),
+        };
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
+        let ev = profile.evaluate(&snap, p, None, 0, &mut rng);
+        match profile.preempt(&snap, p, &ev, &[], &mut rng) {
+            PreemptionOutcome::Proposal(pr) => pr
+                .candidates
+                .iter()
+                .map(|c| {
+                    let victims = c.victims.iter().map(|v| v.uid.clone()).collect();
+                    (snap.nodes[c.index].name.to_string(), victims)
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn placed(uid: &str, app: &str, priority: i32, affinity: SharedAffinity) -> PodOnNode {
+        PodOnNode {
+            priority,
+            requests: loadstar_common::model::ResourceList {
+                cpu_millis: 100,
+                pods: 0,
+                ..Default::default()
+            },
+            ..running(uid, app, affinity)
+        }
+    }
+
+    fn host(name: &str, pods: Vec<PodOnNode>) -> NodeView {
+        let mut n = zoned(name, None, vec![]);
+        let alloc = Arc::make_mut(&mut n.alloc);
+        for p in pods {
+            alloc.admit(p);
+        }
+        n
+    }
+
+    #[test]
+    fn preemption_evicts_what_anti_affinity_objects_to_and_only_that() {
+        // The newcomer (priority 10) refuses hosts with a `web` pod. h1's web pod is
+        // low-priority (evictable), h2's is not; the `db` pod on h1 is reprieved.
+        let mut p = incoming(
+            "api",
+            PodAffinity {
+                required_anti: vec![term("web", "kubernetes.io/hostname")],
+                ..Default::default()
+            },
+        );
+        p.priority = 10;
+        let nodes = vec![
+            host(
+                "h1",
+                vec![
+                    placed("w1", "web", 1, Default::default()),
+                    placed("d1", "db", 1, Default::default()),
+                ],
+            ),
+            host("h2", vec![placed("w2", "web", 100, Default::default())]),
+        ];
+        assert_eq!(
+            preempt(nodes, &p),
+            vec![("h1".to_string(), vec!["w1".to_string()])]
+        );
+    }
+
+    #[test]
+    fn preemption_evicts_an_existing_pods_anti_affinity_but_never_helps_required_affinity() {
+        // h1 holds a low-priority pod whose anti-affinity rejects `api` pods: evicting it
+        // (a victim with affinity terms: the PreFilter state is recomputed) opens h1.
+        let rejects_api = Arc::new(PodAffinity {
+            required_anti: vec![term("api", "kubernetes.io/hostname")],
+            ..Default::default()
+        });
+        let mut p = incoming("api", PodAffinity::default());
+        p.priority = 10;
+        let nodes = vec![host("h1", vec![placed("x1", "other", 1, rejects_api)])];
+        assert_eq!(
+            preempt(nodes.clone(), &p),
+            vec![("h1".to_string(), vec!["x1".to_string()])]
+        );
+        // Required affinity to pods that do not exist: no eviction can help.
+        let mut q = incoming(
+            "api",
+            PodAffinity {
+                required: vec![term("cache", "kubernetes.io/hostname")],
+                ..Default::default()
+            },
+        );
+        q.priority = 10;
+        let nodes = vec![host(
+            "h1",
+            vec![placed("c1", "other", 1, Default::default())],
+        )];
+        assert_eq!(preempt(nodes, &q), Vec::<(String, Vec<String>)>::new());
     }
 }

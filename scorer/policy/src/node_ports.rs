@@ -53,6 +53,11 @@ impl FilterPlugin for NodePorts {
         NAME
     }
 
+    /// Evicting the pod holding the port frees it (upstream: `Unschedulable`).
+    fn preemption_may_help(&self, _reason: &str) -> bool {
+        true
+    }
+
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
         if pod.host_ports.is_empty() || !ctx.digest(node).has_host_ports {
             return Ok(());

@@ -70,6 +70,11 @@ impl FilterPlugin for NodeResourcesFit {
         NAME
     }
 
+    /// Evicting pods frees requests and pod slots (upstream: `Unschedulable`).
+    fn preemption_may_help(&self, _reason: &str) -> bool {
+        true
+    }
+
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
         let d = ctx.digest(node);
         let req = &pod.requests;

@@ -200,6 +200,12 @@ impl FilterPlugin for PodTopologySpread {
     }
 
     /// Without a PreFilter state (a single-node check), computes it on the spot.
+    /// Skew can change when matching pods are evicted; a node missing a topology label
+    /// stays unusable (upstream: `UnschedulableAndUnresolvable`).
+    fn preemption_may_help(&self, reason: &str) -> bool {
+        reason != REASON_MISSING_LABEL
+    }
+
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
         if hard_constraints(pod).is_empty() {
             return Ok(());

@@ -15,7 +15,7 @@ use loadstar_kube::client::RateLimit;
 use loadstar_kube::leader::LeaderConfig;
 use loadstar_kube::runtime::{self, KubeOptions};
 use loadstar_kube::scheduler::SchedulerConfig;
-use loadstar_store::cluster::{Binder, PodDecoder, PodResolver};
+use loadstar_store::cluster::{Binder, BudgetSource, PodDecoder, PodResolver};
 use loadstar_store::metrics::{Metrics, Readiness};
 
 /// Whether to connect to Kubernetes.
@@ -120,6 +120,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         KubernetesMode::Auto => args.kubeconfig.is_some() || in_cluster(),
     };
     let mut resolver: Option<Arc<dyn PodResolver>> = None;
+    let mut budgets: Option<Arc<dyn BudgetSource>> = None;
     let mut decoder: Option<Arc<dyn PodDecoder>> =
         Some(Arc::new(loadstar_kube::convert::JsonPodDecoder));
     let mut binder: Option<Arc<dyn Binder>> = None;
@@ -180,6 +181,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         resolver = Some(rt.cache.clone());
         // Whole pods sent over gRPC get their claims resolved against the cluster too.
         decoder = Some(rt.cache.clone());
+        budgets = Some(rt.cache.clone());
         binder = Some(rt.scheduler.clone());
         kube = Some(rt);
     }
@@ -190,6 +192,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         resolver,
         binder,
         decoder,
+        budgets,
         limits: args.limits.limits().map_err(AppError::Other)?,
         desired_interval_seconds: args.desired_interval_seconds,
     };

@@ -109,6 +109,7 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
         resolver: None,
         binder: None,
         decoder: Some(Arc::new(loadstar_kube::convert::JsonPodDecoder)),
+        budgets: None,
         limits: args.limits.limits().map_err(AppError::Other)?,
         desired_interval_seconds: 0.0,
     };

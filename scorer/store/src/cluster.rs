@@ -4,6 +4,7 @@
 //! other, and neither trait mentions the wire types.
 use std::sync::Arc;
 
+use loadstar_framework::preemption::DisruptionBudget;
 use loadstar_framework::snapshot::{ClusterSnapshot, PodInfo};
 use loadstar_framework::{Evaluation, Profile};
 use thiserror::Error;
@@ -38,6 +39,13 @@ pub enum ClusterError {
 pub trait PodDecoder: Send + Sync + std::fmt::Debug {
     /// The pod as the scheduler would see it.
     fn decode(&self, json: &str) -> Result<PodInfo, ClusterError>;
+}
+
+/// The cluster's PodDisruptionBudgets, for preemption answers (implemented by the
+/// Kubernetes integration).
+pub trait BudgetSource: Send + Sync + std::fmt::Debug {
+    /// Every budget as last seen.
+    fn disruption_budgets(&self) -> Vec<DisruptionBudget>;
 }
 
 /// A request to place and bind one pod.

@@ -26,6 +26,11 @@ pub const SCORE_DURATION: &str = "loadstar_scorer_score_duration_seconds";
 pub const BINDS: &str = "loadstar_scorer_binds";
 /// Time from a pod entering the queue to its binding, seconds.
 pub const SCHEDULING_LATENCY: &str = "loadstar_scorer_scheduling_latency_seconds";
+/// Preemptions attempted for pods no node fits, by result (`preempted`, `no_candidates`,
+/// `ineligible`).
+pub const PREEMPTIONS: &str = "loadstar_scorer_preemption_attempts";
+/// Pods deleted by preemption.
+pub const PREEMPTION_VICTIMS: &str = "loadstar_scorer_preemption_victims";
 
 /// Open `WatchNodes` streams.
 pub const WATCHERS: &str = "loadstar_scorer_watchers";
@@ -75,6 +80,10 @@ pub struct Metrics {
     pub binds: Family<ResultLabel, Counter>,
     /// See [`SCHEDULING_LATENCY`].
     pub scheduling_latency: Histogram,
+    /// See [`PREEMPTIONS`].
+    pub preemptions: Family<ResultLabel, Counter>,
+    /// See [`PREEMPTION_VICTIMS`].
+    pub preemption_victims: Counter,
     /// See [`WATCHERS`].
     pub watchers: Gauge,
     /// See [`WATCH_QUEUED`].
@@ -136,6 +145,18 @@ impl Metrics {
             "Queue entry to binding",
             scheduling_latency.clone(),
         );
+        let preemptions = Family::<ResultLabel, Counter>::default();
+        let preemption_victims = Counter::default();
+        registry.register(
+            PREEMPTIONS,
+            "Preemption attempts for unschedulable pods, by result",
+            preemptions.clone(),
+        );
+        registry.register(
+            PREEMPTION_VICTIMS,
+            "Pods deleted by preemption",
+            preemption_victims.clone(),
+        );
         let watchers = Gauge::default();
         let watchers_dropped = Family::<ReasonLabel, Counter>::default();
         let watch_queued_bytes = Gauge::default();
@@ -171,6 +192,8 @@ impl Metrics {
             connections_closed.clone(),
         );
         Arc::new(Metrics {
+            preemptions,
+            preemption_victims,
             watchers,
             watch_queued_bytes,
             watchers_dropped,

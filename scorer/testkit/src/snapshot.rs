@@ -168,6 +168,7 @@ pub fn feasible_names(
         window_seconds: 60,
         stale_policy: StalePolicy::Fallback,
         stale_penalty: 1.0,
+        preemption: None,
     };
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
     let ev = profile.evaluate(&snap, pod, None, 0, &mut rng);

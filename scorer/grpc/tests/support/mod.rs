@@ -49,6 +49,7 @@ impl TestServer {
             resolver: None,
             binder: None,
             decoder: None,
+            budgets: None,
             limits,
             desired_interval_seconds: 1.0,
         };

@@ -1,0 +1,728 @@
+//! DefaultPreemption, kube-scheduler 1.20's PostFilter, as pure logic: when no node fits a
+//! pod, find the nodes where evicting lower-priority pods would let it fit, choose on each
+//! the victims kube-scheduler would (every lower-priority pod removed, then as many reprieved
+//! as still fit, pods whose eviction would break a PodDisruptionBudget first), and rank the
+//! nodes as `pickOneNodeForPreemption` does. The scheduler (`scorer/kube`) deletes the
+//! victims and sets `nominatedNodeName`; `Scorer.Score` reports the same proposal.
+//!
+//! One deliberate difference: kube-scheduler keeps the PreFilter state of InterPodAffinity and
+//! PodTopologySpread up to date incrementally (`AddPod`/`RemovePod`) while it tries victims;
+//! here those states are recomputed on a copy of the snapshot, and only when they can change
+//! (the pod has required pod affinity, anti-affinity or hard spread constraints, or a
+//! potential victim carries affinity terms). Same answers, more work per step on big
+//! clusters; plain resource preemption reuses the states.
+use std::cmp::Reverse;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use rand::Rng;
+
+use crate::constraints::{LabelSelector, WhenUnsatisfiable};
+use crate::profile::{
+    CycleContext, Evaluation, FilteredNode, PreFilterState, Profile, StalePolicy,
+};
+use crate::snapshot::{ClusterSnapshot, NodeView, PodInfo, PodOnNode};
+
+/// DefaultPreemption's arguments (`DefaultPreemptionArgs`): how many candidate nodes a
+/// preemption examines before it picks one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreemptionArgs {
+    /// At least this share of the nodes where preemption may help, percent (0–100).
+    pub min_candidate_nodes_percentage: u32,
+    /// At least this many nodes (never more than there are).
+    pub min_candidate_nodes_absolute: u32,
+}
+
+impl Default for PreemptionArgs {
+    /// kube-scheduler's defaults: 10 % and 100 nodes.
+    fn default() -> Self {
+        PreemptionArgs {
+            min_candidate_nodes_percentage: 10,
+            min_candidate_nodes_absolute: 100,
+        }
+    }
+}
+
+impl PreemptionArgs {
+    /// The rules of `ValidateDefaultPreemptionArgs`: a percentage up to 100, and not both 0.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.min_candidate_nodes_percentage > 100 {
+            return Err((
+                "minCandidateNodesPercentage",
+                format!(
+                    "must be between 0 and 100, got {}",
+                    self.min_candidate_nodes_percentage
+                ),
+            ));
+        }
+        if self.min_candidate_nodes_percentage == 0 && self.min_candidate_nodes_absolute == 0 {
+            return Err((
+                "minCandidateNodesAbsolute",
+                "must not be 0 when minCandidateNodesPercentage is 0".to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// How many candidates to find among `potential` nodes (`calculateNumCandidates`).
+    pub fn num_candidates(&self, potential: usize) -> usize {
+        let pct = potential.saturating_mul(self.min_candidate_nodes_percentage as usize) / 100;
+        pct.max(self.min_candidate_nodes_absolute as usize)
+            .min(potential)
+    }
+}
+
+/// A PodDisruptionBudget as preemption reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DisruptionBudget {
+    /// Its namespace (it covers pods there only).
+    pub namespace: String,
+    /// `spec.selector`; `None` (absent) and the empty selector cover no pod here, as in
+    /// kube-scheduler's `filterPodsWithPDBViolation`.
+    pub selector: Option<LabelSelector>,
+    /// `status.disruptionsAllowed` (0 when the disruption controller has not set it).
+    pub disruptions_allowed: i32,
+    /// `status.disruptedPods`: pods already counted as disrupted, by name.
+    pub disrupted_pods: BTreeSet<String>,
+}
+
+impl DisruptionBudget {
+    /// Whether evicting `pod` spends one of this budget's disruptions.
+    fn covers(&self, pod: &PodOnNode) -> bool {
+        pod.namespace == self.namespace
+            && !pod.labels.is_empty()
+            && self.selector.as_ref().is_some_and(|s| {
+                !(s.match_labels.is_empty() && s.match_expressions.is_empty())
+                    && s.matches(&pod.labels)
+            })
+            && !self.disrupted_pods.contains(&pod.name)
+    }
+}
+
+/// A node where preemption would let the pod fit, with the pods it would evict.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Index into the snapshot.
+    pub index: usize,
+    /// Pods to evict, in kube-scheduler's order (those breaking a budget first, then by
+    /// importance: priority, then start time).
+    pub victims: Vec<PodOnNode>,
+    /// How many victims break a PodDisruptionBudget.
+    pub pdb_violations: usize,
+    /// 0 for the best candidates; candidates with equal rank tie on every criterion of
+    /// `pickOneNodeForPreemption` (kube-scheduler then picks any of them).
+    pub rank: usize,
+}
+
+/// `pickOneNodeForPreemption`'s criteria in order, smaller is better: fewest budget
+/// violations, lowest priority of the first victim, lowest sum of priorities, fewest victims,
+/// latest start among the highest-priority victims (an unstarted pod counts as starting now,
+/// i.e. latest).
+type RankKey = (usize, i32, i64, usize, Reverse<i64>);
+
+impl Candidate {
+    fn key(&self) -> RankKey {
+        let first = self.victims.first().map_or(i32::MIN, |v| v.priority);
+        let sum: i64 = self
+            .victims
+            .iter()
+            .map(|v| i64::from(v.priority) + i64::from(i32::MAX) + 1)
+            .sum();
+        let top = self.victims.iter().map(|v| v.priority).max();
+        let earliest = self
+            .victims
+            .iter()
+            .filter(|v| Some(v.priority) == top)
+            .map(|v| v.start_time.unwrap_or(i64::MAX))
+            .min()
+            .unwrap_or(i64::MAX);
+        (
+            self.pdb_violations,
+            first,
+            sum,
+            self.victims.len(),
+            Reverse(earliest),
+        )
+    }
+}
+
+/// A preemption proposal.
+#[derive(Debug, Clone)]
+pub struct Preemption {
+    /// Candidates, best first; the first is the one to act on.
+    pub candidates: Vec<Candidate>,
+    /// Nodes where eviction might help (their rejection was resolvable).
+    pub potential: usize,
+    /// Of those, how many were tried before enough candidates were found.
+    pub examined: usize,
+}
+
+impl Preemption {
+    /// The chosen candidate.
+    pub fn chosen(&self) -> Option<&Candidate> {
+        self.candidates.first()
+    }
+}
+
+/// What preemption decided for a pod no node fits.
+#[derive(Debug, Clone)]
+pub enum PreemptionOutcome {
+    /// The pod may not preempt; why.
+    Ineligible(String),
+    /// No node where evicting lower-priority pods would let the pod fit.
+    NoCandidates {
+        /// Nodes whose rejection eviction might have lifted (0: none; every rejection was
+        /// unresolvable, e.g. taints or selectors).
+        potential: usize,
+    },
+    /// Evict a candidate's victims and nominate its node.
+    Proposal(Preemption),
+}
+
+/// Whether the pod's own checks read other nodes' pods (then evicting a pod can change the
+/// PreFilter states, which must be recomputed).
+fn reads_other_pods(pod: &PodInfo) -> bool {
+    !pod.pod_affinity.required.is_empty()
+        || !pod.pod_affinity.required_anti.is_empty()
+        || pod
+            .spread_constraints
+            .iter()
+            .any(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
+}
+
+/// `MoreImportantPod` as an ordering: higher priority first, then the earlier start
+/// (unstarted last).
+fn more_important_first(a: &PodOnNode, b: &PodOnNode) -> std::cmp::Ordering {
+    b.priority.cmp(&a.priority).then(
+        a.start_time
+            .unwrap_or(i64::MAX)
+            .cmp(&b.start_time.unwrap_or(i64::MAX)),
+    )
+}
+
+/// `filterPodsWithPDBViolation`: walks the pods in order, spending each covering budget's
+/// allowed disruptions; a pod that takes any budget below zero is violating.
+fn split_by_budgets(
+    pods: Vec<PodOnNode>,
+    budgets: &[DisruptionBudget],
+) -> (Vec<PodOnNode>, Vec<PodOnNode>) {
+    let mut allowed: Vec<i32> = budgets.iter().map(|b| b.disruptions_allowed).collect();
+    let (mut violating, mut fine) = (Vec::new(), Vec::new());
+    for pod in pods {
+        let mut violated = false;
+        for (b, left) in budgets.iter().zip(allowed.iter_mut()) {
+            if b.covers(&pod) {
+                *left = left.saturating_sub(1);
+                violated |= *left < 0;
+            }
+        }
+        if violated {
+            violating.push(pod);
+        } else {
+            fine.push(pod);
+        }
+    }
+    (violating, fine)
+}
+
+/// One node's dry run: the snapshot, the pod and the PreFilter states of the whole cycle.
+struct DryRun<'a> {
+    profile: &'a Profile,
+    ctx: &'a CycleContext<'a>,
+    states: &'a [Option<PreFilterState>],
+    pod: &'a PodInfo,
+}
+
+impl DryRun<'_> {
+    /// Whether the pod passes every filter on `node` (standing in for node `index`).
+    fn fits(&self, index: usize, node: &NodeView, recompute: bool) -> bool {
+        let p = self.profile;
+        if node.stale && p.stale_policy == StalePolicy::Filter {
+            return false;
+        }
+        if !recompute {
+            return p.filters.iter().zip(self.states).all(|(f, s)| {
+                f.filter_prepared(self.ctx, s.as_ref(), self.pod, node)
+                    .is_ok()
+            });
+        }
+        let mut copy = self.ctx.snapshot.clone();
+        copy.nodes[index] = node.clone();
+        let ctx = CycleContext {
+            snapshot: &copy,
+            digests: None,
+            ..*self.ctx
+        };
+        let node = &copy.nodes[index];
+        p.filters.iter().all(|f| {
+            let state = f.prefilter(&ctx, self.pod);
+            f.filter_prepared(&ctx, state.as_ref(), self.pod, node)
+                .is_ok()
+        })
+    }
+
+    /// `selectVictimsOnNode`: `None` when evicting every lower-priority pod is not enough
+    /// (or there is none); else the victims and how many of them break a budget.
+    fn victims(
+        &self,
+        index: usize,
+        budgets: &[DisruptionBudget],
+    ) -> Option<(Vec<PodOnNode>, usize)> {
+        let base = &self.ctx.snapshot.nodes[index];
+        let mut potential: Vec<PodOnNode> = base
+            .alloc
+            .pods
+            .iter()
+            .filter(|p| p.priority < self.pod.priority)
+            .cloned()
+            .collect();
+        if potential.is_empty() {
+            return None;
+        }
+        let recompute =
+            reads_other_pods(self.pod) || potential.iter().any(|p| !p.pod_affinity.is_empty());
+        let mut node = base.clone();
+        {
+            let alloc = Arc::make_mut(&mut node.alloc);
+            for p in &potential {
+                alloc.evict(&p.uid);
+            }
+        }
+        if !self.fits(index, &node, recompute) {
+            return None;
+        }
+        potential.sort_by(more_important_first);
+        let (violating, fine) = split_by_budgets(potential, budgets);
+        let breaking = violating.len();
+        let mut victims = Vec::new();
+        let mut violations = 0;
+        for (i, p) in violating.into_iter().chain(fine).enumerate() {
+            let uid = p.uid.clone();
+            Arc::make_mut(&mut node.alloc).admit(p);
+            if !self.fits(index, &node, recompute) {
+                if let Some(p) = Arc::make_mut(&mut node.alloc).evict(&uid) {
+                    victims.push(p);
+                }
+                if i < breaking {
+                    violations += 1;
+                }
+            }
+        }
+        Some((victims, violations))
+    }
+}
+
+impl Profile {
+    /// Whether evicting pods may lift this rejection (its filter says so).
+    pub fn preemption_may_help(&self, f: &FilteredNode) -> bool {
+        self.filters
+            .iter()
+            .find(|p| p.name() == f.plugin)
+            .is_some_and(|p| p.preemption_may_help(&f.reason))
+    }
+
+    /// DefaultPreemption for `pod`, which `evaluation` (this profile's, on `snapshot`) found
+    /// no node for: candidate nodes are tried from a random offset, as kube-scheduler does,
+    /// until enough are found (see [`PreemptionArgs`]); `budgets` are the cluster's
+    /// PodDisruptionBudgets.
+    pub fn preempt(
+        &self,
+        snapshot: &ClusterSnapshot,
+        pod: &PodInfo,
+        evaluation: &Evaluation,
+        budgets: &[DisruptionBudget],
+        rng: &mut impl Rng,
+    ) -> PreemptionOutcome {
+        let Some(args) = self.preemption else {
+            return PreemptionOutcome::Ineligible(format!(
+                "profile {:?} does not preempt",
+                self.name
+            ));
+        };
+        if pod.preemption_never {
+            return PreemptionOutcome::Ineligible("its preemptionPolicy is Never".to_string());
+        }
+        if let Some(nominated) = &pod.nominated_node {
+            // Waiting for earlier victims to go, unless its node can no longer take it.
+            let unresolvable = evaluation
+                .filtered
+                .iter()
+                .find(|f| {
+                    snapshot
+                        .nodes
+                        .get(f.index)
+                        .is_some_and(|n| &*n.name == nominated)
+                })
+                .is_some_and(|f| !self.preemption_may_help(f));
+            if !unresolvable
+                && snapshot.get(nominated).is_some_and(|n| {
+                    n.alloc
+                        .pods
+                        .iter()
+                        .any(|p| p.terminating && p.priority < pod.priority)
+                })
+            {
+                return PreemptionOutcome::Ineligible(format!(
+                    "lower-priority pods it preempted on node {nominated} are still terminating"
+                ));
+            }
+        }
+        let potential: Vec<usize> = evaluation
+            .filtered
+            .iter()
+            .filter(|f| f.index < snapshot.nodes.len() && self.preemption_may_help(f))
+            .map(|f| f.index)
+            .collect();
+        if potential.is_empty() {
+            return PreemptionOutcome::NoCandidates { potential: 0 };
+        }
+        let want = args.num_candidates(potential.len());
+        let offset = rng.random_range(0..potential.len());
+        let ctx = CycleContext::new(snapshot, self.window_seconds, self.stale_policy);
+        let states: Vec<Option<PreFilterState>> = self
+            .filters
+            .iter()
+            .map(|f| f.prefilter(&ctx, pod))
+            .collect();
+        let run = DryRun {
+            profile: self,
+            ctx: &ctx,
+            states: &states,
+            pod,
+        };
+        let (mut fine, mut violating) = (Vec::new(), Vec::new());
+        let mut examined = 0;
+        for k in 0..potential.len() {
+            examined = k + 1;
+            let index = potential[(offset + k) % potential.len()];
+            if let Some((victims, pdb_violations)) = run.victims(index, budgets) {
+                let c = Candidate {
+                    index,
+                    victims,
+                    pdb_violations,
+                    rank: 0,
+                };
+                let list = if pdb_violations == 0 {
+                    &mut fine
+                } else {
+                    &mut violating
+                };
+                // kube-scheduler's candidate lists hold `want` entries each.
+                if list.len() < want {
+                    list.push(c);
+                }
+            }
+            if !fine.is_empty() && fine.len() + violating.len() >= want {
+                break;
+            }
+        }
+        let mut candidates: Vec<(RankKey, Candidate)> = fine
+            .into_iter()
+            .chain(violating)
+            .map(|c| (c.key(), c))
+            .collect();
+        if candidates.is_empty() {
+            return PreemptionOutcome::NoCandidates {
+                potential: potential.len(),
+            };
+        }
+        candidates.sort_by_key(|a| a.0);
+        let mut rank = 0;
+        for i in 1..candidates.len() {
+            if candidates[i].0 != candidates[i - 1].0 {
+                rank += 1;
+            }
+            candidates[i].1.rank = rank;
+        }
+        PreemptionOutcome::Proposal(Preemption {
+            candidates: candidates.into_iter().map(|(_, c)| c).collect(),
+            potential: potential.len(),
+            examined,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::FilterPlugin;
+    use crate::snapshot::{KubeNode, NodeAllocation};
+    use loadstar_common::model::ResourceList;
+    use rand::SeedableRng;
+    use std::collections::BTreeMap;
+
+    /// Fits when the node's requested CPU plus the pod's is within allocatable; eviction
+    /// helps. A stand-in for NodeResourcesFit, which lives a layer up.
+    #[derive(Debug)]
+    struct CpuFit;
+    impl FilterPlugin for CpuFit {
+        fn name(&self) -> &'static str {
+            "CpuFit"
+        }
+        fn filter(
+            &self,
+            _: &CycleContext<'_>,
+            pod: &PodInfo,
+            node: &NodeView,
+        ) -> Result<(), String> {
+            let free = node.allocatable().cpu_millis - node.alloc.requested.cpu_millis;
+            if pod.requests.cpu_millis <= free {
+                Ok(())
+            } else {
+                Err("Insufficient cpu".into())
+            }
+        }
+        fn preemption_may_help(&self, _: &str) -> bool {
+            true
+        }
+    }
+
+    /// Rejects nodes labelled `blocked`, unresolvably.
+    #[derive(Debug)]
+    struct Blocked;
+    impl FilterPlugin for Blocked {
+        fn name(&self) -> &'static str {
+            "Blocked"
+        }
+        fn filter(&self, _: &CycleContext<'_>, _: &PodInfo, node: &NodeView) -> Result<(), String> {
+            if node.labels_or_empty().contains_key("blocked") {
+                Err("node(s) were blocked".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    fn running(name: &str, cpu: i64, priority: i32, start: Option<i64>, app: &str) -> PodOnNode {
+        PodOnNode {
+            uid: format!("uid-{name}"),
+            name: name.into(),
+            namespace: "ns".into(),
+            labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+            priority,
+            start_time: start,
+            requests: ResourceList {
+                cpu_millis: cpu,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn node(name: &str, cpu: i64, pods: Vec<PodOnNode>, blocked: bool) -> NodeView {
+        let mut alloc = NodeAllocation::default();
+        for p in pods {
+            alloc.admit(p);
+        }
+        let mut labels = BTreeMap::new();
+        if blocked {
+            labels.insert("blocked".to_string(), String::new());
+        }
+        NodeView {
+            name: Arc::from(name),
+            agent: None,
+            kube: Some(Arc::new(KubeNode {
+                allocatable: ResourceList {
+                    cpu_millis: cpu,
+                    pods: 110,
+                    ..Default::default()
+                },
+                labels,
+                ready: true,
+                ..Default::default()
+            })),
+            alloc: Arc::new(alloc),
+            stale: false,
+            report_age_seconds: None,
+        }
+    }
+
+    fn profile() -> Profile {
+        Profile {
+            name: "p".into(),
+            filters: vec![Box::new(Blocked), Box::new(CpuFit)],
+            scores: vec![],
+            window_seconds: 60,
+            stale_policy: StalePolicy::Fallback,
+            stale_penalty: 0.5,
+            preemption: Some(PreemptionArgs::default()),
+        }
+    }
+
+    fn incoming(cpu: i64, priority: i32) -> PodInfo {
+        PodInfo {
+            uid: "uid-new".into(),
+            name: "new".into(),
+            namespace: "ns".into(),
+            priority,
+            requests: ResourceList {
+                cpu_millis: cpu,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn run(
+        snap: &ClusterSnapshot,
+        pod: &PodInfo,
+        budgets: &[DisruptionBudget],
+    ) -> PreemptionOutcome {
+        let p = profile();
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let ev = p.evaluate(snap, pod, None, 0, &mut rng);
+        assert_eq!(ev.feasible(), 0, "preemption only runs when nothing fits");
+        p.preempt(snap, pod, &ev, budgets, &mut rng)
+    }
+
+    fn names(c: &Candidate) -> Vec<&str> {
+        c.victims.iter().map(|v| v.name.as_str()).collect()
+    }
+
+    #[test]
+    fn evicts_the_fewest_lowest_priority_pods_and_reprieves_the_rest() {
+        // n1: evicting the 500m priority-1 pod is enough; the priority-5 pod is reprieved.
+        // n2: needs both of its pods gone (sum of priorities higher).
+        let snap = ClusterSnapshot::new(
+            vec![
+                node(
+                    "n1",
+                    2000,
+                    vec![
+                        running("a", 1000, 5, Some(10), "x"),
+                        running("b", 500, 1, Some(20), "x"),
+                        running("c", 500, 100, Some(30), "x"),
+                    ],
+                    false,
+                ),
+                node(
+                    "n2",
+                    2000,
+                    vec![
+                        running("d", 1000, 1, Some(10), "x"),
+                        running("e", 1000, 1, Some(15), "x"),
+                    ],
+                    false,
+                ),
+            ],
+            1,
+        );
+        let PreemptionOutcome::Proposal(p) = run(&snap, &incoming(500, 10), &[]) else {
+            panic!("expected a proposal");
+        };
+        let best = p.chosen().expect("a candidate");
+        assert_eq!(&*snap.nodes[best.index].name, "n1");
+        assert_eq!(names(best), vec!["b"]);
+        assert_eq!(p.candidates.len(), 2);
+        assert_eq!(
+            names(&p.candidates[1]),
+            vec!["e"],
+            "n2: one priority-1 pod is enough"
+        );
+        // Same first-victim priority (1), sum and count: the later start wins (n1's b at 20
+        // over n2's e at 15).
+        assert_eq!(p.candidates[1].rank, 1);
+    }
+
+    #[test]
+    fn never_evicts_equal_or_higher_priority_and_skips_unresolvable_nodes() {
+        let snap = ClusterSnapshot::new(
+            vec![
+                node("n1", 1000, vec![running("a", 1000, 10, None, "x")], false),
+                node("n2", 1000, vec![running("b", 1000, 1, None, "x")], true),
+            ],
+            1,
+        );
+        match run(&snap, &incoming(500, 10), &[]) {
+            PreemptionOutcome::NoCandidates { potential } => assert_eq!(potential, 1),
+            other => panic!("expected no candidates, got {other:?}"),
+        }
+        let never = PodInfo {
+            preemption_never: true,
+            ..incoming(500, 10)
+        };
+        assert!(matches!(
+            run(&snap, &never, &[]),
+            PreemptionOutcome::Ineligible(r) if r.contains("Never")
+        ));
+    }
+
+    #[test]
+    fn budgets_steer_victims_and_nodes() {
+        // Both nodes need one 1000m pod gone. n1's is covered by a budget with no
+        // disruptions left, n2's is not: n2 wins although its victim has higher priority.
+        let snap = ClusterSnapshot::new(
+            vec![
+                node(
+                    "n1",
+                    1000,
+                    vec![running("a", 1000, 1, Some(1), "db")],
+                    false,
+                ),
+                node(
+                    "n2",
+                    1000,
+                    vec![running("b", 1000, 5, Some(1), "web")],
+                    false,
+                ),
+            ],
+            1,
+        );
+        let budget = DisruptionBudget {
+            namespace: "ns".into(),
+            selector: Some(LabelSelector {
+                match_labels: BTreeMap::from([("app".to_string(), "db".to_string())]),
+                ..Default::default()
+            }),
+            disruptions_allowed: 0,
+            disrupted_pods: BTreeSet::new(),
+        };
+        let PreemptionOutcome::Proposal(p) =
+            run(&snap, &incoming(1000, 10), std::slice::from_ref(&budget))
+        else {
+            panic!("expected a proposal");
+        };
+        assert_eq!(&*snap.nodes[p.candidates[0].index].name, "n2");
+        assert_eq!(p.candidates[1].pdb_violations, 1);
+        // With one disruption allowed, n1's lower-priority victim wins again.
+        let allowed = DisruptionBudget {
+            disruptions_allowed: 1,
+            ..budget
+        };
+        let PreemptionOutcome::Proposal(p) = run(&snap, &incoming(1000, 10), &[allowed]) else {
+            panic!("expected a proposal");
+        };
+        assert_eq!(&*snap.nodes[p.candidates[0].index].name, "n1");
+        assert_eq!(p.candidates[0].pdb_violations, 0);
+    }
+
+    #[test]
+    fn a_nominated_pod_waits_for_its_victims() {
+        let mut gone = running("a", 1000, 1, Some(1), "x");
+        gone.terminating = true;
+        let snap = ClusterSnapshot::new(vec![node("n1", 1000, vec![gone], false)], 1);
+        let pod = PodInfo {
+            nominated_node: Some("n1".into()),
+            ..incoming(1000, 10)
+        };
+        assert!(matches!(
+            run(&snap, &pod, &[]),
+            PreemptionOutcome::Ineligible(r) if r.contains("still terminating")
+        ));
+    }
+
+    #[test]
+    fn candidate_counts_follow_the_arguments() {
+        let a = PreemptionArgs::default();
+        assert_eq!(a.num_candidates(50), 50);
+        assert_eq!(a.num_candidates(5000), 500);
+        assert!(
+            PreemptionArgs {
+                min_candidate_nodes_percentage: 0,
+                min_candidate_nodes_absolute: 0
+            }
+            .validate()
+            .is_err()
+        );
+    }
+}
