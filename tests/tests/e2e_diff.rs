@@ -25,9 +25,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
 use diff_support::extender::Extender;
-use diff_support::generator::generate;
+use diff_support::generator::{generate, generate_preemption};
 use diff_support::kube_scheduler::KubeScheduler;
-use diff_support::runner::{Harness, Outcome, probe_namespace};
+use diff_support::runner::{Harness, Outcome, create_priority_classes, probe_namespace};
 use diff_support::scenario::{
     BIND_COMPLETED, DELETE_GRACEFULLY, Feature, Scenario, after_create, claim_names, str_at,
 };
@@ -86,13 +86,41 @@ const GENERATOR_FINGERPRINT: u64 = 0x2B96_B456_1F51_774C;
 const DEFAULT_SEED: u64 = 0x10AD_57A2;
 /// Scenarios when `LOADSTAR_DIFF_SCENARIOS` is unset.
 const DEFAULT_SCENARIOS: usize = 100;
+/// Preemption scenarios when `LOADSTAR_DIFF_PREEMPTION` is unset.
+const DEFAULT_PREEMPTION_SCENARIOS: usize = 30;
+
+/// Which generator a case comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// [`generate`]: feasible sets.
+    Filters,
+    /// [`generate_preemption`]: feasible sets, nominated node and victims.
+    Preemption,
+}
+
+impl Kind {
+    fn generate(self, seed: u64, index: usize, prefix: &str) -> Scenario {
+        match self {
+            Kind::Filters => generate(seed, index, prefix),
+            Kind::Preemption => generate_preemption(seed, index, prefix),
+        }
+    }
+
+    /// The environment variable that picks one scenario of this kind.
+    fn only_hint(self) -> &'static str {
+        match self {
+            Kind::Filters => "LOADSTAR_DIFF_ONLY",
+            Kind::Preemption => "LOADSTAR_DIFF_ONLY_PREEMPTION",
+        }
+    }
+}
 
 /// What to run, from the environment.
 #[derive(Debug)]
 struct Plan {
     seed: u64,
-    /// `(regression name, seed, index)`, in order.
-    cases: Vec<(Option<&'static str>, u64, usize)>,
+    /// `(regression name, seed, index, kind)`, in order.
+    cases: Vec<(Option<&'static str>, u64, usize, Kind)>,
 }
 
 fn parse_u64(s: &str) -> Result<u64> {
@@ -111,22 +139,29 @@ impl Plan {
             Some(s) => parse_u64(&s).context("LOADSTAR_DIFF_SEED")?,
             None => DEFAULT_SEED,
         };
-        if let Some(only) = get("LOADSTAR_DIFF_ONLY") {
-            let index = parse_u64(&only).context("LOADSTAR_DIFF_ONLY")? as usize;
-            return Ok(Plan {
-                seed,
-                cases: vec![(None, seed, index)],
-            });
+        for kind in [Kind::Filters, Kind::Preemption] {
+            if let Some(only) = get(kind.only_hint()) {
+                let index = parse_u64(&only).context(kind.only_hint())? as usize;
+                return Ok(Plan {
+                    seed,
+                    cases: vec![(None, seed, index, kind)],
+                });
+            }
         }
-        let n = match get("LOADSTAR_DIFF_SCENARIOS") {
-            Some(s) => parse_u64(&s).context("LOADSTAR_DIFF_SCENARIOS")? as usize,
-            None => DEFAULT_SCENARIOS,
+        let count = |var: &str, default: usize| -> Result<usize> {
+            Ok(match get(var) {
+                Some(s) => parse_u64(&s).context(var.to_string())? as usize,
+                None => default,
+            })
         };
+        let n = count("LOADSTAR_DIFF_SCENARIOS", DEFAULT_SCENARIOS)?;
+        let p = count("LOADSTAR_DIFF_PREEMPTION", DEFAULT_PREEMPTION_SCENARIOS)?;
         let mut cases: Vec<_> = REGRESSIONS
             .iter()
-            .map(|&(name, seed, index)| (Some(name), seed, index))
+            .map(|&(name, seed, index)| (Some(name), seed, index, Kind::Filters))
             .collect();
-        cases.extend((0..n).map(|i| (None, seed, i)));
+        cases.extend((0..n).map(|i| (None, seed, i, Kind::Filters)));
+        cases.extend((0..p).map(|i| (None, seed, i, Kind::Preemption)));
         Ok(Plan { seed, cases })
     }
 }
@@ -140,7 +175,7 @@ fn list(set: &BTreeSet<String>) -> String {
 }
 
 /// Everything about one disagreement: how to rerun it, both answers, the objects.
-fn disagreement_report(name: Option<&str>, sc: &Scenario, o: &Outcome) -> String {
+fn disagreement_report(name: Option<&str>, kind: Kind, sc: &Scenario, o: &Outcome) -> String {
     let mut s = String::new();
     let title = name
         .map(|n| format!(" (regression {n:?})"))
@@ -152,8 +187,10 @@ fn disagreement_report(name: Option<&str>, sc: &Scenario, o: &Outcome) -> String
     );
     let _ = writeln!(
         s,
-        "rerun it alone: LOADSTAR_DIFF_SEED={:#x} LOADSTAR_DIFF_ONLY={} bash tests/e2e/diff.sh",
-        sc.seed, sc.index
+        "rerun it alone: LOADSTAR_DIFF_SEED={:#x} {}={} bash tests/e2e/diff.sh",
+        sc.seed,
+        kind.only_hint(),
+        sc.index
     );
     let features: Vec<&str> = sc.features.iter().map(|f| f.name()).collect();
     let _ = writeln!(s, "features: {}", features.join("; "));
@@ -184,6 +221,17 @@ fn disagreement_report(name: Option<&str>, sc: &Scenario, o: &Outcome) -> String
         .difference(&o.kube_feasible)
         .cloned()
         .collect();
+    if let Some(k) = &o.kube_preempted {
+        let _ = writeln!(
+            s,
+            "kube-scheduler preempted: node {:?}, victims {:?}",
+            k.node, k.victims
+        );
+        let _ = writeln!(s, "Loadstar's preemption: {}", o.loadstar_preemption_note);
+        for c in &o.loadstar_preempted {
+            let _ = writeln!(s, "  best: node {:?}, victims {:?}", c.node, c.victims);
+        }
+    }
     let _ = writeln!(s, "only kube-scheduler: {}", list(&only_kube));
     let _ = writeln!(s, "only Loadstar:       {}", list(&only_loadstar));
     let _ = writeln!(s, "scenario (kubectl apply -f -):\n{}", sc.to_yaml());
@@ -282,6 +330,7 @@ async fn kube_scheduler_and_loadstar_agree_on_feasible_nodes() -> Result<()> {
     let nonce = format!("{:05x}", rand_u32() & 0xf_ffff);
     let probe_ns = format!("diff-probes-{nonce}");
     probe_namespace(&client, &probe_ns).await?;
+    create_priority_classes(&client).await?;
     let mut h = Harness {
         client,
         scorer,
@@ -301,9 +350,10 @@ async fn kube_scheduler_and_loadstar_agree_on_feasible_nodes() -> Result<()> {
     let mut tally = Tally::default();
     let mut identical = 0;
     let mut disagreed: Vec<String> = Vec::new();
-    for (k, &(name, seed, index)) in plan.cases.iter().enumerate() {
+    let mut preemptions = (0usize, 0usize);
+    for (k, &(name, seed, index, kind)) in plan.cases.iter().enumerate() {
         let prefix = format!("d{nonce}-{k}");
-        let sc = generate(seed, index, &prefix);
+        let sc = kind.generate(seed, index, &prefix);
         let outcome = h
             .run(&sc, &prefix)
             .await
@@ -318,10 +368,20 @@ async fn kube_scheduler_and_loadstar_agree_on_feasible_nodes() -> Result<()> {
                 outcome.kube_message
             );
         }
+        if let Some(p) = &outcome.kube_preempted {
+            preemptions.0 += 1;
+            preemptions.1 += usize::from(p.node.is_some());
+            if verbose {
+                eprintln!(
+                    "[diff]   preemption: kube-scheduler {:?} {:?}; Loadstar {}",
+                    p.node, p.victims, outcome.loadstar_preemption_note
+                );
+            }
+        }
         if outcome.identical() {
             identical += 1;
         } else {
-            eprintln!("{}", disagreement_report(name, &sc, &outcome));
+            eprintln!("{}", disagreement_report(name, kind, &sc, &outcome));
             disagreed.push(format!("{index}@{seed:#x}"));
         }
         if (k + 1) % 25 == 0 && k + 1 < total {
@@ -357,6 +417,10 @@ async fn kube_scheduler_and_loadstar_agree_on_feasible_nodes() -> Result<()> {
     eprintln!(
         "[diff] {total} scenarios in {took:.1?} ({:.2?} each)",
         took / total.max(1) as u32
+    );
+    eprintln!(
+        "[diff] {} preemption scenario(s), kube-scheduler preempted in {}",
+        preemptions.0, preemptions.1
     );
     eprintln!("{identical}/{total} scenarios identical");
     ensure!(

@@ -26,14 +26,16 @@ fn generator_is_a_pure_function_of_seed_and_index() {
 
 #[test]
 fn generator_covers_every_feature_and_many_scenarios_without_inter_pod_filters() {
+    // What a CI run draws: the filter scenarios, then the preemption ones.
     let scenarios: Vec<Scenario> = (0..DEFAULT_SCENARIOS)
         .map(|i| generate(DEFAULT_SEED, i, "p"))
+        .chain((0..DEFAULT_PREEMPTION_SCENARIOS).map(|i| generate_preemption(DEFAULT_SEED, i, "p")))
         .collect();
     for f in Feature::ALL {
         let n = scenarios.iter().filter(|s| s.features.contains(f)).count();
-        assert!(n >= 3, "{} in only {n} of 100 scenarios", f.name());
+        assert!(n >= 3, "{} in only {n} of a CI run's scenarios", f.name());
     }
-    let basic = scenarios
+    let basic = scenarios[..DEFAULT_SCENARIOS]
         .iter()
         .filter(|s| !s.needs_inter_pod_filters())
         .count();
@@ -213,5 +215,59 @@ fn plan_numbers_parse_in_decimal_and_hex() -> Result<()> {
     assert_eq!(parse_u64("0x10AD_57A2")?, DEFAULT_SEED);
     assert_eq!(parse_u64("42")?, 42);
     assert!(parse_u64("forty").is_err());
+    Ok(())
+}
+
+#[test]
+fn preemption_scenarios_are_valid_objects_where_the_incoming_pod_fits_nowhere() -> Result<()> {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::DynamicObject;
+    for index in 0..200 {
+        let sc = generate_preemption(DEFAULT_SEED, index, "p");
+        let mut free: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for n in &sc.nodes {
+            let node: Node = serde_json::from_value(n.clone())?;
+            let a = node.status.and_then(|s| s.allocatable).unwrap_or_default();
+            let cpu = loadstar_common::quantity::parse_nonneg_millis(&a["cpu"].0)?;
+            let slots: i64 = a["pods"].0.parse()?;
+            free.insert(node.metadata.name.unwrap_or_default(), (cpu, slots));
+        }
+        for p in &sc.pods {
+            let pod: Pod = serde_json::from_value(p.clone())?;
+            let spec = pod.spec.context("spec")?;
+            ensure!(spec.termination_grace_period_seconds == Some(0));
+            let cpu = &spec.containers[0]
+                .resources
+                .as_ref()
+                .context("resources")?
+                .requests
+                .as_ref()
+                .context("requests")?["cpu"];
+            let node = spec.node_name.context("bound")?;
+            let f = free.get_mut(&node).context("a scenario node")?;
+            f.0 -= loadstar_common::quantity::parse_nonneg_millis(&cpu.0)?;
+            f.1 -= 1;
+        }
+        let incoming: Pod = serde_json::from_value(sc.incoming.clone())?;
+        let want = loadstar_common::quantity::parse_nonneg_millis(
+            &incoming.spec.context("spec")?.containers[0]
+                .resources
+                .as_ref()
+                .context("resources")?
+                .requests
+                .as_ref()
+                .context("requests")?["cpu"]
+                .0,
+        )?;
+        for (node, (cpu, slots)) in &free {
+            ensure!(
+                *cpu < want || *slots <= 0,
+                "scenario {index}: the incoming pod fits {node} as generated"
+            );
+        }
+        for b in &sc.budgets {
+            let _: DynamicObject = serde_json::from_value(b.clone())?;
+        }
+    }
     Ok(())
 }

@@ -27,6 +27,13 @@ pub const FILTER_VERB: &str = "filter";
 /// `FailedScheduling` message, counting the nodes that passed kube-scheduler's filters.
 pub const PASSED_REASON: &str = "diff extender: passed kube-scheduler's filters";
 
+/// Annotation of a pod the extender lets through (every node it is shown passes): the
+/// incoming pod of a preemption scenario. After preempting, kube-scheduler 1.20 retries the
+/// pod at once (its own status update counts as an update); rejected by the extender on the
+/// freed node, it would preempt again with candidates that need no victims, a case that
+/// crashes its `pickOneNodeForPreemption`. Let through, it binds, as in a real cluster.
+pub const ACCEPT: &str = "loadstar-diff/extender-accepts";
+
 type Calls = Arc<Mutex<HashMap<String, Vec<Vec<String>>>>>;
 
 /// The running extender.
@@ -98,7 +105,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Pod UID and node names of an `ExtenderArgs` body.
 fn parse_args(body: &[u8]) -> Result<(String, Vec<String>), String> {
+    parse(body).map(|(uid, nodes, _)| (uid, nodes))
+}
+
+/// [`parse_args`], and whether the pod carries [`ACCEPT`].
+fn parse(body: &[u8]) -> Result<(String, Vec<String>, bool), String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    let accept = v
+        .pointer("/Pod/metadata/annotations")
+        .and_then(|a| a.get(ACCEPT))
+        .and_then(Value::as_str)
+        == Some("true");
     let uid = v
         .pointer("/Pod/metadata/uid")
         .and_then(Value::as_str)
@@ -117,12 +134,21 @@ fn parse_args(body: &[u8]) -> Result<(String, Vec<String>), String> {
                 .ok_or("a node without metadata.name")
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((uid, nodes))
+    Ok((uid, nodes, accept))
 }
 
 async fn filter(State(state): State<AppState>, body: Bytes) -> impl IntoResponse {
-    let answer = match parse_args(&body) {
-        Ok((uid, nodes)) => {
+    let answer = match parse(&body) {
+        Ok((uid, nodes, true)) => {
+            lock(&state.calls).entry(uid).or_default().push(nodes);
+            // Every node passes: the same NodeList back.
+            let list = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v.get("Nodes").cloned())
+                .unwrap_or(Value::Null);
+            json!({"Nodes": list, "NodeNames": null, "FailedNodes": {}, "Error": ""})
+        }
+        Ok((uid, nodes, false)) => {
             let failed: serde_json::Map<String, Value> = nodes
                 .iter()
                 .map(|n| (n.clone(), json!(PASSED_REASON)))

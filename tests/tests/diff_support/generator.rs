@@ -7,7 +7,10 @@
 //! Names are the only input besides `(seed, index)`: a `prefix` that makes this run's
 //! namespaces, nodes and volumes unique, and changes nothing else.
 mod constraints;
+pub mod preemption;
 mod volumes;
+
+pub use preemption::generate_preemption;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -92,6 +95,8 @@ pub fn generate(seed: u64, index: usize, prefix: &str) -> Scenario {
         incoming,
         volumes: storage.volumes,
         claims: storage.claims,
+        budgets: Vec::new(),
+        priority_classes: BTreeMap::new(),
         features: g.features,
     }
 }

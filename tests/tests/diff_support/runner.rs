@@ -30,13 +30,17 @@ use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
 use loadstar_proto::pb;
 use loadstar_proto::pb::scorer_client::ScorerClient;
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
 use super::extender::Extender;
+use super::generator::preemption::admitted;
 use super::kube_scheduler::KubeScheduler;
 use super::scenario::{
     AFTER_CREATE, DELETE_GRACEFULLY, MARK_SUCCEEDED, SCHEDULER_NAME, Scenario, after_create,
@@ -75,12 +79,77 @@ pub struct Outcome {
     pub loadstar_summary: String,
     /// Loadstar's error, when `Score` failed.
     pub loadstar_error: Option<String>,
+    /// Preemption scenarios: what kube-scheduler did.
+    pub kube_preempted: Option<Preempted>,
+    /// Preemption scenarios: Loadstar's best candidates (all of rank 0; empty when it
+    /// would not preempt), and its outcome in words.
+    pub loadstar_preempted: Vec<Preempted>,
+    /// See [`Outcome::loadstar_preempted`].
+    pub loadstar_preemption_note: String,
+}
+
+/// A preemption decision: the nominated node (`None`: no preemption) and the victims, as
+/// `namespace/name`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Preempted {
+    /// The nominated node.
+    pub node: Option<String>,
+    /// The deleted pods.
+    pub victims: BTreeSet<String>,
 }
 
 impl Outcome {
-    /// Whether both feasible sets are identical (and Loadstar answered).
+    /// Whether both feasible sets are identical (and Loadstar answered), and in preemption
+    /// scenarios whether kube-scheduler's nominated node and victims are one of Loadstar's
+    /// best candidates (or neither preempted).
     pub fn identical(&self) -> bool {
-        self.loadstar_error.is_none() && self.kube_feasible == self.loadstar_feasible
+        let preemption = match &self.kube_preempted {
+            None => true,
+            Some(Preempted {
+                node: None,
+                victims,
+            }) => victims.is_empty() && self.loadstar_preempted.is_empty(),
+            Some(k) => self.loadstar_preempted.contains(k),
+        };
+        self.loadstar_error.is_none() && self.kube_feasible == self.loadstar_feasible && preemption
+    }
+}
+
+impl Outcome {
+    /// Reads a `Score` answer with a preemption part into this outcome.
+    fn read_preemption_answer(&mut self, r: pb::ScoreResponse) {
+        self.loadstar_feasible = r.ranked.iter().map(|n| n.node_name.clone()).collect();
+        self.loadstar_filtered = r
+            .filtered
+            .iter()
+            .map(|f| (f.node_name.clone(), f.plugin.clone(), f.reason.clone()))
+            .collect();
+        self.loadstar_summary = r.summary;
+        let Some(p) = r.preemption else {
+            self.loadstar_preemption_note = "no preemption answer".into();
+            return;
+        };
+        self.loadstar_preemption_note = format!(
+            "{:?} {} ({} potential, {} examined, {} candidate(s))",
+            pb::PreemptionOutcome::try_from(p.outcome).unwrap_or_default(),
+            p.reason,
+            p.potential_nodes,
+            p.examined_nodes,
+            p.candidates.len()
+        );
+        self.loadstar_preempted = p
+            .candidates
+            .iter()
+            .filter(|c| c.rank == 0)
+            .map(|c| Preempted {
+                node: Some(c.node_name.clone()),
+                victims: c
+                    .victims
+                    .iter()
+                    .map(|v| format!("{}/{}", v.namespace, v.name))
+                    .collect(),
+            })
+            .collect();
     }
 }
 
@@ -148,6 +217,69 @@ async fn after_create_step(client: &Client, pod: &Value) -> Result<()> {
                 .with_context(|| format!("marking {ns}/{name} Succeeded"))?;
         }
         Some(other) => bail!("{ns}/{name}: unknown {AFTER_CREATE} {other:?}"),
+    }
+    Ok(())
+}
+
+/// PodDisruptionBudgets as the 1.20 API server serves them (`policy/v1beta1`).
+fn budgets_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "policy",
+        "v1beta1",
+        "PodDisruptionBudget",
+    ));
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Creates the scenario's budgets and writes their status (the disruption controller that
+/// would does not run here).
+async fn create_budgets(client: &Client, sc: &Scenario) -> Result<()> {
+    for b in &sc.budgets {
+        let ns = str_at(b, "/metadata/namespace");
+        let name = str_at(b, "/metadata/name");
+        let api = budgets_api(client, &ns);
+        let obj: DynamicObject = serde_json::from_value(b.clone())?;
+        api.create(&PostParams::default(), &obj)
+            .await
+            .with_context(|| format!("creating PodDisruptionBudget {ns}/{name}"))?;
+        let status = json!({"status": b.get("status").cloned().unwrap_or_default()});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .with_context(|| format!("writing the status of PodDisruptionBudget {ns}/{name}"))?;
+    }
+    Ok(())
+}
+
+/// Writes an existing pod's `status.startTime` (a kubelet would), when the scenario gives
+/// one.
+async fn set_start_time(client: &Client, pod: &Value) -> Result<()> {
+    let Some(start) = pod.pointer("/status/startTime") else {
+        return Ok(());
+    };
+    let ns = str_at(pod, "/metadata/namespace");
+    let name = str_at(pod, "/metadata/name");
+    let patch = json!({"status": {"startTime": start}});
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("writing {ns}/{name}'s start time"))?;
+    Ok(())
+}
+
+/// Creates the PriorityClasses preemption scenarios name (once per run; existing ones are
+/// kept).
+pub async fn create_priority_classes(client: &Client) -> Result<()> {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let api: Api<PriorityClass> = Api::all(client.clone());
+    for (name, value, policy) in super::generator::preemption::CLASSES {
+        let pc: PriorityClass = serde_json::from_value(
+            json!({"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}),
+        )?;
+        match api.create(&PostParams::default(), &pc).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e).with_context(|| format!("creating PriorityClass {name}")),
+        }
     }
     Ok(())
 }
@@ -248,6 +380,97 @@ impl Harness {
             })
             .await?;
         Ok(answer.into_inner())
+    }
+
+    /// Loadstar's answer, preemption included, for a pod sent whole before it exists.
+    async fn score_preempt(
+        &mut self,
+        pod: &Value,
+        candidates: Vec<String>,
+    ) -> Result<pb::ScoreResponse> {
+        let answer = self
+            .scorer
+            .score(pb::ScoreRequest {
+                pod: Some(pb::score_request::Pod::PodJson(pod.to_string())),
+                candidate_nodes: candidates,
+                preempt: true,
+                ..Default::default()
+            })
+            .await?;
+        Ok(answer.into_inner())
+    }
+
+    /// kube-scheduler's first decision about a preemption scenario's incoming pod (which
+    /// the extender lets through, see [`super::extender::ACCEPT`]): its feasible set, its
+    /// condition, and what its preemption did — the `nominatedNodeName` (written with the
+    /// Unschedulable condition, in one patch) and the scenario pods that are gone (deleted
+    /// before that patch). A pod bound without a nomination had feasible nodes: the
+    /// extender's first call.
+    async fn kube_preemption(
+        &mut self,
+        sc: &Scenario,
+        ns: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<(BTreeSet<String>, String, Preempted)> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let deadline = Instant::now() + DECISION_TIMEOUT;
+        let (feasible, message, node) = loop {
+            let pod = api.get(name).await?;
+            let status = pod.status.clone().unwrap_or_default();
+            let nominated = status.nominated_node_name.clone().filter(|n| !n.is_empty());
+            let condition = unschedulable_condition(&pod).unwrap_or_default();
+            let first_call = self.extender.calls(uid).into_iter().next();
+            if nominated.is_some() {
+                break (BTreeSet::new(), condition, nominated);
+            }
+            if pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some()
+            {
+                let nodes = first_call.unwrap_or_default().into_iter().collect();
+                break (nodes, "bound without preemption".to_string(), None);
+            }
+            if !condition.is_empty() {
+                break (BTreeSet::new(), condition, None);
+            }
+            if let Some(st) = self.kube.exited() {
+                bail!("kube-scheduler exited ({st}):\n{}", self.kube.log_tail());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "scenario {}: kube-scheduler did not decide about {ns}/{name} within \
+                     {DECISION_TIMEOUT:?}; its log:\n{}",
+                    sc.index,
+                    self.kube.log_tail()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        let mut present = BTreeSet::new();
+        for ns in &sc.namespaces {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            for p in api.list(&ListParams::default()).await?.items {
+                if p.metadata.deletion_timestamp.is_none() {
+                    present.insert(format!("{ns}/{}", p.metadata.name.unwrap_or_default()));
+                }
+            }
+        }
+        let victims = sc
+            .pods
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    str_at(p, "/metadata/namespace"),
+                    str_at(p, "/metadata/name")
+                )
+            })
+            .filter(|k| !present.contains(k))
+            .collect();
+        Ok((feasible, message, Preempted { node, victims }))
     }
 
     async fn score(
@@ -472,6 +695,7 @@ impl Harness {
             create_namespace(&self.client, ns).await?;
         }
         storage::create_scenario_storage(&self.client, sc, &self.probe_ns, tag).await?;
+        create_budgets(&self.client, sc).await?;
         self.play_history(sc).await?;
         let client = &self.client;
         let created: Vec<Result<()>> = futures::stream::iter(&sc.nodes)
@@ -488,6 +712,7 @@ impl Harness {
         created.into_iter().collect::<Result<Vec<Pod>>>()?;
         for p in &sc.pods {
             after_create_step(client, p).await?;
+            set_start_time(client, p).await?;
         }
 
         self.barrier(sc, tag).await?;
@@ -495,8 +720,40 @@ impl Harness {
 
         let ns = str_at(&sc.incoming, "/metadata/namespace");
         let name = str_at(&sc.incoming, "/metadata/name");
+        let before = if sc.is_preemption() {
+            if let Some(wait) = SNAPSHOT_AGE.checked_sub(synced.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+            let pod = admitted(&sc.incoming, &sc.priority_classes);
+            Some(self.score_preempt(&pod, sc.node_names()).await)
+        } else {
+            None
+        };
         let pod = create_pod(&self.client, &sc.incoming).await?;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if let Some(answer) = before {
+            let (kube_feasible, kube_message, preempted) =
+                self.kube_preemption(sc, &ns, &name, &uid).await?;
+            let mut out = Outcome {
+                kube_feasible,
+                kube_message,
+                kube_unstable: Vec::new(),
+                loadstar_feasible: BTreeSet::new(),
+                loadstar_filtered: Vec::new(),
+                loadstar_summary: String::new(),
+                loadstar_error: None,
+                kube_preempted: Some(preempted),
+                loadstar_preempted: Vec::new(),
+                loadstar_preemption_note: String::new(),
+            };
+            // Loadstar was asked before the pod existed: kube-scheduler deletes the victims
+            // at once, so by reference is no longer the same question afterwards.
+            match answer {
+                Ok(r) => out.read_preemption_answer(r),
+                Err(e) => out.loadstar_error = Some(format!("Score by pod_json: {e:#}")),
+            }
+            return Ok(out);
+        }
         let (decision, kube_message) = self
             .kube_decision(&ns, &name, &uid, DECISION_TIMEOUT, true)
             .await?
@@ -539,6 +796,9 @@ impl Harness {
             loadstar_filtered: Vec::new(),
             loadstar_summary: String::new(),
             loadstar_error: None,
+            kube_preempted: None,
+            loadstar_preempted: Vec::new(),
+            loadstar_preemption_note: String::new(),
         };
         let by_json = self.score_json(&ns, &name, sc.node_names()).await;
         match answer {
@@ -584,6 +844,12 @@ impl Harness {
                 .await;
         }
         storage::delete_scenario_storage(&self.client, sc, &self.probe_ns, tag).await;
+        for b in &sc.budgets {
+            let api = budgets_api(&self.client, &str_at(b, "/metadata/namespace"));
+            let _ = api
+                .delete(&str_at(b, "/metadata/name"), &DeleteParams::default())
+                .await;
+        }
         let nodes: Api<Node> = Api::all(self.client.clone());
         let names = sc.node_names();
         futures::future::join_all(names.iter().map(|n| {

@@ -106,6 +106,13 @@ pub enum Feature {
     /// The incoming pod mounts a claim that is unbound, bound to a missing volume, being
     /// deleted, or missing itself.
     UnboundClaims,
+    /// A preemption scenario: pods of several priorities fill the nodes; both schedulers'
+    /// nominated node and victims are compared.
+    Preemption,
+    /// Some existing pods are covered by PodDisruptionBudgets.
+    DisruptionBudgets,
+    /// The incoming pod has `preemptionPolicy: Never`.
+    PreemptionNever,
 }
 
 impl Feature {
@@ -135,6 +142,9 @@ impl Feature {
         Feature::VolumeNodeAffinity,
         Feature::VolumeZones,
         Feature::UnboundClaims,
+        Feature::Preemption,
+        Feature::DisruptionBudgets,
+        Feature::PreemptionNever,
     ];
 
     /// A short name, with the kube-scheduler plugin it exercises.
@@ -164,6 +174,9 @@ impl Feature {
             Feature::VolumeNodeAffinity => "VolumeBinding: bound volume's node affinity",
             Feature::VolumeZones => "VolumeZone: zone/region-labelled bound volume",
             Feature::UnboundClaims => "VolumeBinding: unbound/deleted/missing claim or PV",
+            Feature::Preemption => "DefaultPreemption: nominated node and victims",
+            Feature::DisruptionBudgets => "DefaultPreemption: PodDisruptionBudgets",
+            Feature::PreemptionNever => "DefaultPreemption: preemptionPolicy Never",
         }
     }
 
@@ -205,6 +218,13 @@ pub struct Scenario {
     /// [`Scenario::volumes`] (as the PV controller would leave them), some not. Usually
     /// empty.
     pub claims: Vec<Value>,
+    /// PodDisruptionBudgets (`policy/v1beta1`, each with `metadata.namespace`), created
+    /// first, their `status` then written as the disruption controller would (it does not
+    /// run here). Only in preemption scenarios.
+    pub budgets: Vec<Value>,
+    /// PriorityClass name → (value, `preemptionPolicy`), of the classes the scenario's pods
+    /// name (the runner creates them once; admission copies both into each pod's spec).
+    pub priority_classes: BTreeMap<String, (i32, String)>,
     /// What it exercises.
     pub features: BTreeSet<Feature>,
 }
@@ -238,6 +258,11 @@ impl Scenario {
             .collect()
     }
 
+    /// Whether both schedulers' preemption is compared.
+    pub fn is_preemption(&self) -> bool {
+        self.features.contains(&Feature::Preemption)
+    }
+
     /// Whether the scenario has volumes or claims.
     pub fn has_storage(&self) -> bool {
         !self.volumes.is_empty() || !self.claims.is_empty()
@@ -266,6 +291,15 @@ impl Scenario {
         }
         for c in &self.claims {
             docs.push(with_kind(c, "PersistentVolumeClaim"));
+        }
+        for (name, value) in &self.priority_classes {
+            docs.push(
+                json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                             "metadata": {"name": name}, "value": value}),
+            );
+        }
+        for b in &self.budgets {
+            docs.push(b.clone());
         }
         for p in self.pods.iter().chain(std::iter::once(&self.incoming)) {
             docs.push(with_kind(p, "Pod"));
