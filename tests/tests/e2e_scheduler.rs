@@ -800,3 +800,131 @@ async fn pod_constraints_are_honoured_or_refused_by_name_never_violated() -> Res
     delete_nodes(&client, &nodes).await;
     Ok(())
 }
+
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn preemption_evicts_the_fewest_lower_priority_pods_spares_budgets_and_binds() -> Result<()> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    priority_classes(&client).await?;
+    let ns = namespace(&client, "preempt").await?;
+    let nodes = vec!["pre-a".to_string(), "pre-b".to_string()];
+    for n in &nodes {
+        create_node(&client, n, "4", "16Gi").await?;
+    }
+    // A budget with no disruption left (no disruption controller runs here: status unset
+    // reads as 0 allowed) over the `guarded` pod.
+    let budgets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "policy",
+            "v1beta1",
+            "PodDisruptionBudget",
+        )),
+    );
+    let pdb: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guard"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}
+    }))?;
+    budgets.create(&PostParams::default(), &pdb).await?;
+    // Both nodes full. pre-a: a mid- and a low-priority pod; pre-b: a high-priority pod and
+    // a low-priority one under the budget. Victims go at once (grace 0: no kubelet here).
+    let bound = |name: &str, node: &str, class: &str, app: &str| {
+        let mut p = pod(name, Some("default-scheduler"), "2", MI);
+        p["metadata"]["labels"]["app"] = json!(app);
+        p["spec"]["nodeName"] = json!(node);
+        p["spec"]["priorityClassName"] = json!(class);
+        p["spec"]["terminationGracePeriodSeconds"] = json!(0);
+        p
+    };
+    create_pods(
+        &client,
+        &ns,
+        vec![
+            bound("a-mid", "pre-a", "e2e-mid", "x"),
+            bound("a-low", "pre-a", "e2e-low", "x"),
+            bound("b-high", "pre-b", "e2e-high", "x"),
+            bound("b-low", "pre-b", "e2e-low", "guarded"),
+        ],
+    )
+    .await?;
+    let scorer = Scorer::start(&env, "preempt-1", "lease-preempt", &[]).await?;
+    let mut hi = pod("hi", Some(SCHEDULER), "2", MI);
+    hi["spec"]["priorityClassName"] = json!("e2e-high");
+    create_pod(&client, &ns, hi).await?;
+    // Evicting a-low alone makes room on pre-a; pre-b would break the budget.
+    let placed = eventually(
+        "hi bound after preempting",
+        Duration::from_secs(60),
+        || async {
+            let ps = pods(&client, &ns).await?;
+            let names: Vec<String> = ps.iter().map(name_of).collect();
+            Ok(
+                match ps.iter().find(|p| name_of(p) == "hi").and_then(node_of) {
+                    Some(n) => Ok((n, names)),
+                    None => Err(format!("pods now: {names:?}")),
+                },
+            )
+        },
+    )
+    .await
+    .with_context(|| scorer.log_tail())?;
+    assert_eq!(placed.0, "pre-a");
+    let mut left = placed.1;
+    left.sort();
+    assert_eq!(
+        left,
+        vec!["a-mid", "b-high", "b-low", "hi"],
+        "only a-low is evicted"
+    );
+    let preempted: Vec<String> = events(&client, &ns)
+        .await?
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Preempted"))
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.involved_object.name.unwrap_or_default(),
+                e.message.unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(
+        preempted,
+        vec![format!("a-low: Preempted by {ns}/hi on node pre-a")]
+    );
+    eventually(
+        "hi's nominatedNodeName",
+        Duration::from_secs(10),
+        || async {
+            let ps = pods(&client, &ns).await?;
+            let nominated = ps
+                .iter()
+                .find(|p| name_of(p) == "hi")
+                .and_then(|p| p.status.as_ref()?.nominated_node_name.clone());
+            Ok(if nominated.as_deref() == Some("pre-a") {
+                Ok(())
+            } else {
+                Err(format!("{nominated:?}"))
+            })
+        },
+    )
+    .await?;
+    // A pod that may not preempt waits, and evicts nobody.
+    let mut never = pod("never", Some(SCHEDULER), "2", MI);
+    never["spec"]["priorityClassName"] = json!("e2e-high-never");
+    create_pod(&client, &ns, never).await?;
+    let reason = refusal(&client, &ns, "never").await?;
+    ensure!(reason.contains("Insufficient cpu"), "{reason}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut now: Vec<String> = pods(&client, &ns).await?.iter().map(name_of).collect();
+    now.sort();
+    assert_eq!(now, vec!["a-mid", "b-high", "b-low", "hi", "never"]);
+    delete_nodes(&client, &nodes).await;
+    Ok(())
+}

@@ -874,6 +874,122 @@ mod tests {
         );
     }
 
+    /// A pod of `priority` bound to `node`.
+    fn bound(name: &str, cpu: &str, priority: i32, node: &str) -> k8s_openapi::api::core::v1::Pod {
+        let mut p = pod(name, cpu);
+        let spec = p.spec.as_mut().expect("spec");
+        spec.priority = Some(priority);
+        spec.node_name = Some(node.to_string());
+        spec.scheduler_name = Some("other".to_string());
+        p
+    }
+
+    #[tokio::test]
+    async fn preempts_the_lowest_priority_pod_nominates_and_holds_the_node() {
+        let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1", "4"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        cache.apply_pod(&bound("low", "2", 1, "n1"));
+        cache.apply_pod(&bound("mid", "2", 5, "n1"));
+        let mut high = pod("high", "2");
+        high.spec.as_mut().expect("spec").priority = Some(10);
+        cache.apply_pod(&high);
+        cache.pods_relist_done();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let run = tokio::spawn(scheduler.clone().run({
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        }));
+        wait_for(&log, "the victim's deletion and the nomination", |l| {
+            l.iter().any(|e| e.0 == "DELETE") && l.iter().any(|e| e.2.contains("nominatedNodeName"))
+        })
+        .await;
+        let entries = log.lock().expect("log").clone();
+        let deletes: Vec<&(String, String, String)> =
+            entries.iter().filter(|e| e.0 == "DELETE").collect();
+        assert_eq!(deletes.len(), 1, "{entries:?}");
+        assert_eq!(deletes[0].1, "/api/v1/namespaces/ns/pods/low");
+        assert!(
+            deletes[0].2.contains("uid-low"),
+            "UID precondition: {:?}",
+            deletes[0]
+        );
+        wait_for(&log, "the Preempted event", |l| {
+            l.iter()
+                .any(|e| e.2.contains("Preempted by ns/high on node n1"))
+        })
+        .await;
+        let nomination = entries
+            .iter()
+            .find(|e| e.2.contains("nominatedNodeName"))
+            .expect("nomination patch");
+        assert_eq!(nomination.1, "/api/v1/namespaces/ns/pods/high/status");
+        assert!(nomination.2.contains("\"n1\""), "{nomination:?}");
+        // A lower-priority pod that would fit once `low` leaves does not take the room
+        // (held by the nomination until `high` binds, then by `high`), and preempts nobody:
+        // `mid` outranks it. `with_nominated` is checked on its own below.
+        let mut small = pod("small", "2");
+        small.spec.as_mut().expect("spec").priority = Some(3);
+        cache.apply_pod(&bound("low", "2", 1, "n1"));
+        cache.delete_pod(&bound("low", "2", 1, "n1"));
+        cache.apply_pod(&small);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            cache.placement("uid-small").is_none(),
+            "the nominated pod's room was taken"
+        );
+        // The nominated pod binds there.
+        wait_for(&log, "high bound", |l| {
+            l.iter().any(|e| e.1.ends_with("/pods/high/binding"))
+        })
+        .await;
+        assert_eq!(
+            cache.placement("uid-high").map(|p| p.0),
+            Some("n1".to_string())
+        );
+        let deletes = log
+            .lock()
+            .expect("log")
+            .iter()
+            .filter(|e| e.0 == "DELETE")
+            .count();
+        assert_eq!(deletes, 1, "nobody else was evicted");
+        stop.notify_one();
+        run.await.expect("scheduler stops");
+    }
+
+    #[tokio::test]
+    async fn nominated_pods_count_on_their_node_once() {
+        let (scheduler, cache, _) = setup(&[], always_leader("test-1"));
+        cache.apply_node(&node("n1", "4"));
+        let mut high = pod("high", "2");
+        high.spec.as_mut().expect("spec").priority = Some(10);
+        cache.apply_pod(&high);
+        let facts = cache.pod("ns/high").expect("cached");
+        let info = facts.info.as_ref().expect("convertible");
+        cache.nominate("ns/high", "n1", info);
+        let snap = (*scheduler.store.snapshot_now()).clone();
+        let n = cache.nominations();
+        assert_eq!(n.len(), 1);
+        let view = with_nominated(&snap, &n);
+        let i = view.index["n1"];
+        assert_eq!(view.nodes[i].alloc.requested.cpu_millis, 2000);
+        assert_eq!(
+            snap.nodes[i].alloc.requested.cpu_millis, 0,
+            "the original is untouched"
+        );
+        // Once placed there, it is not counted twice.
+        let again = with_nominated(&view, &n);
+        assert_eq!(again.nodes[i].alloc.requested.cpu_millis, 2000);
+        // Bound: the nomination goes.
+        let mut bound_high = high.clone();
+        bound_high.spec.as_mut().expect("spec").node_name = Some("n1".into());
+        cache.apply_pod(&bound_high);
+        assert!(cache.nominations().is_empty());
+    }
+
     #[tokio::test]
     async fn binds_fitting_pods_reports_unschedulable_ones_and_drops_conflicts() {
         let (scheduler, cache, log) = setup(&["taken"], always_leader("test-1"));

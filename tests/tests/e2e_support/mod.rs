@@ -165,12 +165,18 @@ pub async fn delete_nodes(client: &Client, names: &[String]) {
     }
 }
 
-/// PriorityClasses `e2e-high` (1000) and `e2e-low` (10), created once.
+/// PriorityClasses `e2e-high` (1000), `e2e-mid` (100), `e2e-low` (10) and
+/// `e2e-high-never` (1000, `preemptionPolicy: Never`), created once.
 pub async fn priority_classes(client: &Client) -> Result<()> {
     let api: Api<PriorityClass> = Api::all(client.clone());
-    for (name, value) in [("e2e-high", 1000), ("e2e-low", 10)] {
+    for (name, value, policy) in [
+        ("e2e-high", 1000, "PreemptLowerPriority"),
+        ("e2e-mid", 100, "PreemptLowerPriority"),
+        ("e2e-low", 10, "PreemptLowerPriority"),
+        ("e2e-high-never", 1000, "Never"),
+    ] {
         let pc: PriorityClass = serde_json::from_value(json!({
-            "metadata": {"name": name}, "value": value
+            "metadata": {"name": name}, "value": value, "preemptionPolicy": policy
         }))?;
         match api.create(&PostParams::default(), &pc).await {
             Ok(_) => {}
