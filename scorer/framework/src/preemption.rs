@@ -5,19 +5,17 @@
 //! nodes as `pickOneNodeForPreemption` does. The scheduler (`scorer/kube`) deletes the
 //! victims and sets `nominatedNodeName`; `Scorer.Score` reports the same proposal.
 //!
-//! One deliberate difference: kube-scheduler keeps the PreFilter state of InterPodAffinity and
-//! PodTopologySpread up to date incrementally (`AddPod`/`RemovePod`) while it tries victims;
-//! here those states are recomputed on a copy of the snapshot, and only when they can change
-//! (the pod has required pod affinity, anti-affinity or hard spread constraints, or a
-//! potential victim carries affinity terms). Same answers, more work per step on big
-//! clusters; plain resource preemption reuses the states.
+//! As in kube-scheduler, the PreFilter states (InterPodAffinity's and PodTopologySpread's
+//! cluster-wide counts) are computed once per pod, copied per candidate node and updated as
+//! victims are removed and reprieved ([`crate::FilterPlugin::prefilter_update`]), so a dry
+//! run costs a few filter calls per pod on the node, never a pass over the cluster.
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use rand::Rng;
 
-use crate::constraints::{LabelSelector, WhenUnsatisfiable};
+use crate::constraints::LabelSelector;
 use crate::profile::{
     CycleContext, Evaluation, FilteredNode, PreFilterState, Profile, StalePolicy,
 };
@@ -179,17 +177,6 @@ pub enum PreemptionOutcome {
     Proposal(Preemption),
 }
 
-/// Whether the pod's own checks read other nodes' pods (then evicting a pod can change the
-/// PreFilter states, which must be recomputed).
-fn reads_other_pods(pod: &PodInfo) -> bool {
-    !pod.pod_affinity.required.is_empty()
-        || !pod.pod_affinity.required_anti.is_empty()
-        || pod
-            .spread_constraints
-            .iter()
-            .any(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
-}
-
 /// `MoreImportantPod` as an ordering: higher priority first, then the earlier start
 /// (unstarted last).
 fn more_important_first(a: &PodOnNode, b: &PodOnNode) -> std::cmp::Ordering {
@@ -225,70 +212,79 @@ fn split_by_budgets(
     (violating, fine)
 }
 
-/// One node's dry run: the snapshot, the pod and the PreFilter states of the whole cycle.
+/// The dry runs of one preemption: the snapshot, the pod and the PreFilter states of the
+/// whole cycle. Each node's run changes the states as it removes and reprieves pods, then
+/// puts back what it removed: the updates are exact counts, so the states come back
+/// unchanged (kube-scheduler copies them per node instead; a copy of InterPodAffinity's
+/// counts costs more than the whole dry run of a node).
 struct DryRun<'a> {
     profile: &'a Profile,
     ctx: &'a CycleContext<'a>,
-    states: &'a [Option<PreFilterState>],
+    states: Vec<Option<PreFilterState>>,
     pod: &'a PodInfo,
 }
 
 impl DryRun<'_> {
-    /// Whether the pod passes every filter on `node` (standing in for node `index`).
-    fn fits(&self, index: usize, node: &NodeView, recompute: bool) -> bool {
+    /// Whether the pod passes every filter on `node`.
+    fn fits(&self, node: &NodeView) -> bool {
         let p = self.profile;
         if node.stale && p.stale_policy == StalePolicy::Filter {
             return false;
         }
-        if !recompute {
-            return p.filters.iter().zip(self.states).all(|(f, s)| {
-                f.filter_prepared(self.ctx, s.as_ref(), self.pod, node)
-                    .is_ok()
-            });
-        }
-        let mut copy = self.ctx.snapshot.clone();
-        copy.nodes[index] = node.clone();
-        let ctx = CycleContext {
-            snapshot: &copy,
-            digests: None,
-            ..*self.ctx
-        };
-        let node = &copy.nodes[index];
-        p.filters.iter().all(|f| {
-            let state = f.prefilter(&ctx, self.pod);
-            f.filter_prepared(&ctx, state.as_ref(), self.pod, node)
+        p.filters.iter().zip(&self.states).all(|(f, s)| {
+            f.filter_prepared(self.ctx, s.as_ref(), self.pod, node)
                 .is_ok()
         })
+    }
+
+    /// Takes `uid` off `node`, updating the states (`RemovePod`).
+    fn remove(&mut self, node: &mut NodeView, uid: &str) -> Option<PodOnNode> {
+        let pod = Arc::make_mut(&mut node.alloc).evict(uid)?;
+        self.update(node, &pod, -1);
+        Some(pod)
+    }
+
+    /// Puts `pod` back on `node`, updating the states (`AddPod`).
+    fn add(&mut self, node: &mut NodeView, pod: PodOnNode) {
+        self.update(node, &pod, 1);
+        Arc::make_mut(&mut node.alloc).admit(pod);
+    }
+
+    fn update(&mut self, node: &NodeView, pod: &PodOnNode, delta: i64) {
+        for (f, s) in self.profile.filters.iter().zip(self.states.iter_mut()) {
+            if let Some(s) = s {
+                f.prefilter_update(s, self.pod, pod, node, delta);
+            }
+        }
     }
 
     /// `selectVictimsOnNode`: `None` when evicting every lower-priority pod is not enough
     /// (or there is none); else the victims and how many of them break a budget.
     fn victims(
-        &self,
+        &mut self,
         index: usize,
         budgets: &[DisruptionBudget],
     ) -> Option<(Vec<PodOnNode>, usize)> {
         let base = &self.ctx.snapshot.nodes[index];
-        let mut potential: Vec<PodOnNode> = base
+        let lower: Vec<String> = base
             .alloc
             .pods
             .iter()
             .filter(|p| p.priority < self.pod.priority)
-            .cloned()
+            .map(|p| p.uid.clone())
             .collect();
-        if potential.is_empty() {
+        if lower.is_empty() {
             return None;
         }
-        let recompute =
-            reads_other_pods(self.pod) || potential.iter().any(|p| !p.pod_affinity.is_empty());
         let mut node = base.clone();
-        {
-            let alloc = Arc::make_mut(&mut node.alloc);
-            for p in &potential {
-                alloc.evict(&p.uid);
+        let mut potential: Vec<PodOnNode> = lower
+            .iter()
+            .filter_map(|uid| self.remove(&mut node, uid))
+            .collect();
+        if !self.fits(&node) {
+            for p in potential {
+                self.update(&node, &p, 1);
             }
-        }
-        if !self.fits(index, &node, recompute) {
             return None;
         }
         potential.sort_by(more_important_first);
@@ -298,15 +294,19 @@ impl DryRun<'_> {
         let mut violations = 0;
         for (i, p) in violating.into_iter().chain(fine).enumerate() {
             let uid = p.uid.clone();
-            Arc::make_mut(&mut node.alloc).admit(p);
-            if !self.fits(index, &node, recompute) {
-                if let Some(p) = Arc::make_mut(&mut node.alloc).evict(&uid) {
+            self.add(&mut node, p);
+            if !self.fits(&node) {
+                if let Some(p) = self.remove(&mut node, &uid) {
                     victims.push(p);
                 }
                 if i < breaking {
                     violations += 1;
                 }
             }
+        }
+        // Restore the cycle's states for the next node.
+        for v in &victims {
+            self.update(&node, v, 1);
         }
         Some((victims, violations))
     }
@@ -384,10 +384,10 @@ impl Profile {
             .iter()
             .map(|f| f.prefilter(&ctx, pod))
             .collect();
-        let run = DryRun {
+        let mut run = DryRun {
             profile: self,
             ctx: &ctx,
-            states: &states,
+            states,
             pod,
         };
         let (mut fine, mut violating) = (Vec::new(), Vec::new());

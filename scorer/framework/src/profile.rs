@@ -128,7 +128,8 @@ impl<'a> CycleContext<'a> {
 }
 
 /// What a filter's PreFilter computed for one pod: read back by the same plugin's
-/// [`FilterPlugin::filter_prepared`].
+/// [`FilterPlugin::filter_prepared`], and kept up to date by
+/// [`FilterPlugin::prefilter_update`] while preemption tries evicting pods.
 pub type PreFilterState = Box<dyn Any + Send + Sync>;
 
 /// A filter: can the pod run on this node at all?
@@ -157,6 +158,20 @@ pub trait FilterPlugin: Send + Sync + Debug {
     /// joined with [`REASON_SEPARATOR`] (like upstream's status message); the summary counts
     /// each.
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String>;
+    /// kube-scheduler's PreFilter extensions `AddPod` (`delta` 1) and `RemovePod` (−1):
+    /// `existing` is added to or removed from `node`, and `state` (this plugin's, for `pod`)
+    /// must follow. Preemption calls it while trying victims, and relies on it being exact:
+    /// removing then adding a pod gives back the same state. The default does nothing:
+    /// right for plugins without cluster-wide state.
+    fn prefilter_update(
+        &self,
+        _state: &mut PreFilterState,
+        _pod: &PodInfo,
+        _existing: &crate::snapshot::PodOnNode,
+        _node: &NodeView,
+        _delta: i64,
+    ) {
+    }
     /// Whether evicting lower-priority pods from a node may lift this plugin's rejection
     /// `reason` (kube-scheduler's `Unschedulable`, as opposed to
     /// `UnschedulableAndUnresolvable`). The default, `false`, keeps preemption away from

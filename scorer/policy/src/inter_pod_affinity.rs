@@ -28,7 +28,7 @@
 //! labels.
 use std::collections::{BTreeMap, HashMap};
 
-use loadstar_framework::snapshot::{AffinityTerm, NodeView, PodInfo};
+use loadstar_framework::snapshot::{AffinityTerm, NodeView, PodInfo, PodOnNode};
 use loadstar_framework::{
     CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, REASON_SEPARATOR, ScorePlugin,
 };
@@ -86,10 +86,6 @@ fn add_to_pair(
     }
 }
 
-fn bump(counts: &mut PairCounts, key: &str, node_labels: &BTreeMap<String, String>) {
-    add_to_pair(counts, key, node_labels, 1);
-}
-
 fn matches_all(
     terms: &[AffinityTerm],
     namespace: &str,
@@ -98,14 +94,68 @@ fn matches_all(
     !terms.is_empty() && terms.iter().all(|t| t.matches_pod(namespace, pod_labels))
 }
 
+/// Adds `by` to the pair `(key, node's value of key)` of a PreFilter state, dropping pairs
+/// (and keys) that reach zero, as kube-scheduler's `topologyToMatchedTermCount` does: the
+/// "first pod of a group" rule reads whether any pair is left.
+fn update_pair(
+    counts: &mut PairCounts,
+    key: &str,
+    node_labels: &BTreeMap<String, String>,
+    by: i64,
+) {
+    let Some(v) = node_labels.get(key) else {
+        return;
+    };
+    let values = counts.entry(key.to_string()).or_default();
+    let n = values.entry(v.clone()).or_insert(0);
+    *n += by;
+    if *n == 0 {
+        values.remove(v.as_str());
+        if values.is_empty() {
+            counts.remove(key);
+        }
+    }
+}
+
+/// What one existing pod on a node with `node_labels` adds to (`by` 1) or takes from (−1)
+/// `pod`'s PreFilter counts (kube-scheduler's `updateWithPod`). `anti_terms`: whether its
+/// own anti-affinity terms are to be read (false past the affinity prefix, where there are
+/// none).
+fn apply_pod(
+    s: &mut AffinityState,
+    pod: &PodInfo,
+    existing: &PodOnNode,
+    node_labels: &BTreeMap<String, String>,
+    anti_terms: bool,
+    by: i64,
+) {
+    if anti_terms {
+        for term in &existing.pod_affinity.required_anti {
+            if term.matches_pod(&pod.namespace, &pod.labels) {
+                update_pair(&mut s.existing_anti, &term.topology_key, node_labels, by);
+            }
+        }
+    }
+    let affinity = &pod.pod_affinity.required;
+    if matches_all(affinity, &existing.namespace, &existing.labels) {
+        for term in affinity {
+            update_pair(&mut s.affinity, &term.topology_key, node_labels, by);
+        }
+    }
+    for term in &pod.pod_affinity.required_anti {
+        if term.matches_pod(&existing.namespace, &existing.labels) {
+            update_pair(&mut s.anti, &term.topology_key, node_labels, by);
+        }
+    }
+}
+
 /// Computes the PreFilter counts for `pod` over every node of the snapshot.
 pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
     let mut s = AffinityState::default();
-    let affinity = &pod.pod_affinity.required;
-    let anti = &pod.pod_affinity.required_anti;
     // Without terms of its own only existing pods' anti-affinity matters: nodes without
     // pods carrying affinity are skipped unread.
-    let every_pod = !affinity.is_empty() || !anti.is_empty();
+    let every_pod =
+        !pod.pod_affinity.required.is_empty() || !pod.pod_affinity.required_anti.is_empty();
     for node in nodes {
         if !every_pod && node.alloc.pods_with_affinity == 0 {
             continue;
@@ -118,27 +168,12 @@ pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
         };
         let with_affinity = node.alloc.pods_with_affinity;
         for (i, existing) in candidates.iter().enumerate() {
-            // The pod itself (already assumed somewhere) never counts; compared only when a
-            // term matched, since UIDs are long and equal-length.
-            let other = || existing.uid != pod.uid;
+            // The pod itself (already assumed somewhere) never counts.
+            if existing.uid == pod.uid {
+                continue;
+            }
             // Pods past the affinity prefix have none: their terms are not even loaded.
-            if i < with_affinity {
-                for term in &existing.pod_affinity.required_anti {
-                    if term.matches_pod(&pod.namespace, &pod.labels) && other() {
-                        bump(&mut s.existing_anti, &term.topology_key, node_labels);
-                    }
-                }
-            }
-            if matches_all(affinity, &existing.namespace, &existing.labels) && other() {
-                for term in affinity {
-                    bump(&mut s.affinity, &term.topology_key, node_labels);
-                }
-            }
-            for term in anti {
-                if term.matches_pod(&existing.namespace, &existing.labels) && other() {
-                    bump(&mut s.anti, &term.topology_key, node_labels);
-                }
-            }
+            apply_pod(&mut s, pod, existing, node_labels, i < with_affinity, 1);
         }
     }
     s
@@ -363,7 +398,19 @@ impl FilterPlugin for InterPodAffinity {
         }
     }
 
-    /// Without a PreFilter state (a single-node check), computes it on the spot.
+    fn prefilter_update(
+        &self,
+        state: &mut PreFilterState,
+        pod: &PodInfo,
+        existing: &PodOnNode,
+        node: &NodeView,
+        delta: i64,
+    ) {
+        if let Some(s) = state.downcast_mut::<AffinityState>() {
+            apply_pod(s, pod, existing, node.labels_or_empty(), true, delta);
+        }
+    }
+
     /// Anti-affinity (the pod's or an existing pod's) is lifted by evicting the matching
     /// pods; the pod's own required affinity is not (upstream:
     /// `UnschedulableAndUnresolvable`).
@@ -373,6 +420,7 @@ impl FilterPlugin for InterPodAffinity {
             .any(|r| r == REASON_AFFINITY_RULES)
     }
 
+    /// Without a PreFilter state (a single-node check), computes it on the spot.
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
         check(&prefilter_state(&ctx.snapshot.nodes, pod), pod, node)
     }
@@ -710,5 +758,55 @@ mod tests {
             vec![placed("c1", "other", 1, Default::default())],
         )];
         assert_eq!(preempt(nodes, &q), Vec::<(String, Vec<String>)>::new());
+    }
+
+    #[test]
+    fn removing_a_pod_updates_the_state_as_recomputing_would() {
+        let anti_web = Arc::new(PodAffinity {
+            required_anti: vec![term("web", "zone")],
+            ..Default::default()
+        });
+        let nodes = vec![
+            zoned(
+                "a1",
+                Some("a"),
+                vec![
+                    running("w1", "web", Default::default()),
+                    running("x1", "db", anti_web.clone()),
+                ],
+            ),
+            zoned(
+                "a2",
+                Some("a"),
+                vec![running("w2", "web", anti_web.clone())],
+            ),
+            zoned(
+                "b1",
+                Some("b"),
+                vec![running("d1", "db", Default::default())],
+            ),
+        ];
+        let p = incoming(
+            "web",
+            PodAffinity {
+                required: vec![term("db", "zone")],
+                required_anti: vec![term("web", "kubernetes.io/hostname")],
+                ..Default::default()
+            },
+        );
+        let full = prefilter_state(&nodes, &p);
+        for (i, n) in nodes.iter().enumerate() {
+            for victim in &n.alloc.pods {
+                let mut fewer = nodes.clone();
+                let mut alloc = (*fewer[i].alloc).clone();
+                alloc.remove_pod(&victim.uid);
+                fewer[i].alloc = Arc::new(alloc);
+                let mut s = full.clone();
+                apply_pod(&mut s, &p, victim, n.labels_or_empty(), true, -1);
+                assert_eq!(s, prefilter_state(&fewer, &p), "without {}", victim.uid);
+                apply_pod(&mut s, &p, victim, n.labels_or_empty(), true, 1);
+                assert_eq!(s, full, "and back with {}", victim.uid);
+            }
+        }
     }
 }

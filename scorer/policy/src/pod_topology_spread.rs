@@ -26,7 +26,9 @@
 //! mislead. `SelectorSpread` spreads by controller instead.
 use std::collections::{BTreeMap, HashMap};
 
-use loadstar_framework::snapshot::{NodeView, PodInfo, SpreadConstraint, WhenUnsatisfiable};
+use loadstar_framework::snapshot::{
+    NodeView, PodInfo, PodOnNode, SpreadConstraint, WhenUnsatisfiable,
+};
 use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, ScorePlugin};
 use serde::Deserialize;
 
@@ -132,6 +134,42 @@ pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> SpreadState {
     }
 }
 
+/// `existing` added to (`delta` 1) or removed from (−1) `node`: kube-scheduler's
+/// `updateWithPod` — a pod of the same namespace on a node carrying every constraint's key
+/// counts in each constraint whose selector it matches (like upstream, whether or not it is
+/// terminating). The minimum is then recomputed over every domain; upstream tracks only the
+/// two smallest domains, which after several re-additions can report a larger minimum than
+/// the true one (Loadstar keeps the exact one).
+pub fn update_with_pod(
+    state: &mut SpreadState,
+    pod: &PodInfo,
+    existing: &PodOnNode,
+    node: &NodeView,
+    delta: i64,
+) {
+    if existing.namespace != pod.namespace {
+        return;
+    }
+    let l = node.labels_or_empty();
+    let hard = hard_constraints(pod);
+    if !hard.iter().all(|c| l.contains_key(&c.topology_key)) {
+        return;
+    }
+    for (c, counts) in hard.iter().zip(state.constraints.iter_mut()) {
+        if !c
+            .selector
+            .as_ref()
+            .is_some_and(|s| s.matches(&existing.labels))
+        {
+            continue;
+        }
+        if let Some(n) = counts.per_value.get_mut(&l[&c.topology_key]) {
+            *n = n.saturating_add(i32::try_from(delta).unwrap_or(0));
+            counts.min = counts.per_value.values().copied().min().unwrap_or(i32::MAX);
+        }
+    }
+}
+
 /// The filter verdict for one node given the PreFilter state.
 pub fn check(state: &SpreadState, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
     let hard = pod
@@ -199,13 +237,26 @@ impl FilterPlugin for PodTopologySpread {
         }
     }
 
-    /// Without a PreFilter state (a single-node check), computes it on the spot.
+    fn prefilter_update(
+        &self,
+        state: &mut PreFilterState,
+        pod: &PodInfo,
+        existing: &PodOnNode,
+        node: &NodeView,
+        delta: i64,
+    ) {
+        if let Some(s) = state.downcast_mut::<SpreadState>() {
+            update_with_pod(s, pod, existing, node, delta);
+        }
+    }
+
     /// Skew can change when matching pods are evicted; a node missing a topology label
     /// stays unusable (upstream: `UnschedulableAndUnresolvable`).
     fn preemption_may_help(&self, reason: &str) -> bool {
         reason != REASON_MISSING_LABEL
     }
 
+    /// Without a PreFilter state (a single-node check), computes it on the spot.
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
         if hard_constraints(pod).is_empty() {
             return Ok(());
@@ -506,5 +557,30 @@ mod tests {
         let plain = pod(100, MIB);
         ScorePlugin::score(&PodTopologySpread, &ctx(&snap), &plain, &refs, &mut out);
         assert_eq!(out, vec![100; 4]);
+    }
+
+    #[test]
+    fn removing_a_pod_updates_the_state_as_recomputing_would() {
+        let nodes = vec![
+            node("a1", Some("a"), 2),
+            node("a2", Some("a"), 1),
+            node("b1", Some("b"), 1),
+            node("c1", Some("c"), 3),
+        ];
+        let p = spread(1, "zone");
+        let full = prefilter_state(&nodes, &p);
+        for (i, n) in nodes.iter().enumerate() {
+            for victim in &n.alloc.pods {
+                let mut fewer = nodes.clone();
+                let mut alloc = (*fewer[i].alloc).clone();
+                alloc.remove_pod(&victim.uid);
+                fewer[i].alloc = Arc::new(alloc);
+                let mut s = full.clone();
+                update_with_pod(&mut s, &p, victim, n, -1);
+                assert_eq!(s, prefilter_state(&fewer, &p), "without {}", victim.uid);
+                update_with_pod(&mut s, &p, victim, n, 1);
+                assert_eq!(s, full, "and back with {}", victim.uid);
+            }
+        }
     }
 }
