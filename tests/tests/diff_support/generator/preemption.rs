@@ -208,6 +208,16 @@ pub fn generate_preemption(seed: u64, index: usize, prefix: &str) -> Scenario {
         let app = g.pick(APPS);
         spec["affinity"] = g.anti_affinity(app);
     }
+    if g.chance(0.25) {
+        g.features.insert(Feature::SpreadDoNotSchedule);
+        let app = g.pick(APPS);
+        let key = g.pick(&[ZONE, HOSTNAME]);
+        let skew = g.pick(&[1, 1, 2]);
+        spec["topologySpreadConstraints"] = json!([{
+            "maxSkew": skew, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": app}}
+        }]);
+    }
     if g.chance(0.15) {
         g.features.insert(Feature::Tolerations);
         spec["tolerations"] = json!([{"key": "dedicated", "operator": "Exists"}]);
