@@ -188,6 +188,87 @@ pub struct VolumeNeeds {
     pub unschedulable: Option<String>,
 }
 
+/// An inline disk of a pod that only one pod (or only readers) may use on a node: the
+/// volume sources kube-scheduler 1.20's `VolumeRestrictions` compares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InlineDisk {
+    /// `gcePersistentDisk`: conflicts on the same `pdName` unless both are read-only.
+    GcePd {
+        /// `pdName`.
+        name: String,
+        /// `readOnly`.
+        read_only: bool,
+    },
+    /// `awsElasticBlockStore`: conflicts on the same `volumeID`, read-only or not.
+    AwsEbs {
+        /// `volumeID`.
+        volume_id: String,
+    },
+    /// `iscsi`: conflicts on the same `iqn` unless both are read-only.
+    Iscsi {
+        /// `iqn`.
+        iqn: String,
+        /// `readOnly`.
+        read_only: bool,
+    },
+    /// `rbd`: conflicts when the monitors overlap and pool and image are equal, unless both
+    /// are read-only.
+    Rbd {
+        /// `monitors`.
+        monitors: Vec<String>,
+        /// `pool` (the API server's default `rbd` when empty).
+        pool: String,
+        /// `image`.
+        image: String,
+        /// `readOnly`.
+        read_only: bool,
+    },
+}
+
+impl InlineDisk {
+    /// `isVolumeConflict` for one pair.
+    pub fn conflicts(&self, other: &InlineDisk) -> bool {
+        use InlineDisk::*;
+        match (self, other) {
+            (
+                GcePd { name, read_only },
+                GcePd {
+                    name: n,
+                    read_only: r,
+                },
+            ) => name == n && !(*read_only && *r),
+            (AwsEbs { volume_id }, AwsEbs { volume_id: v }) => volume_id == v,
+            (
+                Iscsi { iqn, read_only },
+                Iscsi {
+                    iqn: i,
+                    read_only: r,
+                },
+            ) => iqn == i && !(*read_only && *r),
+            (
+                Rbd {
+                    monitors,
+                    pool,
+                    image,
+                    read_only,
+                },
+                Rbd {
+                    monitors: m,
+                    pool: p,
+                    image: i,
+                    read_only: r,
+                },
+            ) => {
+                monitors.iter().any(|x| m.contains(x))
+                    && pool == p
+                    && image == i
+                    && !(*read_only && *r)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// What a topology spread constraint does when it cannot be met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WhenUnsatisfiable {

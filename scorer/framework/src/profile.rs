@@ -352,6 +352,11 @@ const CONSTRAINT_FILTERS: &[(&str, &str, DeclaresConstraint)] = &[
     ),
     ("NodePorts", "hostPort", |p| !p.host_ports.is_empty()),
     (
+        "VolumeRestrictions",
+        "spec.volumes[] (gcePersistentDisk, awsElasticBlockStore, iscsi, rbd)",
+        |p| !p.disks.is_empty(),
+    ),
+    (
         "VolumeBinding",
         "spec.volumes[].persistentVolumeClaim",
         |p| !p.claims.is_empty(),

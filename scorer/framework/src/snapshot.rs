@@ -68,8 +68,9 @@ pub struct Toleration {
 }
 
 pub use crate::constraints::{
-    AffinityTerm, LabelSelector, NodeSelectorTerm, PodAffinity, SelectorOp, SelectorRequirement,
-    SharedAffinity, SpreadConstraint, VolumeNeeds, WeightedAffinityTerm, WhenUnsatisfiable,
+    AffinityTerm, InlineDisk, LabelSelector, NodeSelectorTerm, PodAffinity, SelectorOp,
+    SelectorRequirement, SharedAffinity, SpreadConstraint, VolumeNeeds, WeightedAffinityTerm,
+    WhenUnsatisfiable,
 };
 
 /// A node selector term (kept under its old name).
@@ -138,6 +139,8 @@ pub struct PodInfo {
     pub priority: i32,
     /// status.nominatedNodeName: the node an earlier preemption cleared for it.
     pub nominated_node: Option<String>,
+    /// Inline disks `VolumeRestrictions` compares (GCE PD, EBS, iSCSI, RBD).
+    pub disks: Vec<InlineDisk>,
 }
 
 /// Default CPU request upstream assumes for scoring a container without one (millicores).
@@ -241,6 +244,8 @@ pub struct PodOnNode {
     /// status.startTime, Unix seconds (`None`: not started; preemption treats it as
     /// starting now, as kube-scheduler does).
     pub start_time: Option<i64>,
+    /// Its inline disks (`VolumeRestrictions`).
+    pub disks: Vec<InlineDisk>,
 }
 
 impl PodOnNode {
@@ -251,6 +256,7 @@ impl PodOnNode {
             nonzero_cpu_millis: info.nonzero_cpu_millis,
             nonzero_memory_bytes: info.nonzero_memory_bytes,
             start_time: None,
+            disks: info.disks.clone(),
             uid: info.uid.clone(),
             namespace: info.namespace.clone(),
             name: info.name.clone(),

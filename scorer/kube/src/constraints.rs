@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeSelector;
 use loadstar_framework::snapshot::{
-    AffinityTerm, LabelSelector, NodeSelectorTerm, PodAffinity, SelectorOp, SelectorRequirement,
-    SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
+    AffinityTerm, InlineDisk, LabelSelector, NodeSelectorTerm, PodAffinity, SelectorOp,
+    SelectorRequirement, SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
 };
 use thiserror::Error;
 
@@ -505,21 +505,61 @@ pub fn refused_fields(pod: &Pod) -> Vec<String> {
     out
 }
 
-/// Inline volume sources whose placement rules (VolumeRestrictions, NodeVolumeLimits) or
-/// claim creation (generic ephemeral volumes) Loadstar does not implement yet. Claims
-/// (`persistentVolumeClaim`) are resolved by [`crate::volumes`]; every other source
-/// (emptyDir, configMap, secret, projected, downwardAPI, hostPath, nfs, ...) does not
-/// constrain where a pod may run.
+/// Inline volume sources whose placement rules (the attach limits: NodeVolumeLimits,
+/// EBSLimits, GCEPDLimits, AzureDiskLimits, CinderLimits) or claim creation (generic
+/// ephemeral volumes) Loadstar does not implement yet. Claims (`persistentVolumeClaim`) are
+/// resolved by [`crate::volumes`]; iSCSI and RBD disks are checked by VolumeRestrictions
+/// ([`inline_disks`]); every other source (emptyDir, configMap, secret, projected,
+/// downwardAPI, hostPath, nfs, ...) does not constrain where a pod may run.
 const PLACEMENT_VOLUMES: &[&str] = &[
     "ephemeral",
     "gcePersistentDisk",
     "awsElasticBlockStore",
     "azureDisk",
     "cinder",
-    "rbd",
-    "iscsi",
     "csi",
 ];
+
+/// The pod's inline disks VolumeRestrictions compares. GCE and EBS disks are listed too
+/// (they are refused for their attach limits, but a pod already bound with one still holds
+/// it against newcomers).
+pub fn inline_disks(spec: &PodSpec) -> Vec<InlineDisk> {
+    let mut out = Vec::new();
+    for v in spec.volumes.iter().flatten() {
+        if let Some(d) = &v.gce_persistent_disk {
+            out.push(InlineDisk::GcePd {
+                name: d.pd_name.clone(),
+                read_only: d.read_only == Some(true),
+            });
+        }
+        if let Some(d) = &v.aws_elastic_block_store {
+            out.push(InlineDisk::AwsEbs {
+                volume_id: d.volume_id.clone(),
+            });
+        }
+        if let Some(d) = &v.iscsi {
+            out.push(InlineDisk::Iscsi {
+                iqn: d.iqn.clone(),
+                read_only: d.read_only == Some(true),
+            });
+        }
+        if let Some(d) = &v.rbd {
+            out.push(InlineDisk::Rbd {
+                monitors: d.monitors.clone(),
+                // The API server's default (`SetDefaults_RBDVolumeSource`), for pods sent
+                // whole that never went through it.
+                pool: d
+                    .pool
+                    .clone()
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(|| "rbd".into()),
+                image: d.image.clone(),
+                read_only: d.read_only == Some(true),
+            });
+        }
+    }
+    out
+}
 
 /// The claims the pod's volumes mount, by name.
 pub fn claims(pod: &Pod) -> Vec<String> {
@@ -662,6 +702,44 @@ mod tests {
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).expect("pod")
+    }
+
+    #[test]
+    fn iscsi_and_rbd_disks_are_placed_with_their_conflict_keys_cloud_disks_refused() {
+        let p = pod(
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}],
+            "volumes": [
+                {"name": "r", "rbd": {"monitors": ["10.0.0.1:6789"], "image": "img"}},
+                {"name": "i", "iscsi": {"targetPortal": "10.0.0.2:3260",
+                                        "iqn": "iqn.2001-04.com.example:disk", "lun": 0,
+                                        "readOnly": true}},
+                {"name": "g", "gcePersistentDisk": {"pdName": "pd-1"}}
+            ]}}),
+        );
+        let spec = p.spec.as_ref().expect("spec");
+        assert_eq!(
+            inline_disks(spec),
+            vec![
+                InlineDisk::Rbd {
+                    monitors: vec!["10.0.0.1:6789".into()],
+                    pool: "rbd".into(),
+                    image: "img".into(),
+                    read_only: false
+                },
+                InlineDisk::Iscsi {
+                    iqn: "iqn.2001-04.com.example:disk".into(),
+                    read_only: true
+                },
+                InlineDisk::GcePd {
+                    name: "pd-1".into(),
+                    read_only: false
+                },
+            ]
+        );
+        assert_eq!(
+            refused_fields(&p),
+            vec!["spec.volumes[2].gcePersistentDisk (\"g\")"]
+        );
     }
 
     #[test]

@@ -372,6 +372,7 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         host_ports,
         priority: facts.priority,
         nominated_node: facts.nominated_node.clone(),
+        disks: constraints::inline_disks(spec),
     })
 }
 

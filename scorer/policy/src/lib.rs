@@ -36,6 +36,7 @@ pub mod target_load_packing;
 pub mod usage_threshold;
 pub mod util;
 pub mod volume_binding;
+pub mod volume_restrictions;
 pub mod volume_zone;
 
 pub use args::{NoArgs, PluginError};

@@ -6,7 +6,7 @@ use crate::{
     balanced_allocation, eviction, gpu_bin_pack, inter_pod_affinity, least_allocated, load_ratio,
     load_variation_risk_balancing, min_variance, most_allocated, node_affinity, node_ports,
     node_ready, node_resources_fit, pod_topology_spread, selector_spread, taint_toleration,
-    target_load_packing, usage_threshold, volume_binding, volume_zone,
+    target_load_packing, usage_threshold, volume_binding, volume_restrictions, volume_zone,
 };
 
 /// Names of the filter plugins [`build_filter`] knows, in the order a profile usually runs
@@ -17,6 +17,7 @@ pub const FILTER_NAMES: &[&str] = &[
     node_affinity::NAME,
     node_resources_fit::NAME,
     node_ports::NAME,
+    volume_restrictions::NAME,
     volume_binding::NAME,
     volume_zone::NAME,
     pod_topology_spread::NAME,
@@ -60,6 +61,9 @@ pub fn build_filter(
         }
         inter_pod_affinity::NAME => {
             Box::new(inter_pod_affinity::InterPodAffinity::from_args(args)?)
+        }
+        volume_restrictions::NAME => {
+            Box::new(volume_restrictions::VolumeRestrictions::from_args(args)?)
         }
         volume_binding::NAME => Box::new(volume_binding::VolumeBinding::from_args(args)?),
         volume_zone::NAME => Box::new(volume_zone::VolumeZone::from_args(args)?),

@@ -72,9 +72,18 @@ fn generated_objects_are_kubernetes_objects_the_probe_can_rely_on() -> Result<()
                 sc.namespaces.contains(&ns),
                 "scenario {index}: namespace {ns}"
             );
-            // Claims only, each one of the scenario's (the incoming pod may name a missing one).
+            // Claims, each one of the scenario's (the incoming pod may name a missing one),
+            // and inline disks: iSCSI and RBD only on the incoming pod (Loadstar refuses
+            // GCE and EBS disks on purpose).
             let volumes = spec.volumes.unwrap_or_default();
-            ensure!(volumes.iter().all(|v| v.persistent_volume_claim.is_some()));
+            let incoming = std::ptr::eq(p, &sc.incoming);
+            ensure!(volumes.iter().all(|v| {
+                v.persistent_volume_claim.is_some()
+                    || v.iscsi.is_some()
+                    || v.rbd.is_some()
+                    || (!incoming
+                        && (v.gce_persistent_disk.is_some() || v.aws_elastic_block_store.is_some()))
+            }));
             for c in claim_names(p) {
                 let known = sc.claims.iter().any(|k| {
                     str_at(k, "/metadata/name") == c && str_at(k, "/metadata/namespace") == ns
@@ -200,6 +209,10 @@ fn the_regression_cases_carry_no_volumes_and_a_share_of_scenarios_does() {
     for &(name, seed, index) in REGRESSIONS {
         let sc = generate(seed, index, "p");
         assert!(!sc.has_storage(), "regression {name:?} now has volumes");
+        assert!(
+            !sc.features.contains(&Feature::InlineDisks),
+            "regression {name:?} now has inline disks"
+        );
     }
     let with = (0..DEFAULT_SCENARIOS)
         .filter(|&i| generate(DEFAULT_SEED, i, "p").has_storage())
@@ -270,4 +283,63 @@ fn preemption_scenarios_are_valid_objects_where_the_incoming_pod_fits_nowhere() 
         }
     }
     Ok(())
+}
+
+/// Whether two inline disks (pod JSON volumes) conflict, as kube-scheduler's
+/// `VolumeRestrictions` says; only the kinds the incoming pod may carry.
+fn disks_conflict(a: &Value, b: &Value) -> bool {
+    let ro = |v: &Value, kind: &str| v.pointer(&format!("/{kind}/readOnly")) == Some(&json!(true));
+    if a.get("iscsi").is_some() && b.get("iscsi").is_some() {
+        return str_at(a, "/iscsi/iqn") == str_at(b, "/iscsi/iqn")
+            && !(ro(a, "iscsi") && ro(b, "iscsi"));
+    }
+    if a.get("rbd").is_some() && b.get("rbd").is_some() {
+        let pool = |v: &Value| match str_at(v, "/rbd/pool").as_str() {
+            "" => "rbd".to_string(),
+            p => p.to_string(),
+        };
+        let mons = |v: &Value| -> BTreeSet<String> {
+            v.pointer("/rbd/monitors")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        };
+        return !mons(a).is_disjoint(&mons(b))
+            && pool(a) == pool(b)
+            && str_at(a, "/rbd/image") == str_at(b, "/rbd/image")
+            && !(ro(a, "rbd") && ro(b, "rbd"));
+    }
+    false
+}
+
+#[test]
+fn a_share_of_disk_scenarios_has_a_conflict_to_find() {
+    let vols = |p: &Value| {
+        p.pointer("/spec/volumes")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (mut with, mut conflicting) = (0, 0);
+    for i in 0..DEFAULT_SCENARIOS {
+        let sc = generate(DEFAULT_SEED, i, "p");
+        if !sc.features.contains(&Feature::InlineDisks) {
+            continue;
+        }
+        with += 1;
+        let mine = vols(&sc.incoming);
+        if sc.pods.iter().any(|p| {
+            vols(p)
+                .iter()
+                .any(|v| mine.iter().any(|m| disks_conflict(m, v)))
+        }) {
+            conflicting += 1;
+            eprintln!("scenario {i}: the incoming pod's disk conflicts with a bound pod's");
+        }
+    }
+    eprintln!("{conflicting} of {with} disk scenarios have a conflicting pod");
+    assert!(with >= 10 && conflicting >= 5, "{conflicting} of {with}");
 }

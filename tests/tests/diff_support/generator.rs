@@ -7,6 +7,7 @@
 //! Names are the only input besides `(seed, index)`: a `prefix` that makes this run's
 //! namespaces, nodes and volumes unique, and changes nothing else.
 mod constraints;
+mod disks;
 pub mod preemption;
 mod volumes;
 
@@ -85,6 +86,8 @@ pub fn generate(seed: u64, index: usize, prefix: &str) -> Scenario {
     };
     let storage = v.storage(prefix, &mut pods, &mut incoming);
     g.features.extend(v.features);
+    // Inline disks: a third stream, drawn last.
+    disks::draw(seed, index, &mut pods, &mut incoming, &mut g.features);
     Scenario {
         seed,
         index,

@@ -106,6 +106,8 @@ pub enum Feature {
     /// The incoming pod mounts a claim that is unbound, bound to a missing volume, being
     /// deleted, or missing itself.
     UnboundClaims,
+    /// Inline iSCSI/RBD disks on the incoming pod (GCE/EBS/iSCSI/RBD on existing pods).
+    InlineDisks,
     /// A preemption scenario: pods of several priorities fill the nodes; both schedulers'
     /// nominated node and victims are compared.
     Preemption,
@@ -142,6 +144,7 @@ impl Feature {
         Feature::VolumeNodeAffinity,
         Feature::VolumeZones,
         Feature::UnboundClaims,
+        Feature::InlineDisks,
         Feature::Preemption,
         Feature::DisruptionBudgets,
         Feature::PreemptionNever,
@@ -174,6 +177,7 @@ impl Feature {
             Feature::VolumeNodeAffinity => "VolumeBinding: bound volume's node affinity",
             Feature::VolumeZones => "VolumeZone: zone/region-labelled bound volume",
             Feature::UnboundClaims => "VolumeBinding: unbound/deleted/missing claim or PV",
+            Feature::InlineDisks => "VolumeRestrictions: inline disks",
             Feature::Preemption => "DefaultPreemption: nominated node and victims",
             Feature::DisruptionBudgets => "DefaultPreemption: PodDisruptionBudgets",
             Feature::PreemptionNever => "DefaultPreemption: preemptionPolicy Never",
