@@ -136,9 +136,21 @@ impl StubServer {
                 .expect("runtime");
             let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
             let listener = rt.block_on(async {
-                let listener = tokio::net::TcpListener::bind(addr)
-                    .await
-                    .expect("bind stub");
+                // A restart on the same port waits for the killed stub's listener to close
+                // (its runtime shuts down in the background), as a restarted scorer would.
+                let deadline = std::time::Instant::now() + Duration::from_secs(5);
+                let listener = loop {
+                    match tokio::net::TcpListener::bind(addr).await {
+                        Ok(l) => break l,
+                        Err(e)
+                            if e.kind() == std::io::ErrorKind::AddrInUse
+                                && std::time::Instant::now() < deadline =>
+                        {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        Err(e) => panic!("bind stub on {addr}: {e}"),
+                    }
+                };
                 addr_tx
                     .send(listener.local_addr().expect("addr"))
                     .expect("send addr");
