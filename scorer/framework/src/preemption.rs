@@ -16,59 +16,11 @@ use std::sync::Arc;
 use rand::Rng;
 
 use crate::constraints::LabelSelector;
+pub use crate::profile::PreemptionArgs;
 use crate::profile::{
     CycleContext, Evaluation, FilteredNode, PreFilterState, Profile, StalePolicy,
 };
 use crate::snapshot::{ClusterSnapshot, NodeView, PodInfo, PodOnNode};
-
-/// DefaultPreemption's arguments (`DefaultPreemptionArgs`): how many candidate nodes a
-/// preemption examines before it picks one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PreemptionArgs {
-    /// At least this share of the nodes where preemption may help, percent (0–100).
-    pub min_candidate_nodes_percentage: u32,
-    /// At least this many nodes (never more than there are).
-    pub min_candidate_nodes_absolute: u32,
-}
-
-impl Default for PreemptionArgs {
-    /// kube-scheduler's defaults: 10 % and 100 nodes.
-    fn default() -> Self {
-        PreemptionArgs {
-            min_candidate_nodes_percentage: 10,
-            min_candidate_nodes_absolute: 100,
-        }
-    }
-}
-
-impl PreemptionArgs {
-    /// The rules of `ValidateDefaultPreemptionArgs`: a percentage up to 100, and not both 0.
-    pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        if self.min_candidate_nodes_percentage > 100 {
-            return Err((
-                "minCandidateNodesPercentage",
-                format!(
-                    "must be between 0 and 100, got {}",
-                    self.min_candidate_nodes_percentage
-                ),
-            ));
-        }
-        if self.min_candidate_nodes_percentage == 0 && self.min_candidate_nodes_absolute == 0 {
-            return Err((
-                "minCandidateNodesAbsolute",
-                "must not be 0 when minCandidateNodesPercentage is 0".to_string(),
-            ));
-        }
-        Ok(())
-    }
-
-    /// How many candidates to find among `potential` nodes (`calculateNumCandidates`).
-    pub fn num_candidates(&self, potential: usize) -> usize {
-        let pct = potential.saturating_mul(self.min_candidate_nodes_percentage as usize) / 100;
-        pct.max(self.min_candidate_nodes_absolute as usize)
-            .min(potential)
-    }
-}
 
 /// A PodDisruptionBudget as preemption reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

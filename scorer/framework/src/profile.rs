@@ -197,6 +197,55 @@ pub trait ScorePlugin: Send + Sync + Debug {
 /// Highest score a plugin gives.
 pub const MAX_NODE_SCORE: i64 = 100;
 
+/// DefaultPreemption's arguments (`DefaultPreemptionArgs`): how many candidate nodes a
+/// preemption examines before it picks one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreemptionArgs {
+    /// At least this share of the nodes where preemption may help, percent (0–100).
+    pub min_candidate_nodes_percentage: u32,
+    /// At least this many nodes (never more than there are).
+    pub min_candidate_nodes_absolute: u32,
+}
+
+impl Default for PreemptionArgs {
+    /// kube-scheduler's defaults: 10 % and 100 nodes.
+    fn default() -> Self {
+        PreemptionArgs {
+            min_candidate_nodes_percentage: 10,
+            min_candidate_nodes_absolute: 100,
+        }
+    }
+}
+
+impl PreemptionArgs {
+    /// The rules of `ValidateDefaultPreemptionArgs`: a percentage up to 100, and not both 0.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.min_candidate_nodes_percentage > 100 {
+            return Err((
+                "minCandidateNodesPercentage",
+                format!(
+                    "must be between 0 and 100, got {}",
+                    self.min_candidate_nodes_percentage
+                ),
+            ));
+        }
+        if self.min_candidate_nodes_percentage == 0 && self.min_candidate_nodes_absolute == 0 {
+            return Err((
+                "minCandidateNodesAbsolute",
+                "must not be 0 when minCandidateNodesPercentage is 0".to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// How many candidates to find among `potential` nodes (`calculateNumCandidates`).
+    pub fn num_candidates(&self, potential: usize) -> usize {
+        let pct = potential.saturating_mul(self.min_candidate_nodes_percentage as usize) / 100;
+        pct.max(self.min_candidate_nodes_absolute as usize)
+            .min(potential)
+    }
+}
+
 /// A configured profile: filters, weighted scores, window and stale policy.
 #[derive(Debug)]
 pub struct Profile {
@@ -213,7 +262,7 @@ pub struct Profile {
     /// Multiplier for the total of a stale node under [`StalePolicy::Penalize`].
     pub stale_penalty: f64,
     /// DefaultPreemption's arguments (`None`: the profile never preempts).
-    pub preemption: Option<crate::preemption::PreemptionArgs>,
+    pub preemption: Option<PreemptionArgs>,
 }
 
 /// A feasible node and its score.

@@ -43,6 +43,20 @@ pub const SCORE_NAMES: &[&str] = &[
     pod_topology_spread::NAME,
 ];
 
+/// Filters that read real load (or pressure) rather than what Kubernetes declares: what a
+/// kube-scheduler extender adds on top of kube-scheduler's own filters.
+pub const LOAD_AWARE_FILTERS: &[&str] = &[eviction::NAME, usage_threshold::NAME];
+
+/// Scores that read real load: what a kube-scheduler extender adds on top of
+/// kube-scheduler's own (requests, affinity, taints and spreading it scores itself).
+pub const LOAD_AWARE_SCORES: &[&str] = &[
+    load_ratio::NAME,
+    target_load_packing::NAME,
+    load_variation_risk_balancing::NAME,
+    min_variance::NAME,
+    gpu_bin_pack::NAME,
+];
+
 /// Builds the filter plugin `name` with `args` (null = defaults).
 pub fn build_filter(
     name: &str,

@@ -179,6 +179,43 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
         .map_err(|source| AppError::Bind { addr, source })
 }
 
+/// Starts the kube-scheduler extender on `addr` (when given): the configured profiles cut to
+/// their load-aware plugins, over `store`, reading pods with `decoder`; it stops with
+/// `shutdown`. Returns the bound address.
+pub async fn start_extender(
+    addr: Option<SocketAddr>,
+    config: &ScorerConfig,
+    store: Arc<NodeStore>,
+    decoder: Arc<dyn loadstar_store::cluster::PodDecoder>,
+    metrics: Arc<Metrics>,
+    shutdown: &Shutdown,
+) -> Result<Option<SocketAddr>, AppError> {
+    let Some(addr) = addr else { return Ok(None) };
+    let profiles = config.build_profiles().map_err(|e| AppError::Config {
+        path: "<extender profiles>".into(),
+        message: e.to_string(),
+    })?;
+    let listener = bind(addr).await?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| AppError::Bind { addr, source })?;
+    let extender = Arc::new(loadstar_extender::Extender::new(
+        store,
+        profiles,
+        decoder,
+        metrics,
+        loadstar_extender::ExtenderLimits::default(),
+    ));
+    let wait = shutdown.wait();
+    tokio::spawn(async move {
+        if let Err(e) = loadstar_extender::serve(listener, extender, wait).await {
+            warn!(error = %e, "extender server failed");
+        }
+    });
+    info!(extender = %local, "kube-scheduler extender serving (POST /extender/v1/{{profile}}/filter, /prioritize)");
+    Ok(Some(local))
+}
+
 /// Runs the gRPC server on `grpc` and the metrics/health server on `http` (if any) until
 /// `shutdown` triggers; in-flight gRPC calls then get [`DRAIN_TIMEOUT`] to finish.
 /// `/readyz` turns ready when the servers start, unless `ready_when` is given: then when it

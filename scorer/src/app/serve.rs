@@ -41,6 +41,10 @@ pub struct ServeArgs {
     /// HTTP listen address for /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:9090", env = "LOADSTAR_METRICS_LISTEN")]
     pub metrics_listen: SocketAddr,
+    /// HTTP listen address of the kube-scheduler extender (`POST
+    /// /extender/v1/{profile}/filter`, `/prioritize`); off when absent.
+    #[arg(long, env = "LOADSTAR_EXTENDER_LISTEN")]
+    pub extender_listen: Option<SocketAddr>,
     /// Profiles config (YAML); the embedded default when absent.
     #[arg(long, env = "LOADSTAR_CONFIG")]
     pub config: Option<PathBuf>,
@@ -184,6 +188,17 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         budgets = Some(rt.cache.clone());
         binder = Some(rt.scheduler.clone());
         kube = Some(rt);
+    }
+    if let Some(d) = &decoder {
+        crate::app::start_extender(
+            args.extender_listen,
+            &config,
+            store.clone(),
+            d.clone(),
+            metrics.clone(),
+            &shutdown,
+        )
+        .await?;
     }
     let parts = ServerParts {
         store,

@@ -27,6 +27,10 @@ pub struct StandaloneArgs {
     /// HTTP listen address for /metrics, /healthz and /readyz (omit to disable).
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
+    /// HTTP listen address of the kube-scheduler extender (`POST
+    /// /extender/v1/{profile}/filter`, `/prioritize`); off when absent.
+    #[arg(long)]
+    pub extender_listen: Option<SocketAddr>,
     /// Profiles config (YAML); the embedded default when absent.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -102,6 +106,15 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
     print_banner(&addr, &node_name, &profiles);
     info!(%addr, node = %node_name, "standalone scorer started");
     let metrics = Metrics::new();
+    crate::app::start_extender(
+        args.extender_listen,
+        &config,
+        store.clone(),
+        Arc::new(loadstar_kube::convert::JsonPodDecoder),
+        metrics.clone(),
+        &shutdown,
+    )
+    .await?;
     let parts = ServerParts {
         store,
         profiles,

@@ -31,6 +31,11 @@ pub const SCHEDULING_LATENCY: &str = "loadstar_scorer_scheduling_latency_seconds
 pub const PREEMPTIONS: &str = "loadstar_scorer_preemption_attempts";
 /// Pods deleted by preemption.
 pub const PREEMPTION_VICTIMS: &str = "loadstar_scorer_preemption_victims";
+/// Extender calls, by verb (`filter`, `prioritize`) and result (`ok`, `bad_request`,
+/// `unknown_profile`, `too_large`, `timeout`, `busy`).
+pub const EXTENDER_REQUESTS: &str = "loadstar_scorer_extender_requests";
+/// Time to answer one extender call, seconds, by verb.
+pub const EXTENDER_DURATION: &str = "loadstar_scorer_extender_duration_seconds";
 
 /// Open `WatchNodes` streams.
 pub const WATCHERS: &str = "loadstar_scorer_watchers";
@@ -61,6 +66,22 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// Label set of extender calls.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabel {
+    /// `filter` or `prioritize`.
+    pub verb: String,
+}
+
+/// Label set of extender call results.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbResultLabel {
+    /// `filter` or `prioritize`.
+    pub verb: String,
+    /// The outcome.
+    pub result: String,
+}
+
 /// All of the scorer's metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -80,6 +101,10 @@ pub struct Metrics {
     pub binds: Family<ResultLabel, Counter>,
     /// See [`SCHEDULING_LATENCY`].
     pub scheduling_latency: Histogram,
+    /// See [`EXTENDER_REQUESTS`].
+    pub extender_requests: Family<VerbResultLabel, Counter>,
+    /// See [`EXTENDER_DURATION`].
+    pub extender_duration: Family<VerbLabel, Histogram>,
     /// See [`PREEMPTIONS`].
     pub preemptions: Family<ResultLabel, Counter>,
     /// See [`PREEMPTION_VICTIMS`].
@@ -145,6 +170,20 @@ impl Metrics {
             "Queue entry to binding",
             scheduling_latency.clone(),
         );
+        let extender_requests = Family::<VerbResultLabel, Counter>::default();
+        let extender_duration = Family::<VerbLabel, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.00005, 2.0, 18))) as fn() -> Histogram,
+        );
+        registry.register(
+            EXTENDER_REQUESTS,
+            "kube-scheduler extender calls, by verb and result",
+            extender_requests.clone(),
+        );
+        registry.register(
+            EXTENDER_DURATION,
+            "kube-scheduler extender call duration, by verb",
+            extender_duration.clone(),
+        );
         let preemptions = Family::<ResultLabel, Counter>::default();
         let preemption_victims = Counter::default();
         registry.register(
@@ -192,6 +231,8 @@ impl Metrics {
             connections_closed.clone(),
         );
         Arc::new(Metrics {
+            extender_requests,
+            extender_duration,
             preemptions,
             preemption_victims,
             watchers,
