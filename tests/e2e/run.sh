@@ -5,7 +5,7 @@
 #! the ignored e2e tests with the scorer binary under it (missing RBAC fails a test), then the
 #! short differential run against kube-scheduler (e2e_diff: LOADSTAR_DIFF_SCENARIOS, default
 #! 100; the long run is tests/e2e/diff.sh). LOADSTAR_E2E_SUITES picks the test binaries
-#! (default "e2e_scheduler e2e_diff"). Everything is torn down on exit. Extra arguments go to
+#! (default "e2e_scheduler e2e_extender e2e_diff"). Everything is torn down on exit. Extra arguments go to
 #! each test binary (e.g. a test name).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,7 +36,7 @@ trap cleanup EXIT INT TERM
 mkdir -p "$WORK/logs"
 
 log "building the scorer and the e2e tests"
-SUITES=${LOADSTAR_E2E_SUITES:-e2e_scheduler e2e_diff}
+SUITES=${LOADSTAR_E2E_SUITES:-e2e_scheduler e2e_extender e2e_diff}
 cargo build -q -p loadstar-scorer --bin loadstar-scorer
 for suite in $SUITES; do cargo test -q -p loadstar-tests --test "$suite" --no-run; done
 

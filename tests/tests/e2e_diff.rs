@@ -26,7 +26,6 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail, ensure};
 use diff_support::extender::Extender;
 use diff_support::generator::{generate, generate_preemption};
-use diff_support::kube_scheduler::KubeScheduler;
 use diff_support::runner::{Harness, Outcome, create_priority_classes, probe_namespace};
 use diff_support::scenario::{
     BIND_COMPLETED, DELETE_GRACEFULLY, Feature, Scenario, after_create, claim_names, str_at,
@@ -321,7 +320,7 @@ async fn kube_scheduler_and_loadstar_agree_on_feasible_nodes() -> Result<()> {
     let plan = Plan::from_env()?;
     let client = env.admin().await?;
     let extender = Extender::start().await?;
-    let kube = KubeScheduler::start(
+    let kube = diff_support::kube_scheduler::start(
         &kube_bin,
         &env.admin_kubeconfig,
         &extender.url_prefix(),

@@ -3,20 +3,14 @@
 //! (`percentageOfNodesToScore: 100`), one-second backoffs, and the recording extender
 //! ([`super::extender`]) as its filter extender. It runs under the admin kubeconfig and binds
 //! nothing: the extender rejects every node.
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
+
+pub use crate::e2e_support::kube_scheduler::KubeScheduler;
 
 use super::extender::FILTER_VERB;
 use super::scenario::SCHEDULER_NAME;
-
-/// The running kube-scheduler.
-pub struct KubeScheduler {
-    child: Option<Child>,
-    /// Its stdout and stderr.
-    pub log: PathBuf,
-}
 
 /// The `KubeSchedulerConfiguration` it runs with.
 pub fn config(kubeconfig: &Path, extender_url: &str) -> String {
@@ -45,53 +39,18 @@ extenders:
     )
 }
 
-impl KubeScheduler {
-    /// Writes the configuration into `dir` and starts `bin` (no serving ports).
-    pub fn start(
-        bin: &Path,
-        kubeconfig: &Path,
-        extender_url: &str,
-        dir: &Path,
-    ) -> Result<KubeScheduler> {
-        let cfg = dir.join("diff-kube-scheduler.yaml");
-        std::fs::write(&cfg, config(kubeconfig, extender_url))
-            .with_context(|| format!("writing {}", cfg.display()))?;
-        let log = dir.join("diff-kube-scheduler.log");
-        let out = std::fs::File::create(&log)?;
-        let child = Command::new(bin)
-            .arg(format!("--config={}", cfg.display()))
-            .args(["--port=0", "--secure-port=0", "--logtostderr=true", "--v=2"])
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .stdin(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        Ok(KubeScheduler {
-            child: Some(child),
-            log,
-        })
-    }
-
-    /// `Some(status)` once the process has exited.
-    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-    }
-
-    /// The last lines of its log.
-    pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-}
-
-impl Drop for KubeScheduler {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// Starts the dedicated kube-scheduler of the differential test, calling the recording
+/// extender at `extender_url`.
+pub fn start(
+    bin: &Path,
+    kubeconfig: &Path,
+    extender_url: &str,
+    dir: &Path,
+) -> Result<KubeScheduler> {
+    KubeScheduler::start_with(
+        bin,
+        &config(kubeconfig, extender_url),
+        dir,
+        "diff-kube-scheduler",
+    )
 }

@@ -4,6 +4,8 @@
 //! "eventually" waits with deadlines.
 #![allow(dead_code, missing_docs)]
 
+pub mod kube_scheduler;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
