@@ -56,7 +56,9 @@ impl Default for ExtenderLimits {
 /// ([`verdict::load_profile`]), and a reader of whole pods.
 pub struct Extender {
     store: Arc<NodeStore>,
-    profiles: HashMap<String, Profile>,
+    /// Per profile: the load-aware filters alone (for `filter`, which needs no scores) and
+    /// the load-aware filters and scores (for `prioritize`).
+    profiles: HashMap<String, (Profile, Profile)>,
     default_profile: String,
     decoder: Arc<dyn PodDecoder>,
     metrics: Arc<Metrics>,
@@ -75,20 +77,33 @@ impl std::fmt::Debug for Extender {
 
 impl Extender {
     /// An extender over `store` answering with `profiles` (cut to their load-aware plugins;
-    /// the first is used for the path segment `default`).
+    /// the first is used for the path segment `default`). `filter_profiles` are the same
+    /// profiles built a second time (plugins are not cloneable): they answer `filter`,
+    /// without their scores.
     pub fn new(
         store: Arc<NodeStore>,
         profiles: Vec<Profile>,
+        filter_profiles: Vec<Profile>,
         decoder: Arc<dyn PodDecoder>,
         metrics: Arc<Metrics>,
         limits: ExtenderLimits,
     ) -> Extender {
         let default_profile = profiles.first().map(|p| p.name.clone()).unwrap_or_default();
+        let mut filter_only: HashMap<String, Profile> = filter_profiles
+            .into_iter()
+            .map(|mut p| {
+                p.scores.clear();
+                (p.name.clone(), verdict::load_profile(p))
+            })
+            .collect();
         Extender {
             store,
             profiles: profiles
                 .into_iter()
-                .map(|p| (p.name.clone(), verdict::load_profile(p)))
+                .filter_map(|p| {
+                    let f = filter_only.remove(&p.name)?;
+                    Some((p.name.clone(), (f, verdict::load_profile(p))))
+                })
                 .collect(),
             default_profile,
             decoder,
@@ -131,7 +146,7 @@ impl Extender {
         &self,
         profile: &str,
         req: Request,
-    ) -> Result<(&Profile, PodInfo, ExtenderArgs, Vec<String>), Refusal> {
+    ) -> Result<(&(Profile, Profile), PodInfo, ExtenderArgs, Vec<String>), Refusal> {
         let name = if profile == "default" {
             self.default_profile.as_str()
         } else {
@@ -176,9 +191,14 @@ impl Extender {
             Ok(Ok(b)) => b,
         };
         let bad = |m: String| Refusal(StatusCode::BAD_REQUEST, "bad_request", m);
-        let args: ExtenderArgs = serde_json::from_slice(&bytes)
+        let mut args: ExtenderArgs = serde_json::from_slice(&bytes)
             .map_err(|e| bad(format!("not ExtenderArgs JSON: {e}")))?;
-        let names = args.names().map_err(bad)?;
+        let sent_names = args.node_names.is_some();
+        let names = args.take_names().map_err(bad)?;
+        if sent_names {
+            // Remember the form of the request: names in, names out.
+            args.node_names = Some(Vec::new());
+        }
         if args.pod.is_null() {
             return Err(bad("ExtenderArgs has no Pod".into()));
         }
@@ -209,8 +229,8 @@ impl Extender {
         let _slot = self.slot().await?;
         let snap = self.store.snapshot();
         let mut rng = SmallRng::from_rng(&mut rand::rng());
-        let v = verdict::filter(p, &snap, &pod, &names, &mut rng);
-        let passed_names: Vec<String> = v.passed.iter().map(|&i| names[i].clone()).collect();
+        let v = verdict::filter(&p.0, &snap, &pod, &names, &mut rng);
+        let passed_names: Vec<&str> = v.passed.iter().map(|&i| names[i].as_str()).collect();
         let result = match args.nodes {
             Some(list) if args.node_names.is_none() => {
                 let items = v
@@ -242,7 +262,7 @@ impl Extender {
         let _slot = self.slot().await?;
         let snap = self.store.snapshot();
         let mut rng = SmallRng::from_rng(&mut rand::rng());
-        let list: Vec<HostPriority> = verdict::prioritize(p, &snap, &pod, &names, &mut rng)
+        let list: Vec<HostPriority> = verdict::prioritize(&p.1, &snap, &pod, &names, &mut rng)
             .into_iter()
             .map(|(host, score)| HostPriority { host, score })
             .collect();
@@ -368,9 +388,13 @@ mod tests {
         let profiles = ScorerConfig::embedded_default()
             .build_profiles()
             .expect("profiles");
+        let again = ScorerConfig::embedded_default()
+            .build_profiles()
+            .expect("profiles");
         router(Arc::new(Extender::new(
             store,
             profiles,
+            again,
             Arc::new(NameDecoder),
             Metrics::new(),
             limits,

@@ -45,17 +45,14 @@ pub fn load_view(mut pod: PodInfo) -> PodInfo {
     pod
 }
 
-/// Indices into the snapshot of the names it knows, and the names it does not.
-fn split_known<'a>(snapshot: &ClusterSnapshot, names: &'a [String]) -> (Vec<usize>, Vec<&'a str>) {
-    let mut known = Vec::with_capacity(names.len());
-    let mut unknown = Vec::new();
-    for n in names {
-        match snapshot.index.get(n.as_str()) {
-            Some(&i) => known.push(i),
-            None => unknown.push(n.as_str()),
-        }
-    }
-    (known, unknown)
+/// Each name's index into the snapshot (`None`: unknown there), and the known indices.
+fn positions(snapshot: &ClusterSnapshot, names: &[String]) -> (Vec<Option<usize>>, Vec<usize>) {
+    let at: Vec<Option<usize>> = names
+        .iter()
+        .map(|n| snapshot.index.get(n.as_str()).copied())
+        .collect();
+    let known = at.iter().flatten().copied().collect();
+    (at, known)
 }
 
 /// The filter answer: which of `names` pass (positions into `names`, in order) and why the
@@ -76,17 +73,20 @@ pub fn filter(
     names: &[String],
     rng: &mut impl Rng,
 ) -> FilterVerdict {
-    let (known, _) = split_known(snapshot, names);
+    let (at, known) = positions(snapshot, names);
     let ev = profile.evaluate(snapshot, pod, Some(&known), usize::MAX, rng);
+    // Lookups by snapshot index, not by name: thousands of names per call.
+    let mut rejected = vec![false; snapshot.nodes.len()];
     let mut failed = BTreeMap::new();
     for f in &ev.filtered {
+        rejected[f.index] = true;
         failed.insert(snapshot.nodes[f.index].name.to_string(), f.reason.clone());
     }
-    let passed = names
+    let passed = at
         .iter()
         .enumerate()
-        .filter(|(_, n)| !failed.contains_key(n.as_str()))
-        .map(|(i, _)| i)
+        .filter(|(_, i)| !i.is_some_and(|i| rejected[i]))
+        .map(|(k, _)| k)
         .collect();
     FilterVerdict { passed, failed }
 }
@@ -105,26 +105,23 @@ pub fn scale(total: f64) -> i64 {
 /// Scores `names` for `pod` with the profile's load-aware scores: each node's weighted total
 /// (0–100) scaled to 0–10 ([`scale`]); nodes the store does not know, or the profile's
 /// filters reject, score 0. Same order as `names`.
-pub fn prioritize(
+pub fn prioritize<'n>(
     profile: &Profile,
     snapshot: &ClusterSnapshot,
     pod: &PodInfo,
-    names: &[String],
+    names: &'n [String],
     rng: &mut impl Rng,
-) -> Vec<(String, i64)> {
-    let (known, _) = split_known(snapshot, names);
+) -> Vec<(&'n str, i64)> {
+    let (at, known) = positions(snapshot, names);
     let ev = profile.evaluate(snapshot, pod, Some(&known), 0, rng);
-    let by_name: BTreeMap<&str, f64> = ev
-        .ranked
-        .iter()
-        .map(|r| (&*snapshot.nodes[r.index].name, r.total))
-        .collect();
+    let mut score = vec![0i64; snapshot.nodes.len()];
+    for r in &ev.ranked {
+        score[r.index] = scale(r.total);
+    }
     names
         .iter()
-        .map(|n| {
-            let score = by_name.get(n.as_str()).map_or(0, |t| scale(*t));
-            (n.clone(), score)
-        })
+        .zip(&at)
+        .map(|(n, i)| (n.as_str(), i.map_or(0, |i| score[i])))
         .collect()
 }
 
@@ -208,7 +205,7 @@ mod tests {
         let s = |n: &str| {
             scores
                 .iter()
-                .find(|(h, _)| h == n)
+                .find(|(h, _)| *h == n)
                 .map(|(_, s)| *s)
                 .expect("scored")
         };

@@ -35,11 +35,11 @@ pub struct ExtenderArgs {
 }
 
 impl ExtenderArgs {
-    /// The candidate node names, in order; `Err` when a node object has no name or neither
-    /// list was sent.
-    pub fn names(&self) -> Result<Vec<String>, String> {
-        if let Some(names) = &self.node_names {
-            return Ok(names.clone());
+    /// The candidate node names, in order (taken out of `NodeNames` when sent); `Err` when a
+    /// node object has no name or neither list was sent.
+    pub fn take_names(&mut self) -> Result<Vec<String>, String> {
+        if let Some(names) = self.node_names.take() {
+            return Ok(names);
         }
         let Some(list) = &self.nodes else {
             return Err("neither NodeNames nor Nodes was sent".into());
@@ -59,13 +59,13 @@ impl ExtenderArgs {
 
 /// `ExtenderFilterResult`.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ExtenderFilterResult {
+pub struct ExtenderFilterResult<'a> {
     /// The passing nodes, whole (when they were sent whole).
     #[serde(rename = "Nodes")]
     pub nodes: Option<NodeList>,
     /// The passing node names (when names were sent).
     #[serde(rename = "NodeNames")]
-    pub node_names: Option<Vec<String>>,
+    pub node_names: Option<Vec<&'a str>>,
     /// Rejected nodes and why.
     #[serde(rename = "FailedNodes")]
     pub failed_nodes: BTreeMap<String, String>,
@@ -77,10 +77,10 @@ pub struct ExtenderFilterResult {
 
 /// One `HostPriority` of a `HostPriorityList`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct HostPriority {
+pub struct HostPriority<'a> {
     /// Node name.
     #[serde(rename = "Host")]
-    pub host: String,
+    pub host: &'a str,
     /// 0–[`MAX_EXTENDER_PRIORITY`].
     #[serde(rename = "Score")]
     pub score: i64,

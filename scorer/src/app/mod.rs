@@ -191,10 +191,13 @@ pub async fn start_extender(
     shutdown: &Shutdown,
 ) -> Result<Option<SocketAddr>, AppError> {
     let Some(addr) = addr else { return Ok(None) };
-    let profiles = config.build_profiles().map_err(|e| AppError::Config {
-        path: "<extender profiles>".into(),
-        message: e.to_string(),
-    })?;
+    let build = || {
+        config.build_profiles().map_err(|e| AppError::Config {
+            path: "<extender profiles>".into(),
+            message: e.to_string(),
+        })
+    };
+    let (profiles, filter_profiles) = (build()?, build()?);
     let listener = bind(addr).await?;
     let local = listener
         .local_addr()
@@ -202,6 +205,7 @@ pub async fn start_extender(
     let extender = Arc::new(loadstar_extender::Extender::new(
         store,
         profiles,
+        filter_profiles,
         decoder,
         metrics,
         loadstar_extender::ExtenderLimits::default(),

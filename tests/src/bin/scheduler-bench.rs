@@ -77,6 +77,19 @@ enum Cmd {
         #[arg(long, default_value_t = 120)]
         timeout: u64,
     },
+    /// Times `calls` extender calls of each verb (`filter`, `prioritize`) with `nodes` node
+    /// names (`bench-node-0..`, `nodeCacheCapable` form) against `url` (e.g.
+    /// `127.0.0.1:8888`), one keep-alive connection; prints p50/p99 per verb as JSON.
+    ExtenderLatency {
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value = "loadstar")]
+        profile: String,
+        #[arg(long, default_value_t = 1000)]
+        nodes: usize,
+        #[arg(long, default_value_t = 300)]
+        calls: usize,
+    },
     /// Waits until every pod of `namespace` is bound; prints the figures as JSON.
     Wait {
         #[arg(long)]
@@ -416,18 +429,111 @@ async fn wait(
     Ok(())
 }
 
+/// One HTTP/1.1 POST on a keep-alive connection; returns the status and body. Hand-written:
+/// this crate has no HTTP client, and one request shape needs no more.
+async fn post(
+    conn: &mut tokio::io::BufStream<tokio::net::TcpStream>,
+    host: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<(u16, Vec<u8>)> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await?;
+    conn.write_all(body).await?;
+    conn.flush().await?;
+    let mut line = String::new();
+    conn.read_line(&mut line).await?;
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("bad status line {line:?}"))?;
+    let mut length = 0usize;
+    loop {
+        line.clear();
+        conn.read_line(&mut line).await?;
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse()?;
+        }
+    }
+    let mut out = vec![0u8; length];
+    conn.read_exact(&mut out).await?;
+    Ok((status, out))
+}
+
+async fn extender_latency(url: &str, profile: &str, nodes: usize, calls: usize) -> Result<()> {
+    let names: Vec<String> = (0..nodes).map(node_name).collect();
+    let body = json!({
+        "Pod": {"metadata": {"name": "latency-probe", "namespace": "default", "uid": "u"},
+                "spec": {"containers": [{"name": "c", "image": "x",
+                          "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}},
+        "NodeNames": names
+    })
+    .to_string();
+    let stream = tokio::net::TcpStream::connect(url)
+        .await
+        .with_context(|| format!("connecting to the extender at {url}"))?;
+    stream.set_nodelay(true)?;
+    let mut conn = tokio::io::BufStream::new(stream);
+    let mut out = serde_json::Map::new();
+    for verb in ["filter", "prioritize"] {
+        let path = format!("/extender/v1/{profile}/{verb}");
+        // Warm-up.
+        for _ in 0..10 {
+            post(&mut conn, url, &path, body.as_bytes()).await?;
+        }
+        let mut ms = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let t = Instant::now();
+            let (status, reply) = post(&mut conn, url, &path, body.as_bytes()).await?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+            if status != 200 {
+                bail!("{verb}: HTTP {status}: {}", String::from_utf8_lossy(&reply));
+            }
+        }
+        ms.sort_by(f64::total_cmp);
+        let pct = |p: f64| ms[((ms.len() as f64 * p).ceil() as usize).clamp(1, ms.len()) - 1];
+        out.insert(
+            verb.into(),
+            json!({"p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": pct(1.0), "calls": calls}),
+        );
+    }
+    println!("{}", serde_json::Value::Object(out));
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
-    let c = client(&cli.kubeconfig).await?;
+    if let Cmd::ExtenderLatency {
+        url,
+        profile,
+        nodes,
+        calls,
+    } = &cli.command
+    {
+        return extender_latency(url, profile, *nodes, *calls).await;
+    }
     match cli.command {
-        Cmd::Nodes { count } => create_nodes(&c, count).await?,
+        Cmd::ExtenderLatency { .. } => {}
+        Cmd::Nodes { count } => create_nodes(&client(&cli.kubeconfig).await?, count).await?,
         Cmd::Pods {
             namespace,
             scheduler,
             count,
             constrained_percent,
         } => {
+            let c = client(&cli.kubeconfig).await?;
             create_pods(&c, &namespace, &scheduler, count, constrained_percent).await?;
             println!("{}", now_ms());
         }
@@ -449,7 +555,7 @@ async fn main() -> Result<()> {
             timeout,
         } => {
             wait(
-                &c,
+                &client(&cli.kubeconfig).await?,
                 &namespace,
                 count,
                 start_ms.unwrap_or_else(now_ms),

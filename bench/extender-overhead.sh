@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+#! Loadstar as a kube-scheduler extender (issue #18), measured in one run on one API server:
+#! kube-scheduler v1.20.2's throughput on NODES kubelet-less nodes and PODS pre-created pods
+#! without and then with Loadstar's extender (filter + prioritize, nodeCacheCapable: true,
+#! weight 1), both as warm standbys released at a start mark (as in scheduler-throughput.sh);
+#! then the extender's own latency per call (client side, keep-alive HTTP/1.1, 300 calls per
+#! verb) with NODES node names, and again with LATENCY_NODES names (more nodes and agents are
+#! added first). Simulated agents report for every node (CPU 10–85 %). Release builds.
+#! Usage: bench/extender-overhead.sh [NODES] [PODS] [QPS] [LATENCY_NODES]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+NODES=${1:-1000}
+PODS=${2:-5000}
+QPS=${3:-1000}
+LATENCY_NODES=${4:-5000}
+log() { printf '[bench] %s\n' "$*" >&2; }
+
+bash tests/e2e/install-deps.sh
+# shellcheck source=tests/e2e/cluster.sh
+source tests/e2e/cluster.sh
+log "release builds"
+cargo build -q --release -p loadstar-scorer --bin loadstar-scorer
+cargo build -q --release -p loadstar-tests --bin scheduler-bench
+SCORER="${CARGO_TARGET_DIR:-$ROOT/target}/release/loadstar-scorer"
+HELPER="${CARGO_TARGET_DIR:-$ROOT/target}/release/scheduler-bench"
+
+WORK=$(mktemp -d -t loadstar-extbench.XXXXXX)
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  cluster_down
+  mkdir -p /tmp/loadstar-bench-logs
+  cp "$WORK"/*.log "$WORK"/cluster/*.log /tmp/loadstar-bench-logs/ 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+cluster_up "$WORK/cluster"
+KC="$KUBE_ADMIN_KUBECONFIG"
+H() { "$HELPER" --kubeconfig "$KC" "$@"; }
+log "creating $NODES nodes"
+H nodes --count "$NODES"
+
+GRPC_PORT=$(free_port)
+EXT_PORT=$(free_port)
+RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" \
+  --listen "127.0.0.1:$GRPC_PORT" --metrics-listen 127.0.0.1:0 \
+  --extender-listen "127.0.0.1:$EXT_PORT" --leader-elect=false >"$WORK/loadstar.log" 2>&1 &
+LS=$!; PIDS+=("$LS")
+H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count 0 --timeout 60
+H agents --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" >"$WORK/agents.log" 2>&1 &
+AG=$!; PIDS+=("$AG")
+log "waiting for $NODES fresh agent reports"
+H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" --timeout 120
+
+placeholder_lease() {  # NAME
+  cat <<EOF2 | "$K8S_BIN/kubectl" --kubeconfig "$KC" apply -f - >/dev/null
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: $1, namespace: kube-system}
+spec: {holderIdentity: bench-placeholder, leaseDurationSeconds: 3600,
+       renewTime: "$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)"}
+EOF2
+}
+
+# run NAME NAMESPACE EXTENDER(yes|no): one warm kube-scheduler over PODS pods; prints JSON.
+run() {
+  local name=$1 ns=$2 ext=$3
+  log "$name: creating $PODS pending pods"
+  H pods --namespace "$ns" --scheduler default-scheduler --count "$PODS" >/dev/null
+  placeholder_lease "$name"
+  local cfg="$WORK/$name.yaml"
+  cat >"$cfg" <<EOF2
+apiVersion: kubescheduler.config.k8s.io/v1beta1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: $KC, qps: $QPS, burst: $QPS}
+leaderElection:
+  leaderElect: true
+  resourceLock: leases
+  resourceName: $name
+  resourceNamespace: kube-system
+  retryPeriod: 0.2s
+EOF2
+  if [ "$ext" = yes ]; then
+    cat >>"$cfg" <<EOF2
+extenders:
+- urlPrefix: http://127.0.0.1:$EXT_PORT/extender/v1/loadstar
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  weight: 1
+  nodeCacheCapable: true
+  ignorable: false
+  httpTimeout: 5s
+EOF2
+  fi
+  "$K8S_BIN/kube-scheduler" --config "$cfg" --port=0 --secure-port=0 \
+    --logtostderr=true --v=1 >"$WORK/$name.log" 2>&1 &
+  local ks=$!; PIDS+=("$ks")
+  for _ in $(seq 1 300); do
+    grep -q "attempting to acquire leader lease" "$WORK/$name.log" && break
+    sleep 0.2
+  done
+  grep -q "attempting to acquire leader lease" "$WORK/$name.log" ||
+    { log "$name never reached leader election"; tail -20 "$WORK/$name.log" >&2; exit 1; }
+  local start
+  start=$(date +%s%3N)
+  "$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease "$name" >/dev/null
+  H wait --namespace "$ns" --count "$PODS" --start-ms "$start" \
+    --pids "scheduler=$ks,apiserver=$APISERVER_PID,etcd=$ETCD_PID,loadstar=$LS"
+  kill "$ks"; wait "$ks" 2>/dev/null || true
+}
+
+PLAIN_JSON=$(run kube-plain bench-plain no)
+log "without the extender: $PLAIN_JSON"
+EXT_JSON=$(run kube-ext bench-ext yes)
+log "with the extender: $EXT_JSON"
+LAT1=$(H extender-latency --url "127.0.0.1:$EXT_PORT" --nodes "$NODES" --calls 300)
+log "latency at $NODES nodes: $LAT1"
+log "adding nodes and agents up to $LATENCY_NODES"
+kill "$AG"; wait "$AG" 2>/dev/null || true
+H nodes --count "$LATENCY_NODES"
+H agents --scorer "http://127.0.0.1:$GRPC_PORT" --count "$LATENCY_NODES" >"$WORK/agents2.log" 2>&1 &
+AG=$!; PIDS+=("$AG")
+H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count "$LATENCY_NODES" --timeout 300
+LAT2=$(H extender-latency --url "127.0.0.1:$EXT_PORT" --nodes "$LATENCY_NODES" --calls 300)
+log "latency at $LATENCY_NODES nodes: $LAT2"
+
+python3 - "$PLAIN_JSON" "$EXT_JSON" "$LAT1" "$LAT2" "$NODES" "$PODS" "$LATENCY_NODES" <<'EOF2'
+import json, sys
+p, e, l1, l2 = (json.loads(a) for a in sys.argv[1:5])
+nodes, pods, big = sys.argv[5:8]
+print(f"\nkube-scheduler v1.20.2, {nodes} nodes, {pods} pods, without vs with Loadstar's extender")
+print(f"{'':28}{'without':>12}{'with':>12}")
+def row(name, key, fmt="{:.1f}"):
+    print(f"{name:28}{fmt.format(p[key]):>12}{fmt.format(e[key]):>12}")
+row("pods/s (start→all bound)", "pods_per_second")
+row("start→bound p50 (s)", "start_to_bound_p50_s", "{:.2f}")
+row("start→bound p99 (s)", "start_to_bound_p99_s", "{:.2f}")
+for proc in ("scheduler", "apiserver", "loadstar"):
+    print(f"{'CPU ms/pod ' + proc:28}{p['cpu_ms_per_pod'][proc]:>12.3f}{e['cpu_ms_per_pod'][proc]:>12.3f}")
+print(f"\nratio with / without: {e['pods_per_second'] / p['pods_per_second']:.2f}x")
+for n, l in ((nodes, l1), (big, l2)):
+    for verb in ("filter", "prioritize"):
+        v = l[verb]
+        print(f"extender {verb:10} at {n:>5} nodes: p50 {v['p50_ms']:.2f} ms, p99 {v['p99_ms']:.2f} ms, max {v['max_ms']:.2f} ms ({v['calls']} calls)")
+EOF2
