@@ -48,6 +48,13 @@ K() { "$KUBECTL" --kubeconfig "$KUBE_ADMIN_KUBECONFIG" "$@"; }
 log "deploy/: server-side dry run"
 K apply -f deploy/scorer-namespace.yaml
 K apply --dry-run=server -f deploy/scorer-rbac.yaml -f deploy/scorer.yaml
+log "deploy/kube-scheduler-extender.yaml: kube-scheduler 1.20.2 reads it"
+sed "s#/etc/kubernetes/scheduler.conf#$KUBE_ADMIN_KUBECONFIG#" deploy/kube-scheduler-extender.yaml \
+  >"$WORK/kube-scheduler-extender.yaml"
+"$K8S_BIN/kube-scheduler" --config "$WORK/kube-scheduler-extender.yaml" --port=0 --secure-port=0 \
+  --write-config-to "$WORK/kube-scheduler-extender.out.yaml" >"$WORK/logs/ks-config-check.log" 2>&1 ||
+  { log "kube-scheduler rejects deploy/kube-scheduler-extender.yaml:"; tail -5 "$WORK/logs/ks-config-check.log" >&2; exit 1; }
+grep -q "urlPrefix: http://loadstar-scorer" "$WORK/kube-scheduler-extender.out.yaml"
 log "deploy/: ServiceAccount and RBAC for real"
 K apply -f deploy/scorer-rbac.yaml
 # RBAC objects are served from the authorizer's cache: wait until the account can bind.

@@ -56,8 +56,9 @@ impl Default for ExtenderLimits {
 /// ([`verdict::load_profile`]), and a reader of whole pods.
 pub struct Extender {
     store: Arc<NodeStore>,
-    /// Per profile: the load-aware filters alone (for `filter`, which needs no scores) and
-    /// the load-aware filters and scores (for `prioritize`).
+    /// Per profile: the load-aware filters alone (for `filter`) and the load-aware scores
+    /// alone (for `prioritize`: kube-scheduler sends it the nodes that passed every filter,
+    /// the extender's included).
     profiles: HashMap<String, (Profile, Profile)>,
     default_profile: String,
     decoder: Arc<dyn PodDecoder>,
@@ -102,7 +103,9 @@ impl Extender {
                 .into_iter()
                 .filter_map(|p| {
                     let f = filter_only.remove(&p.name)?;
-                    Some((p.name.clone(), (f, verdict::load_profile(p))))
+                    let mut scores = verdict::load_profile(p);
+                    scores.filters.clear();
+                    Some((scores.name.clone(), (f, scores)))
                 })
                 .collect(),
             default_profile,

@@ -102,9 +102,9 @@ pub fn scale(total: f64) -> i64 {
     }
 }
 
-/// Scores `names` for `pod` with the profile's load-aware scores: each node's weighted total
-/// (0–100) scaled to 0–10 ([`scale`]); nodes the store does not know, or the profile's
-/// filters reject, score 0. Same order as `names`.
+/// Scores `names` for `pod` with the profile's scores: each node's weighted total (0–100)
+/// scaled to 0–10 ([`scale`]); nodes the store does not know (or that `profile`'s filters,
+/// if it has any, reject) score 0. Same order as `names`.
 pub fn prioritize<'n>(
     profile: &Profile,
     snapshot: &ClusterSnapshot,
