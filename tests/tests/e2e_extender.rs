@@ -23,6 +23,12 @@ const MI: &str = "128Mi";
 
 /// A kube-scheduler configuration with one default-plugins profile and Loadstar's extender.
 fn config(kubeconfig: &Path, extender: &str, ignorable: bool) -> String {
+    config_with(kubeconfig, &format!("http://{extender}"), ignorable, "")
+}
+
+/// [`config`] with the extender at `base` (`http://…` or `https://…`) and extra extender
+/// keys (`tls`, indented as list-item fields).
+fn config_with(kubeconfig: &Path, base: &str, ignorable: bool, tls: &str) -> String {
     format!(
         "apiVersion: kubescheduler.config.k8s.io/v1beta1
 kind: KubeSchedulerConfiguration
@@ -35,14 +41,14 @@ podMaxBackoffSeconds: 1
 profiles:
 - schedulerName: {PROFILE}
 extenders:
-- urlPrefix: http://{extender}/extender/v1/loadstar
+- urlPrefix: {base}/extender/v1/loadstar
   filterVerb: filter
   prioritizeVerb: prioritize
   weight: 5
   nodeCacheCapable: true
   ignorable: {ignorable}
   httpTimeout: 5s
-",
+{tls}",
         kubeconfig = kubeconfig.display(),
     )
 }
@@ -256,5 +262,154 @@ async fn an_ignorable_extender_down_never_stops_scheduling_a_required_one_holds_
         .await
         .with_context(|| kube.log_tail())?;
     delete_nodes(&client, &[node]).await;
+    Ok(())
+}
+
+/// Runs `openssl` with `args` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) -> Result<()> {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .context("running openssl")?;
+    ensure!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn kube_scheduler_calls_the_extender_over_https_with_a_ca_file() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    // A CA and a serving certificate for 127.0.0.1, as a TLS Secret would hold them.
+    let pki = env.logs.join("extender-pki");
+    std::fs::create_dir_all(&pki)?;
+    openssl(
+        &pki,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=loadstar-extender-ca",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    )?;
+    openssl(
+        &pki,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=loadstar-extender",
+            "-keyout",
+            "tls.key",
+            "-out",
+            "tls.csr",
+        ],
+    )?;
+    std::fs::write(
+        pki.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
+    )?;
+    openssl(
+        &pki,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "tls.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            "ext.cnf",
+            "-out",
+            "tls.crt",
+        ],
+    )?;
+    let client = env.admin().await?;
+    let ns = namespace(&client, "exttls").await?;
+    let nodes: Vec<String> = ["exttls-hot", "exttls-cool"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for n in &nodes {
+        create_node(&client, n, "8", "32Gi").await?;
+    }
+    let port = free_extender_port()?;
+    let cert = pki.join("tls.crt").display().to_string();
+    let key = pki.join("tls.key").display().to_string();
+    let scorer = Scorer::start(
+        &env,
+        "exttls-1",
+        "lease-exttls",
+        &[
+            &format!("--extender-listen=127.0.0.1:{port}"),
+            &format!("--extender-tls-cert={cert}"),
+            &format!("--extender-tls-key={key}"),
+        ],
+    )
+    .await?;
+    let _agents = Agents::start(
+        &[scorer.endpoint()],
+        &[
+            (nodes[0].clone(), load(0.95, 0.5)),
+            (nodes[1].clone(), load(0.2, 0.3)),
+        ],
+        Duration::from_secs(1),
+    )
+    .await?;
+    reports_visible(&scorer, &nodes).await?;
+    // Required (not ignorable): the pods bind only if the HTTPS calls succeed.
+    let tls = format!(
+        "  enableHTTPS: true\n  tlsConfig:\n    caFile: {}\n",
+        pki.join("ca.crt").display()
+    );
+    let kube = KubeScheduler::start_with(
+        &kube_scheduler_bin()?,
+        &config_with(
+            &env.admin_kubeconfig,
+            &format!("https://127.0.0.1:{port}"),
+            false,
+            &tls,
+        ),
+        &env.logs,
+        "extender-kube-scheduler-https",
+    )?;
+    let pods: Vec<serde_json::Value> = (0..3)
+        .map(|i| pod(&format!("tls-{i}"), Some(PROFILE), "500m", MI))
+        .collect();
+    create_pods(&client, &ns, pods).await?;
+    let bound = wait_bound(&client, &ns, 3, Duration::from_secs(60))
+        .await
+        .with_context(|| format!("{}\n{}", scorer.log_tail(), kube.log_tail()))?;
+    ensure!(
+        bound.values().all(|n| n == "exttls-cool"),
+        "the hot node is filtered over HTTPS too: {bound:?}"
+    );
+    delete_nodes(&client, &nodes).await;
     Ok(())
 }

@@ -6,10 +6,12 @@
 //! The protocol is `k8s.io/kube-scheduler/extender/v1` as kube-scheduler 1.20 speaks it
 //! ([`wire`]); the decisions are pure functions of the node store's snapshot ([`verdict`]);
 //! [`server`] is the HTTP side: routes `POST /extender/v1/{profile}/filter` and
-//! `/prioritize`, request limits, metrics. Bind is not served (kube-scheduler binds itself
+//! `/prioritize`, request limits, metrics; [`tls`] serves it over HTTPS when given a
+//! certificate and key. Bind is not served (kube-scheduler binds itself
 //! when no extender has a `bindVerb`).
 pub mod server;
+pub mod tls;
 pub mod verdict;
 pub mod wire;
 
-pub use server::{Extender, ExtenderLimits, router, serve};
+pub use server::{Extender, ExtenderLimits, router, serve, serve_tls};

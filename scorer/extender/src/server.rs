@@ -336,6 +336,17 @@ pub fn router(extender: Arc<Extender>) -> Router {
         .with_state(extender)
 }
 
+/// Serves the extender over HTTPS (see [`crate::tls`]) until `shutdown` resolves.
+pub async fn serve_tls(
+    listener: crate::tls::TlsListener,
+    extender: Arc<Extender>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(extender))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
 /// Serves the extender on `listener` until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,

@@ -184,6 +184,7 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
 /// `shutdown`. Returns the bound address.
 pub async fn start_extender(
     addr: Option<SocketAddr>,
+    tls: Option<(&Path, &Path)>,
     config: &ScorerConfig,
     store: Arc<NodeStore>,
     decoder: Arc<dyn loadstar_store::cluster::PodDecoder>,
@@ -211,12 +212,30 @@ pub async fn start_extender(
         loadstar_extender::ExtenderLimits::default(),
     ));
     let wait = shutdown.wait();
-    tokio::spawn(async move {
-        if let Err(e) = loadstar_extender::serve(listener, extender, wait).await {
-            warn!(error = %e, "extender server failed");
+    let scheme = match tls {
+        Some((cert, key)) => {
+            let acceptor = loadstar_extender::tls::acceptor(cert, key)
+                .map_err(|e| AppError::Other(format!("extender: {e}")))?;
+            let listener = loadstar_extender::tls::TlsListener::new(listener, acceptor)
+                .map_err(|source| AppError::Bind { addr, source })?;
+            tokio::spawn(async move {
+                if let Err(e) = loadstar_extender::serve_tls(listener, extender, wait).await {
+                    warn!(error = %e, "extender server failed");
+                }
+            });
+            "https"
         }
-    });
-    info!(extender = %local, "kube-scheduler extender serving (POST /extender/v1/{{profile}}/filter, /prioritize)");
+        None => {
+            tokio::spawn(async move {
+                if let Err(e) = loadstar_extender::serve(listener, extender, wait).await {
+                    warn!(error = %e, "extender server failed");
+                }
+            });
+            "http"
+        }
+    };
+    info!(extender = %format!("{scheme}://{local}/extender/v1/{{profile}}/{{filter,prioritize}}"),
+          "kube-scheduler extender serving");
     Ok(Some(local))
 }
 

@@ -45,6 +45,13 @@ pub struct ServeArgs {
     /// /extender/v1/{profile}/filter`, `/prioritize`); off when absent.
     #[arg(long, env = "LOADSTAR_EXTENDER_LISTEN")]
     pub extender_listen: Option<SocketAddr>,
+    /// PEM certificate chain for the extender port: with `--extender-tls-key`, it serves
+    /// HTTPS (kube-scheduler: `enableHTTPS: true`, `tlsConfig.caFile`).
+    #[arg(long, requires = "extender_tls_key")]
+    pub extender_tls_cert: Option<PathBuf>,
+    /// PEM private key matching `--extender-tls-cert`.
+    #[arg(long, requires = "extender_tls_cert")]
+    pub extender_tls_key: Option<PathBuf>,
     /// Profiles config (YAML); the embedded default when absent.
     #[arg(long, env = "LOADSTAR_CONFIG")]
     pub config: Option<PathBuf>,
@@ -192,6 +199,9 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
     if let Some(d) = &decoder {
         crate::app::start_extender(
             args.extender_listen,
+            args.extender_tls_cert
+                .as_deref()
+                .zip(args.extender_tls_key.as_deref()),
             &config,
             store.clone(),
             d.clone(),
