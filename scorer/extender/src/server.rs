@@ -422,7 +422,7 @@ mod tests {
             .expect("request");
         let resp = app.oneshot(req).await.expect("response");
         let status = resp.status();
-        let bytes = to_bytes(resp.into_body(), 1 << 20).await.expect("body");
+        let bytes = to_bytes(resp.into_body(), 64 << 20).await.expect("body");
         (
             status,
             serde_json::from_slice(&bytes).unwrap_or(Value::Null),
@@ -545,5 +545,46 @@ mod tests {
         // Empty lists are fine.
         let (s, v) = call(a, "/extender/v1/loadstar/filter", args_names(&[])).await;
         assert_eq!((s, v["NodeNames"].clone()), (StatusCode::OK, json!([])));
+    }
+
+    #[tokio::test]
+    async fn a_hundred_thousand_names_are_answered_and_a_stalled_body_times_out() {
+        let names: Vec<String> = (0..100_000).map(|i| format!("node-{i:06}")).collect();
+        let body = json!({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names}).to_string();
+        let a = app(ExtenderLimits::default());
+        let (s, v) = call(a.clone(), "/extender/v1/loadstar/filter", body.clone()).await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(v["NodeNames"].as_array().map(Vec::len), Some(100_000));
+        let (s, v) = call(a, "/extender/v1/loadstar/prioritize", body).await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(v.as_array().map(Vec::len), Some(100_000));
+        // A client that sends half a body and stalls gets 408 at the deadline.
+        let stalled = futures_stalled();
+        let a = app(ExtenderLimits {
+            body_timeout: std::time::Duration::from_millis(200),
+            ..ExtenderLimits::default()
+        });
+        let (s, v) = call(a, "/extender/v1/loadstar/filter", stalled).await;
+        assert_eq!(s, StatusCode::REQUEST_TIMEOUT, "{v}");
+    }
+
+    /// A body that yields its first bytes, then nothing, forever.
+    fn futures_stalled() -> Body {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(1);
+        tokio::spawn(async move {
+            let _ = tx
+                .send(Ok(axum::body::Bytes::from_static(b"{\"Pod\":")))
+                .await;
+            // Keep the sender alive: the body never ends.
+            tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+            drop(tx);
+        });
+        Body::from_stream(tokio_stream_from(rx))
+    }
+
+    fn tokio_stream_from(
+        mut rx: tokio::sync::mpsc::Receiver<Result<axum::body::Bytes, std::io::Error>>,
+    ) -> impl futures::Stream<Item = Result<axum::body::Bytes, std::io::Error>> {
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
     }
 }
