@@ -925,6 +925,8 @@ async fn preemption_evicts_the_fewest_lower_priority_pods_spares_budgets_and_bin
     let mut now: Vec<String> = pods(&client, &ns).await?.iter().map(name_of).collect();
     now.sort();
     assert_eq!(now, vec!["a-mid", "b-high", "b-low", "hi", "never"]);
+    // The pending high-priority pod must not take room in later tests' nodes.
+    delete_pods_now(&client, &ns).await;
     delete_nodes(&client, &nodes).await;
     Ok(())
 }

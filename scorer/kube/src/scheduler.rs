@@ -350,6 +350,14 @@ impl Scheduler {
             self.queue.with(|q| q.done(&pod.key));
             return;
         }
+        // Already placed by this scheduler, its binding not yet seen in the watch: an older
+        // update of the pod (e.g. an earlier Unschedulable condition) requeued it. Deciding
+        // again would find its own requests in the way, report it unschedulable and could
+        // even preempt for it. A failed binding forgets the placement before requeueing.
+        if self.cache.placement(&facts.uid).is_some() {
+            self.queue.with(|q| q.done(&pod.key));
+            return;
+        }
         let info = match &facts.info {
             Ok(i) => i,
             Err(e) => {
@@ -956,6 +964,45 @@ mod tests {
             .filter(|e| e.0 == "DELETE")
             .count();
         assert_eq!(deletes, 1, "nobody else was evicted");
+        stop.notify_one();
+        run.await.expect("scheduler stops");
+    }
+
+    #[tokio::test]
+    async fn a_pod_already_placed_here_is_not_decided_again() {
+        // `p` is assumed on n1 (its binding in flight) when an older update of it requeues
+        // it. Deciding again, it would find its own requests in the way, report itself
+        // unschedulable and preempt `low` for nothing.
+        let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1", "4"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        cache.apply_pod(&bound("low", "2", 1, "n1"));
+        let mut p = pod("p", "2");
+        p.spec.as_mut().expect("spec").priority = Some(10);
+        cache.pods_relist_done();
+        let facts = {
+            cache.apply_pod(&p);
+            cache.pod("ns/p").expect("cached")
+        };
+        let info = facts.info.as_ref().expect("convertible").clone();
+        cache
+            .assume(&info, &std::sync::Arc::from("n1"), (0, 0))
+            .expect("assumed");
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let run = tokio::spawn(scheduler.clone().run({
+            let stop = stop.clone();
+            async move { stop.notified().await }
+        }));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let entries = log.lock().expect("log").clone();
+        assert!(
+            !entries
+                .iter()
+                .any(|e| e.0 == "DELETE" || e.2.contains("FailedScheduling")),
+            "{entries:?}"
+        );
         stop.notify_one();
         run.await.expect("scheduler stops");
     }

@@ -167,6 +167,16 @@ pub async fn delete_nodes(client: &Client, names: &[String]) {
     }
 }
 
+/// Deletes every pod of `ns` at once (grace 0).
+pub async fn delete_pods_now(client: &Client, ns: &str) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    let _ = api.delete_collection(&params, &ListParams::default()).await;
+}
+
 /// PriorityClasses `e2e-high` (1000), `e2e-mid` (100), `e2e-low` (10) and
 /// `e2e-high-never` (1000, `preemptionPolicy: Never`), created once.
 pub async fn priority_classes(client: &Client) -> Result<()> {
