@@ -23,12 +23,24 @@ const MI: &str = "128Mi";
 
 /// A kube-scheduler configuration with one default-plugins profile and Loadstar's extender.
 fn config(kubeconfig: &Path, extender: &str, ignorable: bool) -> String {
-    config_with(kubeconfig, &format!("http://{extender}"), ignorable, "")
+    config_with(
+        kubeconfig,
+        &format!("http://{extender}"),
+        ignorable,
+        true,
+        "",
+    )
 }
 
-/// [`config`] with the extender at `base` (`http://…` or `https://…`) and extra extender
-/// keys (`tls`, indented as list-item fields).
-fn config_with(kubeconfig: &Path, base: &str, ignorable: bool, tls: &str) -> String {
+/// [`config`] with the extender at `base` (`http://…` or `https://…`), names only or whole
+/// nodes (`cache_capable`), and extra extender keys (`tls`, indented as list-item fields).
+fn config_with(
+    kubeconfig: &Path,
+    base: &str,
+    ignorable: bool,
+    cache_capable: bool,
+    tls: &str,
+) -> String {
     format!(
         "apiVersion: kubescheduler.config.k8s.io/v1beta1
 kind: KubeSchedulerConfiguration
@@ -45,7 +57,7 @@ extenders:
   filterVerb: filter
   prioritizeVerb: prioritize
   weight: 5
-  nodeCacheCapable: true
+  nodeCacheCapable: {cache_capable}
   ignorable: {ignorable}
   httpTimeout: 5s
 {tls}",
@@ -282,7 +294,7 @@ fn openssl(dir: &Path, args: &[&str]) -> Result<()> {
 
 #[tokio::test]
 #[ignore = "needs a real API server: run tests/e2e/run.sh"]
-async fn kube_scheduler_calls_the_extender_over_https_with_a_ca_file() -> Result<()> {
+async fn kube_scheduler_calls_the_extender_over_https_with_whole_nodes() -> Result<()> {
     let Some(env) = env_or_skip() else {
         return Ok(());
     };
@@ -383,7 +395,8 @@ async fn kube_scheduler_calls_the_extender_over_https_with_a_ca_file() -> Result
     )
     .await?;
     reports_visible(&scorer, &nodes).await?;
-    // Required (not ignorable): the pods bind only if the HTTPS calls succeed.
+    // Required (not ignorable): the pods bind only if the HTTPS calls succeed. Whole Node
+    // objects this time (`nodeCacheCapable: false`): the passing ones go back as sent.
     let tls = format!(
         "  enableHTTPS: true\n  tlsConfig:\n    caFile: {}\n",
         pki.join("ca.crt").display()
@@ -393,6 +406,7 @@ async fn kube_scheduler_calls_the_extender_over_https_with_a_ca_file() -> Result
         &config_with(
             &env.admin_kubeconfig,
             &format!("https://127.0.0.1:{port}"),
+            false,
             false,
             &tls,
         ),
