@@ -63,7 +63,11 @@ pub struct AffinityState {
 }
 
 /// Adds `by` to the pair `(key, node's value of key)`; nothing when the node lacks the key.
-/// Existing entries are updated in place (no allocation per matching pod).
+/// Existing entries are updated in place (no allocation per matching pod). Pairs (and keys)
+/// that reach zero are dropped, as kube-scheduler's `topologyToMatchedTermCount` does: the
+/// PreFilter's "first pod of a group" rule reads whether any pair is left, and its
+/// `AddPod`/`RemovePod` updates must give back the same map; the scores read a missing
+/// pair as 0.
 fn add_to_pair(
     counts: &mut PairCounts,
     key: &str,
@@ -75,14 +79,24 @@ fn add_to_pair(
     };
     match counts.get_mut(key) {
         Some(values) => match values.get_mut(v.as_str()) {
-            Some(n) => *n += by,
-            None => {
+            Some(n) => {
+                *n += by;
+                if *n == 0 {
+                    values.remove(v.as_str());
+                    if values.is_empty() {
+                        counts.remove(key);
+                    }
+                }
+            }
+            None if by != 0 => {
                 values.insert(v.clone(), by);
             }
+            None => {}
         },
-        None => {
+        None if by != 0 => {
             counts.insert(key.to_string(), HashMap::from([(v.clone(), by)]));
         }
+        None => {}
     }
 }
 
@@ -92,29 +106,6 @@ fn matches_all(
     pod_labels: &BTreeMap<String, String>,
 ) -> bool {
     !terms.is_empty() && terms.iter().all(|t| t.matches_pod(namespace, pod_labels))
-}
-
-/// Adds `by` to the pair `(key, node's value of key)` of a PreFilter state, dropping pairs
-/// (and keys) that reach zero, as kube-scheduler's `topologyToMatchedTermCount` does: the
-/// "first pod of a group" rule reads whether any pair is left.
-fn update_pair(
-    counts: &mut PairCounts,
-    key: &str,
-    node_labels: &BTreeMap<String, String>,
-    by: i64,
-) {
-    let Some(v) = node_labels.get(key) else {
-        return;
-    };
-    let values = counts.entry(key.to_string()).or_default();
-    let n = values.entry(v.clone()).or_insert(0);
-    *n += by;
-    if *n == 0 {
-        values.remove(v.as_str());
-        if values.is_empty() {
-            counts.remove(key);
-        }
-    }
 }
 
 /// What one existing pod on a node with `node_labels` adds to (`by` 1) or takes from (−1)
@@ -132,19 +123,19 @@ fn apply_pod(
     if anti_terms {
         for term in &existing.pod_affinity.required_anti {
             if term.matches_pod(&pod.namespace, &pod.labels) {
-                update_pair(&mut s.existing_anti, &term.topology_key, node_labels, by);
+                add_to_pair(&mut s.existing_anti, &term.topology_key, node_labels, by);
             }
         }
     }
     let affinity = &pod.pod_affinity.required;
     if matches_all(affinity, &existing.namespace, &existing.labels) {
         for term in affinity {
-            update_pair(&mut s.affinity, &term.topology_key, node_labels, by);
+            add_to_pair(&mut s.affinity, &term.topology_key, node_labels, by);
         }
     }
     for term in &pod.pod_affinity.required_anti {
         if term.matches_pod(&existing.namespace, &existing.labels) {
-            update_pair(&mut s.anti, &term.topology_key, node_labels, by);
+            add_to_pair(&mut s.anti, &term.topology_key, node_labels, by);
         }
     }
 }
