@@ -559,79 +559,12 @@ async fn a_rejected_token_is_counted_and_retried() {
     stub.stop(true);
 }
 
-/// A CA and a certificate for `localhost` signed by it, made with openssl.
+/// A CA and a certificate for `localhost` signed by it.
 fn make_certs(dir: &std::path::Path) -> (std::path::PathBuf, tonic::transport::Identity) {
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=loadstar-test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        "srv.key",
-        "-out",
-        "srv.csr",
-    ]);
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
-    )
-    .expect("ext");
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "srv.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        "ext.cnf",
-        "-out",
-        "srv.crt",
-    ]);
-    let cert = std::fs::read(dir.join("srv.crt")).expect("cert");
-    let key = std::fs::read(dir.join("srv.key")).expect("key");
-    (
-        dir.join("ca.crt"),
-        tonic::transport::Identity::from_pem(cert, key),
-    )
+    let pki = loadstar_testkit::pki::server_cert(dir, "DNS:localhost").expect("openssl");
+    let cert = std::fs::read(&pki.cert).expect("cert");
+    let key = std::fs::read(&pki.key).expect("key");
+    (pki.ca, tonic::transport::Identity::from_pem(cert, key))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,8 +14,6 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use e2e_support::kube_scheduler::KubeScheduler;
 use e2e_support::*;
-use loadstar_proto::pb;
-use loadstar_proto::pb::scorer_client::ScorerClient;
 use serde_json::json;
 
 const PROFILE: &str = "extender-kube";
@@ -74,31 +72,6 @@ fn kube_scheduler_bin() -> Result<std::path::PathBuf> {
 fn free_extender_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
-}
-
-/// Waits until the scorer has fresh agent load for every node in `nodes`.
-async fn reports_visible(scorer: &Scorer, nodes: &[String]) -> Result<()> {
-    let sc = ScorerClient::connect(scorer.endpoint()).await?;
-    eventually("agent reports visible", Duration::from_secs(20), || {
-        let mut sc = sc.clone();
-        async move {
-            let list = sc
-                .list_nodes(pb::ListNodesRequest::default())
-                .await?
-                .into_inner();
-            let fresh = list
-                .nodes
-                .iter()
-                .filter(|n| nodes.contains(&n.node_name) && !n.stale)
-                .count();
-            Ok(if fresh == nodes.len() {
-                Ok(())
-            } else {
-                Err(format!("{fresh} fresh"))
-            })
-        }
-    })
-    .await
 }
 
 #[tokio::test]
@@ -277,21 +250,6 @@ async fn an_ignorable_extender_down_never_stops_scheduling_a_required_one_holds_
     Ok(())
 }
 
-/// Runs `openssl` with `args` in `dir`.
-fn openssl(dir: &Path, args: &[&str]) -> Result<()> {
-    let out = std::process::Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .context("running openssl")?;
-    ensure!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
-}
-
 #[tokio::test]
 #[ignore = "needs a real API server: run tests/e2e/run.sh"]
 async fn kube_scheduler_calls_the_extender_over_https_with_whole_nodes() -> Result<()> {
@@ -301,67 +259,7 @@ async fn kube_scheduler_calls_the_extender_over_https_with_whole_nodes() -> Resu
     // A CA and a serving certificate for 127.0.0.1, as a TLS Secret would hold them.
     let pki = env.logs.join("extender-pki");
     std::fs::create_dir_all(&pki)?;
-    openssl(
-        &pki,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=loadstar-extender-ca",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ],
-    )?;
-    openssl(
-        &pki,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=loadstar-extender",
-            "-keyout",
-            "tls.key",
-            "-out",
-            "tls.csr",
-        ],
-    )?;
-    std::fs::write(
-        pki.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
-    )?;
-    openssl(
-        &pki,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "tls.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-extfile",
-            "ext.cnf",
-            "-out",
-            "tls.crt",
-        ],
-    )?;
+    let certs = loadstar_testkit::pki::server_cert(&pki, "IP:127.0.0.1")?;
     let client = env.admin().await?;
     let ns = namespace(&client, "exttls").await?;
     let nodes: Vec<String> = ["exttls-hot", "exttls-cool"]
@@ -372,8 +270,8 @@ async fn kube_scheduler_calls_the_extender_over_https_with_whole_nodes() -> Resu
         create_node(&client, n, "8", "32Gi").await?;
     }
     let port = free_extender_port()?;
-    let cert = pki.join("tls.crt").display().to_string();
-    let key = pki.join("tls.key").display().to_string();
+    let cert = certs.cert.display().to_string();
+    let key = certs.key.display().to_string();
     let scorer = Scorer::start(
         &env,
         "exttls-1",
@@ -399,7 +297,7 @@ async fn kube_scheduler_calls_the_extender_over_https_with_whole_nodes() -> Resu
     // objects this time (`nodeCacheCapable: false`): the passing ones go back as sent.
     let tls = format!(
         "  enableHTTPS: true\n  tlsConfig:\n    caFile: {}\n",
-        pki.join("ca.crt").display()
+        certs.ca.display()
     );
     let kube = KubeScheduler::start_with(
         &kube_scheduler_bin()?,

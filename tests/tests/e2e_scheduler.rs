@@ -73,27 +73,8 @@ async fn hot_node_is_avoided_though_its_requests_are_low() -> Result<()> {
     )
     .await?;
     // Wait until the scorer has both nodes' reports.
+    reports_visible(&scorer, &nodes).await?;
     let sc = ScorerClient::connect(scorer.endpoint()).await?;
-    eventually("agent reports visible", Duration::from_secs(20), || {
-        let mut sc = sc.clone();
-        async move {
-            let list = sc
-                .list_nodes(pb::ListNodesRequest::default())
-                .await?
-                .into_inner();
-            let fresh = list
-                .nodes
-                .iter()
-                .filter(|n| n.node_name.contains("-requests") && !n.stale)
-                .count();
-            Ok(if fresh == 2 {
-                Ok(())
-            } else {
-                Err(format!("{fresh} fresh"))
-            })
-        }
-    })
-    .await?;
     for i in 0..3 {
         create_pod(
             &client,

@@ -21,6 +21,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use loadstar_proto::pb;
 use loadstar_proto::pb::ingest_client::IngestClient;
+use loadstar_proto::pb::scorer_client::ScorerClient;
 use loadstar_testkit::agent::{self as simagent, SyntheticLoad};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -467,4 +468,29 @@ pub fn scheduled_condition(p: &Pod) -> Option<(String, String, String)> {
                 c.message.clone().unwrap_or_default(),
             )
         })
+}
+
+/// Waits until the scorer has fresh agent load for every node in `nodes`.
+pub async fn reports_visible(scorer: &Scorer, nodes: &[String]) -> Result<()> {
+    let sc = ScorerClient::connect(scorer.endpoint()).await?;
+    eventually("agent reports visible", Duration::from_secs(20), || {
+        let mut sc = sc.clone();
+        async move {
+            let list = sc
+                .list_nodes(pb::ListNodesRequest::default())
+                .await?
+                .into_inner();
+            let fresh = list
+                .nodes
+                .iter()
+                .filter(|n| nodes.contains(&n.node_name) && !n.stale)
+                .count();
+            Ok(if fresh == nodes.len() {
+                Ok(())
+            } else {
+                Err(format!("{fresh} fresh"))
+            })
+        }
+    })
+    .await
 }
