@@ -9,37 +9,13 @@
 #! Usage: bench/extender-overhead.sh [NODES] [PODS] [QPS] [LATENCY_NODES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 NODES=${1:-1000}
 PODS=${2:-5000}
 QPS=${3:-1000}
 LATENCY_NODES=${4:-5000}
-log() { printf '[bench] %s\n' "$*" >&2; }
-
-bash tests/e2e/install-deps.sh
-# shellcheck source=tests/e2e/cluster.sh
-source tests/e2e/cluster.sh
-log "release builds"
-cargo build -q --release -p loadstar-scorer --bin loadstar-scorer
-cargo build -q --release -p loadstar-tests --bin scheduler-bench
-SCORER="${CARGO_TARGET_DIR:-$ROOT/target}/release/loadstar-scorer"
-HELPER="${CARGO_TARGET_DIR:-$ROOT/target}/release/scheduler-bench"
-
-WORK=$(mktemp -d -t loadstar-extbench.XXXXXX)
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  cluster_down
-  mkdir -p /tmp/loadstar-bench-logs
-  cp "$WORK"/*.log "$WORK"/cluster/*.log /tmp/loadstar-bench-logs/ 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
-
-cluster_up "$WORK/cluster"
-KC="$KUBE_ADMIN_KUBECONFIG"
-H() { "$HELPER" --kubeconfig "$KC" "$@"; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+bench_up loadstar-extbench
 log "creating $NODES nodes"
 H nodes --count "$NODES"
 
@@ -55,22 +31,12 @@ AG=$!; PIDS+=("$AG")
 log "waiting for $NODES fresh agent reports"
 H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" --timeout 120
 
-placeholder_lease() {  # NAME
-  cat <<EOF2 | "$K8S_BIN/kubectl" --kubeconfig "$KC" apply -f - >/dev/null
-apiVersion: coordination.k8s.io/v1
-kind: Lease
-metadata: {name: $1, namespace: kube-system}
-spec: {holderIdentity: bench-placeholder, leaseDurationSeconds: 3600,
-       renewTime: "$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)"}
-EOF2
-}
-
 # run NAME NAMESPACE EXTENDER(yes|no): one warm kube-scheduler over PODS pods; prints JSON.
 run() {
   local name=$1 ns=$2 ext=$3
   log "$name: creating $PODS pending pods"
   H pods --namespace "$ns" --scheduler default-scheduler --count "$PODS" >/dev/null
-  placeholder_lease "$name"
+  placeholder_lease kube-system "$name"
   local cfg="$WORK/$name.yaml"
   cat >"$cfg" <<EOF2
 apiVersion: kubescheduler.config.k8s.io/v1beta1
@@ -98,12 +64,7 @@ EOF2
   "$K8S_BIN/kube-scheduler" --config "$cfg" --port=0 --secure-port=0 \
     --logtostderr=true --v=1 >"$WORK/$name.log" 2>&1 &
   local ks=$!; PIDS+=("$ks")
-  for _ in $(seq 1 300); do
-    grep -q "attempting to acquire leader lease" "$WORK/$name.log" && break
-    sleep 0.2
-  done
-  grep -q "attempting to acquire leader lease" "$WORK/$name.log" ||
-    { log "$name never reached leader election"; tail -20 "$WORK/$name.log" >&2; exit 1; }
+  wait_leader_election "$WORK/$name.log"
   local start
   start=$(date +%s%3N)
   "$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease "$name" >/dev/null

@@ -12,51 +12,15 @@
 #! Usage: bench/scheduler-throughput.sh [NODES] [PODS] [QPS] [CONSTRAINED]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 NODES=${1:-1000}
 PODS=${2:-5000}
 QPS=${3:-1000}
 CONSTRAINED=${4:-0}
-log() { printf '[bench] %s\n' "$*" >&2; }
-
-bash tests/e2e/install-deps.sh
-# shellcheck source=tests/e2e/cluster.sh
-source tests/e2e/cluster.sh
-log "release builds"
-cargo build -q --release -p loadstar-scorer --bin loadstar-scorer
-cargo build -q --release -p loadstar-tests --bin scheduler-bench
-SCORER="${CARGO_TARGET_DIR:-$ROOT/target}/release/loadstar-scorer"
-HELPER="${CARGO_TARGET_DIR:-$ROOT/target}/release/scheduler-bench"
-
-WORK=$(mktemp -d -t loadstar-bench.XXXXXX)
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-  cluster_down
-  mkdir -p /tmp/loadstar-bench-logs
-  cp "$WORK"/*.log "$WORK"/cluster/*.log /tmp/loadstar-bench-logs/ 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
-
-cluster_up "$WORK/cluster"
-KC="$KUBE_ADMIN_KUBECONFIG"
-H() { "$HELPER" --kubeconfig "$KC" "$@"; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+bench_up loadstar-bench
 log "creating $NODES nodes"
 H nodes --count "$NODES"
-
-# Both schedulers start warm, as a standby that has synced its caches: a placeholder holds
-# their Lease until the start mark, then the Lease is deleted and they take it (retry 0.2 s).
-placeholder_lease() {  # NAMESPACE NAME
-  cat <<EOF | "$K8S_BIN/kubectl" --kubeconfig "$KC" apply -f - >/dev/null
-apiVersion: coordination.k8s.io/v1
-kind: Lease
-metadata: {name: $2, namespace: $1}
-spec: {holderIdentity: bench-placeholder, leaseDurationSeconds: 3600,
-       renewTime: "$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)"}
-EOF
-}
 
 # --- kube-scheduler -------------------------------------------------------------------------
 log "creating $PODS pending pods for default-scheduler"
@@ -69,12 +33,7 @@ placeholder_lease kube-system kube-scheduler
   --logtostderr=true --v=1 >"$WORK/kube-scheduler.log" 2>&1 &
 KS=$!; PIDS+=("$KS")
 log "waiting for kube-scheduler's caches to sync"
-for _ in $(seq 1 300); do
-  grep -q "attempting to acquire leader lease" "$WORK/kube-scheduler.log" && break
-  sleep 0.2
-done
-grep -q "attempting to acquire leader lease" "$WORK/kube-scheduler.log" ||
-  { log "kube-scheduler never reached leader election"; tail -20 "$WORK/kube-scheduler.log" >&2; exit 1; }
+wait_leader_election "$WORK/kube-scheduler.log"
 log "releasing kube-scheduler's Lease (start mark)"
 START=$(date +%s%3N)
 "$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease kube-scheduler >/dev/null
