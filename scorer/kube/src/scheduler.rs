@@ -869,6 +869,28 @@ mod tests {
         (scheduler, cache, log)
     }
 
+    /// A scheduler loop running in the background until [`Running::stop`].
+    struct Running {
+        stop: Arc<tokio::sync::Notify>,
+        handle: tokio::task::JoinHandle<()>,
+    }
+
+    impl Running {
+        fn start(scheduler: &Arc<Scheduler>) -> Running {
+            let stop = Arc::new(tokio::sync::Notify::new());
+            let handle = tokio::spawn(scheduler.clone().run({
+                let stop = stop.clone();
+                async move { stop.notified().await }
+            }));
+            Running { stop, handle }
+        }
+
+        async fn stop(self) {
+            self.stop.notify_one();
+            self.handle.await.expect("scheduler stops");
+        }
+    }
+
     async fn wait_for(log: &Log, what: &str, f: impl Fn(&[(String, String, String)]) -> bool) {
         for _ in 0..500 {
             if f(&log.lock().expect("log")) {
@@ -905,11 +927,7 @@ mod tests {
         high.spec.as_mut().expect("spec").priority = Some(10);
         cache.apply_pod(&high);
         cache.pods_relist_done();
-        let stop = Arc::new(tokio::sync::Notify::new());
-        let run = tokio::spawn(scheduler.clone().run({
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        }));
+        let running = Running::start(&scheduler);
         wait_for(&log, "the victim's deletion and the nomination", |l| {
             l.iter().any(|e| e.0 == "DELETE") && l.iter().any(|e| e.2.contains("nominatedNodeName"))
         })
@@ -964,8 +982,7 @@ mod tests {
             .filter(|e| e.0 == "DELETE")
             .count();
         assert_eq!(deletes, 1, "nobody else was evicted");
-        stop.notify_one();
-        run.await.expect("scheduler stops");
+        running.stop().await;
     }
 
     #[tokio::test]
@@ -990,11 +1007,7 @@ mod tests {
         cache
             .assume(&info, &std::sync::Arc::from("n1"), (0, 0))
             .expect("assumed");
-        let stop = Arc::new(tokio::sync::Notify::new());
-        let run = tokio::spawn(scheduler.clone().run({
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        }));
+        let running = Running::start(&scheduler);
         tokio::time::sleep(Duration::from_millis(300)).await;
         let entries = log.lock().expect("log").clone();
         assert!(
@@ -1003,8 +1016,7 @@ mod tests {
                 .any(|e| e.0 == "DELETE" || e.2.contains("FailedScheduling")),
             "{entries:?}"
         );
-        stop.notify_one();
-        run.await.expect("scheduler stops");
+        running.stop().await;
     }
 
     #[tokio::test]
@@ -1049,11 +1061,7 @@ mod tests {
             cache.apply_pod(&pod(name, cpu));
         }
         cache.pods_relist_done();
-        let stop = Arc::new(tokio::sync::Notify::new());
-        let run = tokio::spawn(scheduler.clone().run({
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        }));
+        let running = Running::start(&scheduler);
         wait_for(&log, "two Scheduled events and c's condition", |l| {
             l.iter().filter(|e| e.2.contains("\"Scheduled\"")).count() == 2
                 && l.iter().any(|e| e.1.ends_with("/pods/c/status"))
@@ -1100,8 +1108,7 @@ mod tests {
                 .iter()
                 .any(|e| e.2.contains("Successfully assigned ns/taken"))
         );
-        stop.notify_one();
-        run.await.expect("scheduler stops");
+        running.stop().await;
     }
 
     #[tokio::test]
@@ -1129,11 +1136,7 @@ mod tests {
         .expect_err("not the leader");
         assert!(matches!(err, ClusterError::Unavailable(_)), "{err}");
         assert!(err.to_string().contains("replica-a"), "{err}");
-        let stop = Arc::new(tokio::sync::Notify::new());
-        let run = tokio::spawn(scheduler.clone().run({
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        }));
+        let running = Running::start(&scheduler);
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(
             log.lock().expect("log").is_empty(),
@@ -1147,8 +1150,7 @@ mod tests {
             l.iter().any(|e| e.1.ends_with("/pods/a/binding"))
         })
         .await;
-        stop.notify_one();
-        run.await.expect("scheduler stops");
+        running.stop().await;
     }
 
     #[tokio::test]
@@ -1161,11 +1163,7 @@ mod tests {
         cache.apply_pod(&pod("bad", "lots"));
         cache.apply_pod(&pod("good", "1"));
         cache.pods_relist_done();
-        let stop = Arc::new(tokio::sync::Notify::new());
-        let run = tokio::spawn(scheduler.clone().run({
-            let stop = stop.clone();
-            async move { stop.notified().await }
-        }));
+        let running = Running::start(&scheduler);
         wait_for(
             &log,
             "the bad pod's event and the good pod's binding",
@@ -1178,7 +1176,6 @@ mod tests {
         )
         .await;
         assert!(cache.placement("uid-bad").is_none());
-        stop.notify_one();
-        run.await.expect("scheduler stops");
+        running.stop().await;
     }
 }
