@@ -10,6 +10,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use loadstar_auth::AgentGrant;
 use loadstar_common::rate::{RateLimit, TokenBucket};
 use loadstar_common::text::truncate;
 use std::future::Future;
@@ -17,6 +18,8 @@ use std::future::Future;
 use loadstar_store::metrics::{Metrics, ReasonLabel};
 use loadstar_store::validate::ReportError;
 use loadstar_store::{NodeStore, StreamId};
+
+use crate::gate::{Gate, peer};
 
 /// Per-stream ingest limits; see [`IngestLimits::default`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,6 +50,7 @@ pub struct IngestService {
     desired_interval_seconds: f64,
     closing: Option<watch::Receiver<bool>>,
     limits: IngestLimits,
+    gate: Gate,
 }
 
 /// What handling one report decided.
@@ -72,7 +76,14 @@ impl IngestService {
             desired_interval_seconds,
             closing: None,
             limits: IngestLimits::default(),
+            gate: Gate::open(),
         }
+    }
+
+    /// Checks agents at `gate`.
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.gate = gate;
+        self
     }
 
     /// Sets the per-stream limits.
@@ -106,15 +117,31 @@ impl IngestService {
             .inc();
     }
 
-    /// Handles one report of stream `stream`, whose first accepted node was `stream_node`.
+    /// Handles one report of stream `stream`, whose first accepted node was `stream_node`,
+    /// authenticated as `grant` (none: authentication is off).
     pub fn handle(
         &self,
         stream: StreamId,
         stream_node: &mut Option<String>,
         report: pb::NodeReport,
+        grant: Option<(&AgentGrant, Option<std::net::SocketAddr>)>,
     ) -> Handled {
         let sequence = report.sequence;
         let sample_nanos = report.sample_time_unix_nanos;
+        if let Some((grant, peer)) = grant
+            && let Err(status) = self.gate.report(grant, &report.node_name, peer)
+        {
+            return Handled {
+                ack: pb::ReportAck {
+                    sequence,
+                    accepted: false,
+                    reject_reason: status.message().to_string(),
+                    desired_interval_seconds: self.desired_interval_seconds,
+                },
+                end: Some(status),
+            };
+        }
+        let principal = grant.map(|(g, _)| g.pod.uid.as_str());
         let result = match stream_node.as_deref() {
             Some(n) if n != report.node_name => Err(ReportError::NodeChanged {
                 expected: n.to_string(),
@@ -124,7 +151,7 @@ impl IngestService {
                 let name = report.node_name.clone();
                 let r = self
                     .store
-                    .apply_stream_report(report, Instant::now(), stream);
+                    .apply_stream_report(report, Instant::now(), stream, principal);
                 if r.is_ok() && stream_node.is_none() {
                     *stream_node = Some(name);
                 }
@@ -188,6 +215,8 @@ impl IngestService {
         self,
         mut inbound: Streaming<pb::NodeReport>,
         tx: mpsc::Sender<Result<pb::ReportAck, Status>>,
+        grant: Option<AgentGrant>,
+        peer: Option<std::net::SocketAddr>,
     ) {
         let stream = StreamId::next();
         let mut node: Option<String> = None;
@@ -215,7 +244,8 @@ impl IngestService {
             match next {
                 Ok(Some(report)) => {
                     let first = node.is_none();
-                    let handled = self.handle(stream, &mut node, report);
+                    let handled =
+                        self.handle(stream, &mut node, report, grant.as_ref().map(|g| (g, peer)));
                     if first && let Some(n) = &node {
                         // Recorded once per stream: the span's fields never grow.
                         tracing::Span::current().record("node", n.as_str());
@@ -265,16 +295,19 @@ impl pb::ingest_server::Ingest for IngestService {
         &self,
         request: Request<Streaming<pb::NodeReport>>,
     ) -> Result<Response<Self::ReportStream>, Status> {
-        let peer = request.remote_addr();
+        let peer = peer(&request);
+        // Before any report is decoded: who is this?
+        let grant = self.gate.agent(&request).await?;
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(32);
         let this = self.clone();
-        let span = info_span!("ingest_stream", peer = ?peer, node = tracing::field::Empty);
+        let span = info_span!("ingest_stream", peer = ?peer, node = tracing::field::Empty,
+                              pod = grant.as_ref().map(AgentGrant::pod_key));
         tokio::spawn(
             async move {
                 this.metrics.ingest_streams.inc();
                 let metrics = this.metrics.clone();
-                this.run_stream(inbound, tx).await;
+                this.run_stream(inbound, tx, grant, peer).await;
                 metrics.ingest_streams.dec();
                 info!("agent stream closed");
             }
@@ -300,11 +333,11 @@ mod tests {
         let mut node = None;
         let stream = StreamId::next();
         assert!(
-            svc.handle(stream, &mut node, report("a", 1, 0.1, 0.1))
+            svc.handle(stream, &mut node, report("a", 1, 0.1, 0.1), None)
                 .ack
                 .accepted
         );
-        let ack = svc.handle(stream, &mut node, report("b", 2, 0.1, 0.1)).ack;
+        let ack = svc.handle(stream, &mut node, report("b", 2, 0.1, 0.1), None).ack;
         assert!(!ack.accepted);
         assert_eq!(
             ack.reject_reason,
@@ -312,10 +345,10 @@ mod tests {
         );
         let mut bad = report("a", 3, 0.1, 0.1);
         bad.capacity = None;
-        let ack = svc.handle(stream, &mut node, bad).ack;
+        let ack = svc.handle(stream, &mut node, bad, None).ack;
         assert_eq!(ack.reject_reason, "node a: capacity is missing");
         assert!(
-            svc.handle(stream, &mut node, report("a", 4, 0.1, 0.1))
+            svc.handle(stream, &mut node, report("a", 4, 0.1, 0.1), None)
                 .ack
                 .accepted
         );

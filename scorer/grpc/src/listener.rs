@@ -1,7 +1,9 @@
 //! The gRPC port's front door: caps the open connections and closes any connection that
-//! does not send the HTTP/2 preface within the handshake timeout, before tonic ever sees
-//! it — so idle or half-open sockets cannot pile up. Streams within a connection, keepalive
-//! and message sizes are tonic's settings (`server.rs`).
+//! does not finish its TLS handshake (when TLS is on) and send the HTTP/2 preface within the
+//! handshake timeout, before tonic ever sees it — so idle or half-open sockets cannot pile
+//! up. Each connection carries its [`PeerInfo`] (address, verified client certificate) to
+//! the services. Streams within a connection, keepalive and message sizes are tonic's
+//! settings (`server.rs`).
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,11 +11,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use loadstar_store::metrics::{Metrics, ReasonLabel};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use loadstar_auth::identity::Identity;
+use loadstar_auth::tls::ServerTls;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tokio_rustls::server::TlsStream;
+use tonic::transport::server::Connected;
 use tracing::{debug, warn};
 
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
@@ -40,12 +45,43 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// Who is on the other end of a connection; in every request's extensions.
+#[derive(Debug, Clone, Default)]
+pub struct PeerInfo {
+    /// The peer's address.
+    pub remote: Option<std::net::SocketAddr>,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+    /// The identity of the client certificate the handshake verified, or why the verified
+    /// certificate names no user; `None`: no certificate.
+    pub client: Option<Result<Identity, String>>,
+}
+
+/// The transport of a connection: plain TCP, or TLS with the preface bytes already read
+/// (replayed to HTTP/2 first).
+enum Io {
+    Plain(TcpStream),
+    Tls {
+        stream: Box<TlsStream<TcpStream>>,
+        preface: [u8; PREFACE.len()],
+        replayed: usize,
+    },
+}
+
 /// An accepted connection that sent its preface; holds its slot until dropped.
-#[derive(Debug)]
 pub struct Guarded {
-    stream: TcpStream,
+    io: Io,
+    info: PeerInfo,
     _slot: OwnedSemaphorePermit,
     metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Guarded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guarded")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for Guarded {
@@ -55,9 +91,9 @@ impl Drop for Guarded {
 }
 
 impl Connected for Guarded {
-    type ConnectInfo = TcpConnectInfo;
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
+    type ConnectInfo = PeerInfo;
+    fn connect_info(&self) -> PeerInfo {
+        self.info.clone()
     }
 }
 
@@ -67,8 +103,35 @@ impl AsyncRead for Guarded {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        match &mut self.io {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls {
+                stream,
+                preface,
+                replayed,
+            } => {
+                if *replayed < preface.len() {
+                    let n = (preface.len() - *replayed).min(buf.remaining());
+                    buf.put_slice(&preface[*replayed..*replayed + n]);
+                    *replayed += n;
+                    return Poll::Ready(Ok(()));
+                }
+                Pin::new(stream.as_mut()).poll_read(cx, buf)
+            }
+        }
     }
+}
+
+macro_rules! both {
+    ($self:ident, $s:ident => $e:expr) => {
+        match &mut $self.io {
+            Io::Plain($s) => $e,
+            Io::Tls { stream, .. } => {
+                let $s = stream.as_mut();
+                $e
+            }
+        }
+    };
 }
 
 impl AsyncWrite for Guarded {
@@ -77,24 +140,51 @@ impl AsyncWrite for Guarded {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        both!(self, s => Pin::new(s).poll_write(cx, buf))
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        both!(self, s => Pin::new(s).poll_flush(cx))
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+        both!(self, s => Pin::new(s).poll_shutdown(cx))
     }
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        both!(self, s => Pin::new(s).poll_write_vectored(cx, bufs))
     }
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        match &self.io {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls { stream, .. } => stream.is_write_vectored(),
+        }
     }
+}
+
+/// Completes the TLS handshake and reads the HTTP/2 preface inside it; `None` if the peer
+/// fails either.
+async fn tls_handshake(
+    stream: TcpStream,
+    tls: &ServerTls,
+    info: &mut PeerInfo,
+) -> Option<Io> {
+    let mut stream = tls.acceptor().accept(stream).await.ok()?;
+    info.tls = true;
+    info.client = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|leaf| Identity::from_certificate(leaf).map_err(|e| e.to_string()));
+    let mut preface = [0u8; PREFACE.len()];
+    stream.read_exact(&mut preface).await.ok()?;
+    Some(Io::Tls {
+        stream: Box::new(stream),
+        preface,
+        replayed: 0,
+    })
 }
 
 /// Waits until the peer has sent the full preface (`false`: it closed first).
@@ -130,6 +220,7 @@ pub fn incoming(
     listener: TcpListener,
     limits: ConnectionLimits,
     metrics: Arc<Metrics>,
+    tls: Option<Arc<ServerTls>>,
 ) -> ReceiverStream<io::Result<Guarded>> {
     let (tx, rx) = mpsc::channel::<io::Result<Guarded>>(64);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -154,19 +245,31 @@ pub fn incoming(
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            let (tx, metrics) = (tx.clone(), metrics.clone());
+            let (tx, metrics, tls) = (tx.clone(), metrics.clone(), tls.clone());
             tokio::spawn(async move {
-                let ok = tokio::time::timeout(limits.handshake_timeout, preface_arrived(&stream))
-                    .await
-                    .is_ok_and(|r| r.unwrap_or(false));
-                if !ok {
+                let mut info = PeerInfo {
+                    remote: Some(peer),
+                    ..PeerInfo::default()
+                };
+                let handshake = async {
+                    match &tls {
+                        None => preface_arrived(&stream)
+                            .await
+                            .unwrap_or(false)
+                            .then_some(Io::Plain(stream)),
+                        Some(tls) => tls_handshake(stream, tls, &mut info).await,
+                    }
+                };
+                let Ok(Some(io)) = tokio::time::timeout(limits.handshake_timeout, handshake).await
+                else {
                     count_closed(&metrics, "no_preface");
-                    debug!(%peer, "connection closed: no HTTP/2 preface in time");
+                    debug!(%peer, "connection closed: no TLS handshake and HTTP/2 preface in time");
                     return;
-                }
+                };
                 metrics.connections.inc();
                 let conn = Guarded {
-                    stream,
+                    io,
+                    info,
                     _slot: slot,
                     metrics,
                 };

@@ -20,7 +20,10 @@ use loadstar_policy::profiles::Profiles;
 use loadstar_store::cluster::{BudgetSource, PodDecoder, PodResolver};
 use loadstar_store::metrics::Metrics;
 
+use crate::gate::{Gate, Service, peer};
 use crate::shutdown::closed;
+use loadstar_auth::Authenticated;
+use loadstar_auth::review::ResourceAttributes;
 use crate::watch::{WatchHub, WatchLimits, WatchStats};
 use crate::{NO_KUBERNETES, podspec, status};
 use loadstar_framework::preemption::PreemptionOutcome;
@@ -128,6 +131,7 @@ pub struct ScorerService {
     closing: Option<watch::Receiver<bool>>,
     hub: Arc<WatchHub>,
     limits: QueryLimits,
+    gate: Gate,
 }
 
 /// Limits on the query calls; see [`QueryLimits::default`].
@@ -191,7 +195,15 @@ impl ScorerService {
             closing: None,
             hub,
             limits,
+            gate: Gate::open(),
         }
+    }
+
+    /// Checks callers at `gate` (queries need a caller when it says so; a pod by reference
+    /// needs the caller's `get pods` on it).
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.gate = gate;
+        self
     }
 
     /// The watch hub's accounting (watchers, queued bytes, drops).
@@ -218,16 +230,16 @@ impl ScorerService {
         self
     }
 
-    async fn pod_of(&self, req: &pb::ScoreRequest) -> Result<PodInfo, Status> {
+    async fn pod_of(
+        &self,
+        req: &pb::ScoreRequest,
+        caller: Option<(&Authenticated, Option<std::net::SocketAddr>)>,
+    ) -> Result<PodInfo, Status> {
         match &req.pod {
             Some(pb::score_request::Pod::Description(d)) => {
                 podspec::from_description(d).map_err(|e| Status::invalid_argument(e.to_string()))
             }
             Some(pb::score_request::Pod::Reference(r)) => {
-                let resolver = self
-                    .resolver
-                    .as_ref()
-                    .ok_or_else(|| Status::failed_precondition(NO_KUBERNETES))?;
                 if r.name.is_empty() {
                     return Err(Status::invalid_argument("reference.name is empty"));
                 }
@@ -236,6 +248,21 @@ impl ScorerService {
                 } else {
                     &r.namespace
                 };
+                if let Some((who, peer)) = caller {
+                    // Scoring a pod by reference reads it: only for callers who may.
+                    self.gate
+                        .authorize(
+                            Service::Query,
+                            who,
+                            &ResourceAttributes::get_pod(ns, &r.name),
+                            peer,
+                        )
+                        .await?;
+                }
+                let resolver = self
+                    .resolver
+                    .as_ref()
+                    .ok_or_else(|| Status::failed_precondition(NO_KUBERNETES))?;
                 resolver
                     .resolve(ns, &r.name)
                     .await
@@ -326,10 +353,12 @@ impl pb::scorer_server::Scorer for ScorerService {
         &self,
         request: Request<pb::ScoreRequest>,
     ) -> Result<Response<pb::ScoreResponse>, Status> {
+        let caller = self.gate.query(&request).await?;
+        let peer = peer(&request);
         let req = request.into_inner();
         let span = info_span!("score", profile = %req.profile, pod = tracing::field::Empty);
         async move {
-            let pod = self.pod_of(&req).await?;
+            let pod = self.pod_of(&req, caller.as_ref().map(|c| (c, peer))).await?;
             tracing::Span::current().record("pod", format!("{}/{}", pod.namespace, pod.name));
             let limit = req.limit as usize;
             self.score_pod(&pod, &req.profile, &req.candidate_nodes, limit, req.preempt)
@@ -343,6 +372,7 @@ impl pb::scorer_server::Scorer for ScorerService {
         &self,
         request: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesResponse>, Status> {
+        self.gate.query(&request).await?;
         let req = request.into_inner();
         let size = match req.page_size as usize {
             0 => self.limits.default_page_size,
@@ -380,6 +410,7 @@ impl pb::scorer_server::Scorer for ScorerService {
         &self,
         request: Request<pb::GetNodeRequest>,
     ) -> Result<Response<pb::NodeStatus>, Status> {
+        self.gate.query(&request).await?;
         let name = request.into_inner().node_name;
         self.store
             .node_status(&name)
@@ -395,6 +426,7 @@ impl pb::scorer_server::Scorer for ScorerService {
         &self,
         request: Request<pb::WatchNodesRequest>,
     ) -> Result<Response<Self::WatchNodesStream>, Status> {
+        self.gate.query(&request).await?;
         let stream = self.hub.watch(request.into_inner().node_names)?;
         let closing = self.closing.clone();
         // Ends with the server's shutdown, so a graceful drain is not held open by watchers.
@@ -404,8 +436,9 @@ impl pb::scorer_server::Scorer for ScorerService {
 
     async fn list_profiles(
         &self,
-        _request: Request<pb::ListProfilesRequest>,
+        request: Request<pb::ListProfilesRequest>,
     ) -> Result<Response<pb::ListProfilesResponse>, Status> {
+        self.gate.query(&request).await?;
         let profiles = self
             .profiles
             .iter()

@@ -8,11 +8,13 @@ use loadstar_proto::pb;
 use tokio::net::TcpListener;
 use tonic::transport::Server;
 
+use crate::gate::Gate;
 use crate::ingest::IngestLimits;
 use crate::ingest::IngestService;
 use crate::listener::{self, ConnectionLimits};
 use crate::scheduler::SchedulerService;
 use crate::scorer::{QueryLimits, ScorerService};
+use loadstar_auth::tls::ServerTls;
 use loadstar_policy::profiles::Profiles;
 use loadstar_proto::limits;
 use loadstar_store::NodeStore;
@@ -96,6 +98,12 @@ pub struct ServerParts {
     pub desired_interval_seconds: f64,
     /// What the port enforces.
     pub limits: ServerLimits,
+    /// Who may call what ([`Gate::open`]: anyone, anything).
+    pub gate: Gate,
+    /// TLS for the port (none: plaintext HTTP/2).
+    pub tls: Option<Arc<ServerTls>>,
+    /// `Bind` takes pods of other schedulers too.
+    pub bind_other_schedulers: bool,
 }
 
 impl ServerParts {
@@ -110,6 +118,7 @@ impl ServerParts {
         )
         .with_decoder(self.decoder.clone())
         .with_budgets(self.budgets.clone())
+        .with_gate(self.gate.clone())
     }
 }
 
@@ -152,9 +161,15 @@ pub async fn serve(
         parts.desired_interval_seconds,
     )
     .with_limits(parts.limits.ingest)
-    .with_closing(closing.clone());
+    .with_closing(closing.clone())
+    .with_gate(parts.gate.clone());
     let l = parts.limits;
-    let incoming = listener::incoming(listener, l.connections, parts.metrics.clone());
+    let incoming = listener::incoming(
+        listener,
+        l.connections,
+        parts.metrics.clone(),
+        parts.tls.clone(),
+    );
     Server::builder()
         .max_concurrent_streams(l.max_streams_per_connection)
         .http2_keepalive_interval(Some(l.keepalive_interval))
@@ -171,8 +186,12 @@ pub async fn serve(
                 .max_decoding_message_size(l.max_message_bytes),
         )
         .add_service(
-            pb::scheduler_server::SchedulerServer::new(SchedulerService::new(parts.binder.clone()))
-                .max_decoding_message_size(l.max_message_bytes),
+            pb::scheduler_server::SchedulerServer::new(
+                SchedulerService::new(parts.binder.clone())
+                    .with_gate(parts.gate.clone())
+                    .with_other_schedulers(parts.bind_other_schedulers),
+            )
+            .max_decoding_message_size(l.max_message_bytes),
         )
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

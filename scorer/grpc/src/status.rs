@@ -1,5 +1,6 @@
 //! Domain errors → gRPC status codes, in one place: the lower layers return typed errors and
 //! never a `tonic::Status`.
+use loadstar_auth::{Denial, DenialKind};
 use loadstar_policy::profiles::ProfileError;
 use loadstar_store::cluster::ClusterError;
 use tonic::Status;
@@ -22,6 +23,18 @@ pub fn from_cluster(e: ClusterError) -> Status {
         ClusterError::Conflict(_) => Status::already_exists(message),
         ClusterError::Aborted(_) => Status::aborted(message),
         ClusterError::Invalid(_) => Status::invalid_argument(message),
+        ClusterError::PermissionDenied(_) => Status::permission_denied(message),
+    }
+}
+
+/// The status for a refused caller: `UNAUTHENTICATED`, `PERMISSION_DENIED` or (the check
+/// could not run) `UNAVAILABLE`, with the reason's label in front of the message.
+pub fn from_denial(d: &Denial) -> Status {
+    let message = format!("{}: {}", d.reason, d.message);
+    match d.kind() {
+        DenialKind::Unauthenticated => Status::unauthenticated(message),
+        DenialKind::PermissionDenied => Status::permission_denied(message),
+        DenialKind::Unavailable => Status::unavailable(message),
     }
 }
 

@@ -3,6 +3,7 @@
 //! [`NodeAllocation`] (request sums, non-zero sums, the pod list); pending pods whose
 //! `schedulerName` names a profile enter the [`SchedulingQueue`]. Assumptions made by the
 //! scheduler before binding live here too, so a failed bind can be forgotten exactly.
+use loadstar_auth::review::{AgentPod, AgentPods, PodLookup};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -260,6 +261,21 @@ impl ClusterCache {
                 }))
             }
             _ => Some(facts),
+        }
+    }
+
+    /// What an agent token's pod looks like now (for binding agents to their node).
+    pub fn agent_pod(&self, namespace: &str, name: &str) -> PodLookup {
+        if !self.synced.borrow().pods {
+            return PodLookup::NotSynced;
+        }
+        match self.lock().pods.get(&format!("{namespace}/{name}")) {
+            None => PodLookup::Missing,
+            Some(f) => PodLookup::Found(AgentPod {
+                uid: f.uid.clone(),
+                node_name: f.node_name.clone(),
+                running: f.running && !f.deleting,
+            }),
         }
     }
 
@@ -834,5 +850,11 @@ mod tests {
         // A whole pod sent over gRPC resolves the same way.
         let decoded = PodDecoder::decode(&cache, &p.to_string()).expect("decodes");
         assert_eq!(decoded.volumes.map(|v| v.zones.len()), Some(1));
+    }
+}
+
+impl AgentPods for ClusterCache {
+    fn agent_pod(&self, namespace: &str, name: &str) -> PodLookup {
+        ClusterCache::agent_pod(self, namespace, name)
     }
 }

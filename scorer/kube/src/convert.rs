@@ -85,6 +85,8 @@ pub struct PodFacts {
     pub terminal: bool,
     /// metadata.deletionTimestamp is set.
     pub deleting: bool,
+    /// status.phase is Running.
+    pub running: bool,
     /// metadata.creationTimestamp, Unix seconds (0 when absent).
     pub created_unix: i64,
     /// spec.priority.
@@ -213,6 +215,7 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
             .filter(|s| !s.is_empty()),
         terminal: matches!(phase, Some("Succeeded") | Some("Failed")),
         deleting: pod.metadata.deletion_timestamp.is_some(),
+        running: phase == Some("Running"),
         created_unix: pod
             .metadata
             .creation_timestamp

@@ -15,6 +15,7 @@ pub mod convert;
 pub mod disruption;
 pub mod leader;
 pub mod queue;
+pub mod review;
 pub mod runtime;
 pub mod scheduler;
 pub mod volumes;

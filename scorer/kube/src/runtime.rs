@@ -55,6 +55,8 @@ pub struct KubeRuntime {
     pub cache: Arc<ClusterCache>,
     /// The scheduler (also the `Scheduler.Bind` binder).
     pub scheduler: Arc<Scheduler>,
+    /// Token and access reviews (their own rate-limited client).
+    pub reviews: Arc<super::review::KubeReviews>,
     handle: JoinHandle<()>,
 }
 
@@ -175,6 +177,10 @@ pub async fn start(
           burst = options.rate_limit.burst, "connecting to Kubernetes");
     let main = client::build(&config, Some(options.rate_limit))?;
     let events = client::build(&config, Some(options.rate_limit))?;
+    let reviews = Arc::new(super::review::KubeReviews::new(client::build(
+        &config,
+        Some(options.rate_limit),
+    )?));
     let queue = Arc::new(SchedulingQueue::new());
     let cache = Arc::new(ClusterCache::new(
         store.clone(),
@@ -231,6 +237,7 @@ pub async fn start(
     Ok(KubeRuntime {
         cache,
         scheduler,
+        reviews,
         handle,
     })
 }

@@ -679,6 +679,19 @@ impl Binder for Scheduler {
                 .info
                 .as_ref()
                 .map_err(|e| ClusterError::FailedPrecondition(e.to_string()))?;
+            if !request.other_schedulers && !self.profiles.contains(&facts.scheduler_name) {
+                return Err(ClusterError::PermissionDenied(format!(
+                    "pod {key} has schedulerName {}, which is not one of this scorer's \
+                     profiles ({}): it is another scheduler's to place (start the scorer \
+                     with --bind-other-schedulers to allow binding it)",
+                    loadstar_common::text::quote(&facts.scheduler_name),
+                    self.profiles
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
             let profile_name = if !request.profile.is_empty() {
                 request.profile.as_str()
             } else if self.profiles.contains(&facts.scheduler_name) {

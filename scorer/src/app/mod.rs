@@ -2,6 +2,7 @@
 //! shutdown signals, and starting the gRPC and HTTP servers with a bounded drain.
 pub mod http;
 pub mod limits;
+pub mod security;
 pub mod serve;
 pub mod simulate;
 pub mod standalone;
@@ -179,12 +180,12 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
         .map_err(|source| AppError::Bind { addr, source })
 }
 
-/// Starts the kube-scheduler extender on `addr` (when given): the configured profiles cut to
-/// their load-aware plugins, over `store`, reading pods with `decoder`; it stops with
-/// `shutdown`. Returns the bound address.
+/// Starts the kube-scheduler extender on `addr` (when given; HTTPS with `tls`): the
+/// configured profiles cut to their load-aware plugins, over `store`, reading pods with
+/// `decoder`; it stops with `shutdown`. Returns the bound address.
 pub async fn start_extender(
     addr: Option<SocketAddr>,
-    tls: Option<(&Path, &Path)>,
+    tls: Option<Arc<loadstar_auth::tls::ServerTls>>,
     config: &ScorerConfig,
     store: Arc<NodeStore>,
     decoder: Arc<dyn loadstar_store::cluster::PodDecoder>,
@@ -213,10 +214,8 @@ pub async fn start_extender(
     ));
     let wait = shutdown.wait();
     let scheme = match tls {
-        Some((cert, key)) => {
-            let acceptor = loadstar_extender::tls::acceptor(cert, key)
-                .map_err(|e| AppError::Other(format!("extender: {e}")))?;
-            let listener = loadstar_extender::tls::TlsListener::new(listener, acceptor)
+        Some(tls) => {
+            let listener = loadstar_extender::tls::TlsListener::new(listener, tls)
                 .map_err(|source| AppError::Bind { addr, source })?;
             tokio::spawn(async move {
                 if let Err(e) = loadstar_extender::serve_tls(listener, extender, wait).await {
@@ -299,4 +298,26 @@ pub async fn run_servers(
     };
     sweeper.abort();
     result
+}
+
+/// The extender port's TLS from its flags (reloaded like the gRPC port's), if configured.
+pub fn extender_tls(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    client_ca: Option<&Path>,
+    tls: &security::TlsArgs,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<loadstar_auth::tls::ServerTls>>, AppError> {
+    let (Some(cert), Some(key)) = (cert, key) else {
+        return Ok(None);
+    };
+    let files = loadstar_auth::tls::TlsFiles {
+        cert: cert.to_path_buf(),
+        key: key.to_path_buf(),
+        client_ca: client_ca.map(Path::to_path_buf),
+        require_client_cert: client_ca.is_some(),
+    };
+    tls.serve(files, &[b"http/1.1"], metrics)
+        .map(Some)
+        .map_err(|e| AppError::Other(format!("extender: {e}")))
 }

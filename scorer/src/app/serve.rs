@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::app::{AppError, DRAIN_TIMEOUT, Shutdown, bind, run_servers};
+use loadstar_grpc::gate::{Gate, GateParts};
 use loadstar_grpc::server::ServerParts;
 use loadstar_kube::client::RateLimit;
 use loadstar_kube::leader::LeaderConfig;
@@ -52,6 +53,13 @@ pub struct ServeArgs {
     /// PEM private key matching `--extender-tls-cert`.
     #[arg(long, requires = "extender_tls_cert")]
     pub extender_tls_key: Option<PathBuf>,
+    /// PEM CA bundle: the extender port then requires a client certificate signed by it
+    /// (kube-scheduler: `tlsConfig.certFile`/`keyFile`).
+    #[arg(long, requires = "extender_tls_cert")]
+    pub extender_tls_client_ca: Option<PathBuf>,
+    /// TLS of the gRPC port.
+    #[command(flatten)]
+    pub tls: crate::app::security::TlsArgs,
     /// Profiles config (YAML); the embedded default when absent.
     #[arg(long, env = "LOADSTAR_CONFIG")]
     pub config: Option<PathBuf>,
@@ -94,6 +102,9 @@ pub struct ServeArgs {
     /// Bindings in flight at most.
     #[arg(long, default_value_t = 64)]
     pub bind_concurrency: usize,
+    /// Who may call what.
+    #[command(flatten)]
+    pub auth: crate::app::security::AuthArgs,
 }
 
 fn secs(v: f64, what: &str) -> Result<Duration, AppError> {
@@ -120,6 +131,8 @@ fn in_cluster() -> bool {
 /// Runs `serve` until SIGTERM.
 pub async fn run(args: ServeArgs) -> Result<(), AppError> {
     let config = crate::app::load_config(args.config.as_deref())?;
+    let auth_config = args.auth.config()?;
+    let authenticator_config = args.auth.authenticator()?;
     let store = crate::app::build_store(&config);
     let profiles = crate::app::build_profiles(&config, args.config.as_deref())?;
     let metrics = Metrics::new();
@@ -196,12 +209,55 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         binder = Some(rt.scheduler.clone());
         kube = Some(rt);
     }
+    let gate = match &kube {
+        _ if args.auth.insecure_allow_unauthenticated => {
+            warn!(
+                "AUTHENTICATION IS OFF (--insecure-allow-unauthenticated): anyone who can reach \
+                 the gRPC port may report load for any node, query, and bind pods with this \
+                 scorer's credentials"
+            );
+            Gate::open()
+        }
+        Some(rt) => {
+            info!(agents = ?auth_config.agents.service_accounts.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                  audiences = ?auth_config.agents.audiences, queries = ?auth_config.queries,
+                  "authenticating callers with TokenReview and SubjectAccessReview");
+            Gate::new(
+                GateParts {
+                    config: auth_config,
+                    authenticator: Arc::new(loadstar_auth::Authenticator::new(
+                        rt.reviews.clone(),
+                        authenticator_config,
+                        metrics.clone(),
+                    )),
+                    access: rt.reviews.clone(),
+                    pods: rt.cache.clone(),
+                },
+                metrics.clone(),
+            )
+        }
+        None => {
+            return Err(AppError::Other(
+                "serve without a Kubernetes connection cannot authenticate callers (agent \
+                 tokens are checked with the API server's TokenReview): give --kubeconfig or \
+                 run in a cluster, or pass --insecure-allow-unauthenticated to serve without \
+                 authentication"
+                    .into(),
+            ));
+        }
+    };
+    let tls = args.tls.grpc(&metrics)?;
     if let Some(d) = &decoder {
+        let extender_tls = crate::app::extender_tls(
+            args.extender_tls_cert.as_deref(),
+            args.extender_tls_key.as_deref(),
+            args.extender_tls_client_ca.as_deref(),
+            &args.tls,
+            &metrics,
+        )?;
         crate::app::start_extender(
             args.extender_listen,
-            args.extender_tls_cert
-                .as_deref()
-                .zip(args.extender_tls_key.as_deref()),
+            extender_tls,
             &config,
             store.clone(),
             d.clone(),
@@ -220,6 +276,9 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         budgets,
         limits: args.limits.limits().map_err(AppError::Other)?,
         desired_interval_seconds: args.desired_interval_seconds,
+        gate,
+        tls,
+        bind_other_schedulers: args.auth.bind_other_schedulers,
     };
     let grpc = bind(args.listen).await?;
     let http = bind(args.metrics_listen).await?;

@@ -38,6 +38,13 @@ pub struct StandaloneArgs {
     /// PEM private key matching `--extender-tls-cert`.
     #[arg(long, requires = "extender_tls_cert")]
     pub extender_tls_key: Option<PathBuf>,
+    /// PEM CA bundle: the extender port then requires a client certificate signed by it
+    /// (kube-scheduler: `tlsConfig.certFile`/`keyFile`).
+    #[arg(long, requires = "extender_tls_cert")]
+    pub extender_tls_client_ca: Option<PathBuf>,
+    /// TLS of the gRPC port.
+    #[command(flatten)]
+    pub tls: crate::app::security::TlsArgs,
     /// Profiles config (YAML); the embedded default when absent.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -50,6 +57,11 @@ pub struct StandaloneArgs {
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long)]
     pub exit_after_seconds: Option<f64>,
+    /// Listen on a non-loopback address without authentication (standalone has no API
+    /// server to check tokens with, so anyone who can reach the port may report, query and
+    /// call every method).
+    #[arg(long)]
+    pub insecure_allow_unauthenticated: bool,
 }
 
 /// Runs `standalone` until Ctrl-C (or `--exit-after-seconds`).
@@ -68,6 +80,14 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
     let interval = sampler_config.interval;
     let mut sampler =
         Sampler::new(sampler_config).map_err(|e| AppError::Other(format!("agent: {e}")))?;
+    if !args.listen.ip().is_loopback() && !args.insecure_allow_unauthenticated {
+        return Err(AppError::Other(format!(
+            "standalone has no authentication (no API server to check tokens with), so it \
+             listens on loopback only; {} is not loopback: pass \
+             --insecure-allow-unauthenticated to serve it to the network anyway",
+            args.listen
+        )));
+    }
     let grpc = bind(args.listen).await?;
     let addr = grpc
         .local_addr()
@@ -112,12 +132,20 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
     }
     print_banner(&addr, &node_name, &profiles);
     info!(%addr, node = %node_name, "standalone scorer started");
+    warn!(%addr, "NO AUTHENTICATION: standalone mode lets every caller of the gRPC port \
+                  report, query and score (use `serve` in a cluster)");
     let metrics = Metrics::new();
+    let tls = args.tls.grpc(&metrics)?;
+    let extender_tls = crate::app::extender_tls(
+        args.extender_tls_cert.as_deref(),
+        args.extender_tls_key.as_deref(),
+        args.extender_tls_client_ca.as_deref(),
+        &args.tls,
+        &metrics,
+    )?;
     crate::app::start_extender(
         args.extender_listen,
-        args.extender_tls_cert
-            .as_deref()
-            .zip(args.extender_tls_key.as_deref()),
+        extender_tls,
         &config,
         store.clone(),
         Arc::new(loadstar_kube::convert::JsonPodDecoder),
@@ -135,6 +163,9 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
         budgets: None,
         limits: args.limits.limits().map_err(AppError::Other)?,
         desired_interval_seconds: 0.0,
+        gate: loadstar_grpc::gate::Gate::open(),
+        tls,
+        bind_other_schedulers: false,
     };
     run_servers(
         grpc,

@@ -32,6 +32,9 @@ pub enum ClusterError {
     /// The caller's input is malformed (a pod that is not a valid core/v1 Pod).
     #[error("{0}")]
     Invalid(String),
+    /// The request is not this scorer's to carry out (a pod of another scheduler).
+    #[error("{0}")]
+    PermissionDenied(String),
 }
 
 /// Reads a whole Kubernetes pod (JSON) into the scheduler's view of it, exactly as cluster
@@ -59,6 +62,8 @@ pub struct BindRequest {
     pub profile: String,
     /// Bind to this node if it is feasible (empty: the best node).
     pub node_name: String,
+    /// Bind it even if its `schedulerName` is not one of the scorer's profiles.
+    pub other_schedulers: bool,
 }
 
 /// How a pod was placed: the node and the evaluation that chose it.

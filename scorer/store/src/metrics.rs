@@ -52,6 +52,29 @@ pub const CONNECTIONS: &str = "loadstar_scorer_connections";
 /// Connections closed by the server before use, by reason (`no_preface`, `limit`).
 pub const CONNECTIONS_CLOSED: &str = "loadstar_scorer_connections_closed";
 
+/// Callers refused by authentication or authorisation, by service (`ingest`, `query`,
+/// `bind`) and reason (`loadstar_auth::Reason`).
+pub const AUTH_FAILURES: &str = "loadstar_scorer_auth_failures";
+/// Token reviews, by result (`authenticated`, `rejected`, `error`, `busy`, `cache_hit`).
+pub const TOKEN_REVIEWS: &str = "loadstar_scorer_token_reviews";
+/// Token review results cached.
+pub const TOKEN_CACHE_ENTRIES: &str = "loadstar_scorer_token_cache_entries";
+/// Access reviews (SubjectAccessReview), by result (`allowed`, `denied`, `error`).
+pub const ACCESS_REVIEWS: &str = "loadstar_scorer_access_reviews";
+/// TLS file reloads, by result (`reloaded`, `error`).
+pub const TLS_RELOADS: &str = "loadstar_scorer_tls_reloads";
+/// The serving certificate's notAfter, Unix seconds.
+pub const TLS_NOT_AFTER: &str = "loadstar_scorer_tls_certificate_expiry_timestamp_seconds";
+
+/// Label set of authentication failures.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServiceReasonLabel {
+    /// `ingest`, `query` or `bind`.
+    pub service: String,
+    /// Why.
+    pub reason: String,
+}
+
 /// Label set with a reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
@@ -123,6 +146,18 @@ pub struct Metrics {
     pub connections: Gauge,
     /// See [`CONNECTIONS_CLOSED`].
     pub connections_closed: Family<ReasonLabel, Counter>,
+    /// See [`AUTH_FAILURES`].
+    pub auth_failures: Family<ServiceReasonLabel, Counter>,
+    /// See [`TOKEN_REVIEWS`].
+    pub token_reviews: Family<ResultLabel, Counter>,
+    /// See [`TOKEN_CACHE_ENTRIES`].
+    pub token_cache_entries: Gauge,
+    /// See [`ACCESS_REVIEWS`].
+    pub access_reviews: Family<ResultLabel, Counter>,
+    /// See [`TLS_RELOADS`].
+    pub tls_reloads: Family<ResultLabel, Counter>,
+    /// See [`TLS_NOT_AFTER`].
+    pub tls_not_after: Gauge,
     registry: Registry,
 }
 
@@ -230,7 +265,45 @@ impl Metrics {
             "gRPC connections closed before use, by reason",
             connections_closed.clone(),
         );
+        let auth_failures = Family::<ServiceReasonLabel, Counter>::default();
+        let token_reviews = Family::<ResultLabel, Counter>::default();
+        let token_cache_entries = Gauge::default();
+        let access_reviews = Family::<ResultLabel, Counter>::default();
+        let tls_reloads = Family::<ResultLabel, Counter>::default();
+        let tls_not_after = Gauge::default();
+        registry.register(
+            AUTH_FAILURES,
+            "Callers refused by authentication or authorisation, by service and reason",
+            auth_failures.clone(),
+        );
+        registry.register(
+            TOKEN_REVIEWS,
+            "Bearer token reviews, by result",
+            token_reviews.clone(),
+        );
+        registry.register(
+            TOKEN_CACHE_ENTRIES,
+            "Token review results cached",
+            token_cache_entries.clone(),
+        );
+        registry.register(
+            ACCESS_REVIEWS,
+            "SubjectAccessReviews, by result",
+            access_reviews.clone(),
+        );
+        registry.register(TLS_RELOADS, "TLS file reloads, by result", tls_reloads.clone());
+        registry.register(
+            TLS_NOT_AFTER,
+            "The serving certificate's notAfter, Unix seconds",
+            tls_not_after.clone(),
+        );
         Arc::new(Metrics {
+            auth_failures,
+            token_reviews,
+            token_cache_entries,
+            access_reviews,
+            tls_reloads,
+            tls_not_after,
             extender_requests,
             extender_duration,
             preemptions,

@@ -122,6 +122,8 @@ struct NodeEntry {
 struct Owner {
     stream: StreamId,
     instance: String,
+    /// Who authenticated the stream (the agent pod's UID), if anyone did.
+    principal: Option<Arc<str>>,
 }
 
 /// Identifies one agent stream to the store (see [`NodeStore::apply_stream_report`]).
@@ -217,17 +219,21 @@ impl NodeStore {
         self.apply(report, now, None)
     }
 
-    /// Like [`NodeStore::apply_report`] for a report that arrived on agent stream `stream`:
-    /// the first stream to report for a node owns it; another stream's reports are refused
-    /// with [`ReportError::Owned`] until the owner calls [`NodeStore::release`] or the node
-    /// goes stale (then the newcomer takes over).
+    /// Like [`NodeStore::apply_report`] for a report that arrived on agent stream `stream`,
+    /// authenticated as `principal` (the agent pod's UID) if authentication is on: the first
+    /// stream to report for a node owns it; another stream's reports are refused with
+    /// [`ReportError::Owned`] until the owner calls [`NodeStore::release`] or the node goes
+    /// stale (then the newcomer takes over) — unless both streams are authenticated as the
+    /// same principal: then the newer stream takes over at once (the same agent pod
+    /// reconnecting, e.g. with a rotated token, before the scorer saw its old stream end).
     pub fn apply_stream_report(
         &self,
         report: pb::NodeReport,
         now: Instant,
         stream: StreamId,
+        principal: Option<&str>,
     ) -> Result<(), ReportError> {
-        self.apply(report, now, Some(stream))
+        self.apply(report, now, Some((stream, principal)))
     }
 
     /// Ends `stream`'s ownership of `node` (its stream ended).
@@ -244,7 +250,7 @@ impl NodeStore {
         &self,
         report: pb::NodeReport,
         now: Instant,
-        stream: Option<StreamId>,
+        stream: Option<(StreamId, Option<&str>)>,
     ) -> Result<(), ReportError> {
         let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -274,10 +280,13 @@ impl NodeStore {
             entry.last_reject = e.to_string();
             return Err(e);
         }
-        if let Some(stream) = stream {
+        if let Some((stream, principal)) = stream
+            && entry.owner.as_ref().is_none_or(|o| o.stream != stream)
+        {
             entry.owner = Some(Owner {
                 stream,
                 instance: report.agent_instance.clone(),
+                principal: principal.map(Arc::from),
             });
         }
         agent.received_at = Some(now);
@@ -324,12 +333,13 @@ impl NodeStore {
         &self,
         entry: &NodeEntry,
         report: &pb::NodeReport,
-        stream: Option<StreamId>,
+        stream: Option<(StreamId, Option<&str>)>,
         stale: bool,
     ) -> Result<(), ReportError> {
-        if let (Some(stream), Some(owner)) = (stream, &entry.owner)
+        if let (Some((stream, principal)), Some(owner)) = (stream, &entry.owner)
             && owner.stream != stream
             && !stale
+            && (principal.is_none() || owner.principal.as_deref() != principal)
         {
             return Err(ReportError::Owned {
                 node: report.node_name.clone(),

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use loadstar_auth::tls::ServerTls;
+use loadstar_grpc::gate::Gate;
 use loadstar_grpc::server::{self, ServerParts};
 use loadstar_policy::config::ScorerConfig;
 use loadstar_policy::profiles::Profiles;
@@ -27,8 +29,17 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Starts one with `limits`.
+    /// Starts one with `limits`, no authentication, plaintext.
     pub async fn start(limits: server::ServerLimits) -> TestServer {
+        Self::start_with(limits, Gate::open(), None).await
+    }
+
+    /// Starts one with `limits`, checking callers at `gate`, with `tls` if given.
+    pub async fn start_with(
+        limits: server::ServerLimits,
+        gate: Gate,
+        tls: Option<Arc<ServerTls>>,
+    ) -> TestServer {
         let config = ScorerConfig::embedded_default();
         let profiles = Arc::new(Profiles::new(
             config.build_profiles().expect("embedded default builds"),
@@ -41,7 +52,8 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
-        let addr = format!("http://{}", listener.local_addr().expect("addr"));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let addr = format!("{scheme}://{}", listener.local_addr().expect("addr"));
         let parts = ServerParts {
             store: store.clone(),
             profiles,
@@ -52,6 +64,9 @@ impl TestServer {
             budgets: None,
             limits,
             desired_interval_seconds: 1.0,
+            gate,
+            tls,
+            bind_other_schedulers: false,
         };
         let (stop, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {

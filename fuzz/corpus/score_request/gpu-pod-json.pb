@@ -1,0 +1,1 @@
+2¸{"metadata": {"name": "train", "namespace": "ml"}, "spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "2", "memory": "8Gi"}}}]}}
