@@ -21,7 +21,7 @@ H nodes --count "$NODES"
 
 GRPC_PORT=$(free_port)
 EXT_PORT=$(free_port)
-RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" \
+RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" --insecure-allow-unauthenticated \
   --listen "127.0.0.1:$GRPC_PORT" --metrics-listen 127.0.0.1:0 \
   --extender-listen "127.0.0.1:$EXT_PORT" --leader-elect=false >"$WORK/loadstar.log" 2>&1 &
 LS=$!; PIDS+=("$LS")

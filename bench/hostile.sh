@@ -26,7 +26,7 @@ ulimit -n 65536 2>/dev/null || true
 
 port=$((20000 + RANDOM % 20000))
 SCORER="http://127.0.0.1:$port"
-RUST_LOG=info "$BIN/loadstar-scorer" serve --listen "127.0.0.1:$port" \
+RUST_LOG=info "$BIN/loadstar-scorer" serve --insecure-allow-unauthenticated --listen "127.0.0.1:$port" \
   --metrics-listen 127.0.0.1:0 >"$WORK/scorer.log" 2>&1 &
 SPID=$!
 PIDS+=("$SPID")

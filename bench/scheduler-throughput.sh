@@ -49,7 +49,7 @@ log "creating $PODS pending pods for loadstar"
 H pods --namespace bench-loadstar --scheduler loadstar --count "$PODS" \
   --constrained-percent "$CONSTRAINED" >/dev/null
 GRPC_PORT=$(free_port)
-RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" \
+RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" --insecure-allow-unauthenticated \
   --listen "127.0.0.1:$GRPC_PORT" --metrics-listen 127.0.0.1:0 \
   --kube-api-qps="$QPS" --kube-api-burst="$QPS" \
   --leader-elect-namespace loadstar --leader-elect-identity bench-loadstar \

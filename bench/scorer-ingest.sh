@@ -12,7 +12,7 @@ cargo build --release -q -p loadstar-scorer --bin loadstar-scorer -p loadstar-te
 bin=${CARGO_TARGET_DIR:-target}/release
 port=$((20000 + RANDOM % 20000))
 for n in "${counts[@]}"; do
-  "$bin/loadstar-scorer" serve --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
+  "$bin/loadstar-scorer" serve --insecure-allow-unauthenticated --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
     > /tmp/loadstar-ingest-scorer.log 2>&1 &
   pid=$!
   trap 'kill $pid 2>/dev/null || true' EXIT

@@ -5,7 +5,7 @@
 #! the ignored e2e tests with the scorer binary under it (missing RBAC fails a test), then the
 #! short differential run against kube-scheduler (e2e_diff: LOADSTAR_DIFF_SCENARIOS, default
 #! 100; the long run is tests/e2e/diff.sh). LOADSTAR_E2E_SUITES picks the test binaries
-#! (default "e2e_scheduler e2e_extender e2e_diff"). Everything is torn down on exit. Extra arguments go to
+#! (default "e2e_scheduler e2e_extender e2e_auth e2e_diff"). Everything is torn down on exit. Extra arguments go to
 #! each test binary (e.g. a test name).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,7 +36,7 @@ trap cleanup EXIT INT TERM
 mkdir -p "$WORK/logs"
 
 log "building the scorer and the e2e tests"
-SUITES=${LOADSTAR_E2E_SUITES:-e2e_scheduler e2e_extender e2e_diff}
+SUITES=${LOADSTAR_E2E_SUITES:-e2e_scheduler e2e_extender e2e_auth e2e_diff}
 cargo build -q -p loadstar-scorer --bin loadstar-scorer
 for suite in $SUITES; do cargo test -q -p loadstar-tests --test "$suite" --no-run; done
 
@@ -71,6 +71,8 @@ export LOADSTAR_E2E_ADMIN_KUBECONFIG="$KUBE_ADMIN_KUBECONFIG"
 export LOADSTAR_E2E_SCORER_KUBECONFIG="$WORK/scorer.kubeconfig"
 export LOADSTAR_E2E_SCORER_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/loadstar-scorer"
 export LOADSTAR_E2E_LOGS="$WORK/logs"
+# The authentication tests sign an expired token with the cluster's own service-account key.
+export LOADSTAR_E2E_SA_SIGNING_KEY="$WORK/cluster/pki/sa.key"
 export LOADSTAR_E2E_KUBE_SCHEDULER_BIN="$K8S_BIN/kube-scheduler"
 for suite in $SUITES; do
   log "running $suite"

@@ -1,6 +1,9 @@
 //! One stream per scorer address: connect, send the latest report whenever it changes, read
 //! the acks, and reconnect after a backoff until shutdown. A report the address already
-//! acknowledged is not sent again after a reconnect; the backoff resets on every ack.
+//! acknowledged is not sent again after a reconnect; the backoff resets on every ack. The
+//! bearer token is sent when a stream opens; when the kubelet rotates the token file, the
+//! stream is reopened at once with the new token (the scorer ends streams whose token
+//! expired).
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -26,6 +29,9 @@ use super::throttle::Throttle;
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// HTTP/2 keepalive ping timeout.
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the token file is checked for rotation (the kubelet rotates at 80 % of the
+/// token's lifetime, at least 10 minutes ahead of expiry).
+pub const TOKEN_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
 /// How a session ended without an error.
 enum SessionEnd {
@@ -33,6 +39,8 @@ enum SessionEnd {
     Shutdown,
     /// The scorer ended the stream cleanly.
     ServerEnded,
+    /// The token file changed: reopen with the new token.
+    TokenRotated,
 }
 
 /// Streams to one scorer address, reconnecting until shutdown.
@@ -68,6 +76,10 @@ pub(super) async fn connection(
             Ok(SessionEnd::Shutdown) => break,
             Ok(SessionEnd::ServerEnded) => {
                 info!("scorer ended the stream; reconnecting");
+            }
+            Ok(SessionEnd::TokenRotated) => {
+                info!("token rotated; reopening the stream with the new token");
+                continue;
             }
             Err(e) => {
                 shared.metrics.report_error(&label);
@@ -125,7 +137,7 @@ async fn session(
     // session, so a session that ends (or is aborted) also ends its stream.
     let (_end_stream, end) = oneshot::channel::<()>();
     let mut request = tonic::Request::new(futures::StreamExt::take_until(outbound, end));
-    if let Some(token) = token {
+    if let Some(token) = token.clone() {
         request.metadata_mut().insert("authorization", token);
     }
     let acks = client
@@ -138,7 +150,25 @@ async fn session(
         .into_inner();
     shared.metrics.set_connected(label, true);
     info!("stream open");
-    read_acks(acks, addr, shared, reports, backoff, label, last_acked).await
+    let rotated = token_rotated(shared.token_file.as_deref(), token);
+    tokio::select! {
+        r = read_acks(acks, addr, shared, reports, backoff, label, last_acked) => r,
+        () = rotated => Ok(SessionEnd::TokenRotated),
+    }
+}
+
+/// Resolves when the token file holds another valid token than `sent` (never without a
+/// file). A file that cannot be read right now (mid-rotation) is checked again later.
+async fn token_rotated(path: Option<&Path>, sent: Option<MetadataValue<Ascii>>) {
+    let (Some(path), Some(sent)) = (path, sent) else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(TOKEN_CHECK_INTERVAL).await;
+        if read_token(path).is_ok_and(|now| now != sent) {
+            return;
+        }
+    }
 }
 
 /// The endpoint of one scorer address: timeouts, keepalive, the target's origin, and TLS
@@ -250,5 +280,27 @@ mod tests {
         std::fs::write(&p, "\n").expect("write");
         assert!(read_token(&p).is_err());
         assert!(read_token(&dir.path().join("missing")).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rotated_token_file_ends_the_session() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("token");
+        std::fs::write(&p, "first\n").expect("write");
+        let sent = read_token(&p).ok();
+        let rotated = token_rotated(Some(&p), sent);
+        tokio::pin!(rotated);
+        // Unchanged (or briefly unreadable) files keep the stream.
+        let wait = TOKEN_CHECK_INTERVAL * 3;
+        assert!(tokio::time::timeout(wait, &mut rotated).await.is_err());
+        std::fs::remove_file(&p).expect("remove");
+        assert!(tokio::time::timeout(wait, &mut rotated).await.is_err());
+        std::fs::write(&p, "second\n").expect("write");
+        tokio::time::timeout(wait, &mut rotated)
+            .await
+            .expect("rotation noticed within one check interval");
+        // Without a token file nothing ever rotates.
+        let never = token_rotated(None, None);
+        assert!(tokio::time::timeout(wait, never).await.is_err());
     }
 }

@@ -107,6 +107,24 @@ pub struct ServerParts {
 }
 
 impl ServerParts {
+    /// Parts with no Kubernetes integration, default limits, no caller checks and no TLS.
+    pub fn new(store: Arc<NodeStore>, profiles: Arc<Profiles>, metrics: Arc<Metrics>) -> Self {
+        ServerParts {
+            store,
+            profiles,
+            metrics,
+            resolver: None,
+            binder: None,
+            decoder: None,
+            budgets: None,
+            desired_interval_seconds: 0.0,
+            limits: ServerLimits::default(),
+            gate: Gate::open(),
+            tls: None,
+            bind_other_schedulers: false,
+        }
+    }
+
     /// The Scorer service over these parts.
     pub fn scorer_service(&self) -> ScorerService {
         ScorerService::with_limits(

@@ -50,17 +50,7 @@ async fn grpcurl_lists_describes_and_scores() {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
-    let parts = ServerParts {
-        store,
-        profiles,
-        metrics: Metrics::new(),
-        resolver: None,
-        binder: None,
-        decoder: None,
-        budgets: None,
-        limits: server::ServerLimits::default(),
-        desired_interval_seconds: 0.0,
-    };
+    let parts = ServerParts::new(store, profiles, Metrics::new());
     let (stop, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(server::serve(listener, parts, async {
         let _ = rx.await;

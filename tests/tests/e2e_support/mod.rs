@@ -292,8 +292,24 @@ fn free_port() -> Result<u16> {
 }
 
 impl Scorer {
-    /// Starts `loadstar-scorer serve` with `extra` flags; waits until its gRPC port answers.
+    /// Starts `loadstar-scorer serve` with `extra` flags and authentication off
+    /// (`--insecure-allow-unauthenticated`: these tests' agents and clients are processes on
+    /// this machine, not pods with tokens); waits until its gRPC port answers. The
+    /// authentication tests use [`Scorer::start_authenticated`].
     pub async fn start(
+        env: &E2eEnv,
+        identity: &str,
+        lease: &str,
+        extra: &[&str],
+    ) -> Result<Scorer> {
+        let mut args = vec!["--insecure-allow-unauthenticated"];
+        args.extend_from_slice(extra);
+        Self::start_authenticated(env, identity, lease, &args).await
+    }
+
+    /// Starts `loadstar-scorer serve` as deployed: callers authenticated (TokenReview,
+    /// SubjectAccessReview), plus `extra` flags.
+    pub async fn start_authenticated(
         env: &E2eEnv,
         identity: &str,
         lease: &str,

@@ -55,18 +55,11 @@ impl TestServer {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let addr = format!("{scheme}://{}", listener.local_addr().expect("addr"));
         let parts = ServerParts {
-            store: store.clone(),
-            profiles,
-            metrics: metrics.clone(),
-            resolver: None,
-            binder: None,
-            decoder: None,
-            budgets: None,
             limits,
             desired_interval_seconds: 1.0,
             gate,
             tls,
-            bind_other_schedulers: false,
+            ..ServerParts::new(store.clone(), profiles, metrics.clone())
         };
         let (stop, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
