@@ -15,8 +15,8 @@ use k8s_openapi::api::authentication::v1::{
     BoundObjectReference, TokenRequest, TokenRequestSpec, TokenReview, TokenReviewSpec,
 };
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use loadstar_proto::pb;
 use loadstar_proto::pb::ingest_client::IngestClient;
 use loadstar_proto::pb::scheduler_client::SchedulerClient;
@@ -41,7 +41,13 @@ async fn service_account(client: &Client, ns: &str, name: &str) -> Result<()> {
 
 /// A pod of `sa` bound to `node` and marked Running (there is no kubelet): what a DaemonSet
 /// pod looks like to the API server once it runs. Returns its UID.
-async fn running_pod(client: &Client, ns: &str, name: &str, sa: &str, node: &str) -> Result<String> {
+async fn running_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    sa: &str,
+    node: &str,
+) -> Result<String> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name},
@@ -53,7 +59,10 @@ async fn running_pod(client: &Client, ns: &str, name: &str, sa: &str, node: &str
             "containers": [{"name": "agent", "image": "registry.invalid/loadstar-agent:e2e"}]
         }
     }))?;
-    let created = api.create(&PostParams::default(), &pod).await.context("creating pod")?;
+    let created = api
+        .create(&PostParams::default(), &pod)
+        .await
+        .context("creating pod")?;
     api.patch_status(
         name,
         &PatchParams::default(),
@@ -188,11 +197,30 @@ async fn agents_are_bound_to_their_pods_node_by_projected_tokens() -> Result<()>
     let uid = running_pod(&client, AGENT_NS, &agent_pod, "loadstar-agent", &node_a).await?;
     let intruder_pod = format!("intruder-{suffix}");
     let intruder_uid = running_pod(&client, AGENT_NS, &intruder_pod, "intruder", &node_b).await?;
-    let good = token(&client, AGENT_NS, "loadstar-agent", &["loadstar"], Some((&agent_pod, &uid))).await?;
-    let other_account =
-        token(&client, AGENT_NS, "intruder", &["loadstar"], Some((&intruder_pod, &intruder_uid))).await?;
-    let wrong_audience =
-        token(&client, AGENT_NS, "loadstar-agent", &["elsewhere"], Some((&agent_pod, &uid))).await?;
+    let good = token(
+        &client,
+        AGENT_NS,
+        "loadstar-agent",
+        &["loadstar"],
+        Some((&agent_pod, &uid)),
+    )
+    .await?;
+    let other_account = token(
+        &client,
+        AGENT_NS,
+        "intruder",
+        &["loadstar"],
+        Some((&intruder_pod, &intruder_uid)),
+    )
+    .await?;
+    let wrong_audience = token(
+        &client,
+        AGENT_NS,
+        "loadstar-agent",
+        &["elsewhere"],
+        Some((&agent_pod, &uid)),
+    )
+    .await?;
     let unbound = token(&client, AGENT_NS, "loadstar-agent", &["loadstar"], None).await?;
     let expired = expired_agent_token(&agent_pod, &uid)?;
 
@@ -223,25 +251,71 @@ async fn agents_are_bound_to_their_pods_node_by_projected_tokens() -> Result<()>
     let scorer = Scorer::start_authenticated(&env, "auth-agents", "lease-auth-agents", &[]).await?;
     let channel = Channel::from_shared(scorer.endpoint())?.connect().await?;
     // Accepted for its own node once the scorer has listed the pods.
-    eventually("the agent's report for its own node", Duration::from_secs(20), || {
-        let (channel, good, node) = (channel.clone(), good.clone(), node_a.clone());
-        async move {
-            Ok(match report_once(channel, Some(&good), &node).await {
-                Ok(_) => Ok(()),
-                Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
-            })
-        }
-    })
+    eventually(
+        "the agent's report for its own node",
+        Duration::from_secs(20),
+        || {
+            let (channel, good, node) = (channel.clone(), good.clone(), node_a.clone());
+            async move {
+                Ok(match report_once(channel, Some(&good), &node).await {
+                    Ok(_) => Ok(()),
+                    Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
+                })
+            }
+        },
+    )
     .await?;
 
     let cases: [(&str, Option<&str>, &str, Code, &str); 7] = [
-        ("the same token for another node", Some(&good), &node_b, Code::PermissionDenied, "wrong_node"),
-        ("no token", None, &node_a, Code::Unauthenticated, "missing_credentials"),
-        ("another service account's token", Some(&other_account), &node_b, Code::PermissionDenied, "wrong_service_account"),
-        ("a token for another audience", Some(&wrong_audience), &node_a, Code::Unauthenticated, "invalid_token"),
-        ("a token bound to no pod", Some(&unbound), &node_a, Code::PermissionDenied, "not_bound_to_pod"),
-        ("an expired token", Some(&expired), &node_a, Code::Unauthenticated, "invalid_token"),
-        ("garbage", Some("not-a-token"), &node_a, Code::Unauthenticated, "invalid_token"),
+        (
+            "the same token for another node",
+            Some(&good),
+            &node_b,
+            Code::PermissionDenied,
+            "wrong_node",
+        ),
+        (
+            "no token",
+            None,
+            &node_a,
+            Code::Unauthenticated,
+            "missing_credentials",
+        ),
+        (
+            "another service account's token",
+            Some(&other_account),
+            &node_b,
+            Code::PermissionDenied,
+            "wrong_service_account",
+        ),
+        (
+            "a token for another audience",
+            Some(&wrong_audience),
+            &node_a,
+            Code::Unauthenticated,
+            "invalid_token",
+        ),
+        (
+            "a token bound to no pod",
+            Some(&unbound),
+            &node_a,
+            Code::PermissionDenied,
+            "not_bound_to_pod",
+        ),
+        (
+            "an expired token",
+            Some(&expired),
+            &node_a,
+            Code::Unauthenticated,
+            "invalid_token",
+        ),
+        (
+            "garbage",
+            Some("not-a-token"),
+            &node_a,
+            Code::Unauthenticated,
+            "invalid_token",
+        ),
     ];
     for (what, tok, node, code, reason) in cases {
         let status = report_once(channel.clone(), tok, node)
@@ -258,20 +332,38 @@ async fn agents_are_bound_to_their_pods_node_by_projected_tokens() -> Result<()>
     // An agent's token is for reports only (its audience is not the API server's).
     let mut q = ScorerClient::new(channel.clone());
     let status = q
-        .get_node(bearer(pb::GetNodeRequest { node_name: node_a.clone() }, Some(&good)))
+        .get_node(bearer(
+            pb::GetNodeRequest {
+                node_name: node_a.clone(),
+            },
+            Some(&good),
+        ))
         .await
         .err()
         .context("an agent token must not query")?;
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     let client_token = token(&client, AGENT_NS, "intruder", &[], None).await?;
     let a = q
-        .get_node(bearer(pb::GetNodeRequest { node_name: node_a.clone() }, Some(&client_token)))
+        .get_node(bearer(
+            pb::GetNodeRequest {
+                node_name: node_a.clone(),
+            },
+            Some(&client_token),
+        ))
         .await?
         .into_inner();
-    assert!(a.last_report.is_some() && a.reports_accepted >= 1, "node A has its agent's load");
+    assert!(
+        a.last_report.is_some() && a.reports_accepted >= 1,
+        "node A has its agent's load"
+    );
     // Node B is known from Kubernetes only: no report for it was ever stored.
     let b = q
-        .get_node(bearer(pb::GetNodeRequest { node_name: node_b.clone() }, Some(&client_token)))
+        .get_node(bearer(
+            pb::GetNodeRequest {
+                node_name: node_b.clone(),
+            },
+            Some(&client_token),
+        ))
         .await?
         .into_inner();
     assert!(b.last_report.is_none() && b.reports_accepted == 0, "{b:?}");
@@ -279,18 +371,30 @@ async fn agents_are_bound_to_their_pods_node_by_projected_tokens() -> Result<()>
     // The pod goes away: its token no longer reports (the API server invalidates it, and
     // the scorer's pod cache no longer has the pod).
     let pods: Api<Pod> = Api::namespaced(client.clone(), AGENT_NS);
-    pods.delete(&agent_pod, &kube::api::DeleteParams::default().grace_period(0))
-        .await?;
-    eventually("the deleted pod's token refused", Duration::from_secs(20), || {
-        let (channel, good, node) = (channel.clone(), good.clone(), node_a.clone());
-        async move {
-            Ok(match report_once(channel, Some(&good), &node).await {
-                Ok(_) => Err("still accepted".to_string()),
-                Err(s) if s.code() == Code::PermissionDenied || s.code() == Code::Unauthenticated => Ok(()),
-                Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
-            })
-        }
-    })
+    pods.delete(
+        &agent_pod,
+        &kube::api::DeleteParams::default().grace_period(0),
+    )
+    .await?;
+    eventually(
+        "the deleted pod's token refused",
+        Duration::from_secs(20),
+        || {
+            let (channel, good, node) = (channel.clone(), good.clone(), node_a.clone());
+            async move {
+                Ok(match report_once(channel, Some(&good), &node).await {
+                    Ok(_) => Err("still accepted".to_string()),
+                    Err(s)
+                        if s.code() == Code::PermissionDenied
+                            || s.code() == Code::Unauthenticated =>
+                    {
+                        Ok(())
+                    }
+                    Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
+                })
+            }
+        },
+    )
     .await?;
     let metrics_log = scorer.log_tail();
     assert!(
@@ -298,7 +402,10 @@ async fn agents_are_bound_to_their_pods_node_by_projected_tokens() -> Result<()>
         "refusals are logged: {metrics_log}"
     );
     let _ = pods
-        .delete(&intruder_pod, &kube::api::DeleteParams::default().grace_period(0))
+        .delete(
+            &intruder_pod,
+            &kube::api::DeleteParams::default().grace_period(0),
+        )
         .await;
     delete_nodes(&client, &[node_a, node_b]).await;
     Ok(())
@@ -346,7 +453,12 @@ async fn bind_needs_the_callers_own_right_and_the_scorers_own_pods() -> Result<(
     // Client tokens for the API server's own audience (as `kubectl create token` makes).
     let binder = token(&client, &ns, "binder", &[], None).await?;
     let reader = token(&client, &ns, "reader", &[], None).await?;
-    create_pod(&client, &ns, pod("delegated", Some("someone-else"), "1", "64Mi")).await?;
+    create_pod(
+        &client,
+        &ns,
+        pod("delegated", Some("someone-else"), "1", "64Mi"),
+    )
+    .await?;
     let bind = |name: &str, tok: Option<&str>| {
         bearer(
             pb::BindRequest {
@@ -372,36 +484,51 @@ async fn bind_needs_the_callers_own_right_and_the_scorers_own_pods() -> Result<(
     q.list_nodes(bearer(pb::ListNodesRequest::default(), Some(&reader)))
         .await
         .context("a reader's query")?;
-    let e = sched.bind(bind("delegated", None)).await.expect_err("anonymous");
+    let e = sched
+        .bind(bind("delegated", None))
+        .await
+        .expect_err("anonymous");
     assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
-    let e = eventually("Bind answers for a caller without pods/binding", Duration::from_secs(20), || {
-        let mut sched = sched.clone();
-        let req = bind("delegated", Some(&reader));
-        async move {
-            Ok(match sched.bind(req).await {
-                Err(s) if s.code() == Code::PermissionDenied => Ok(s),
-                other => Err(format!("{other:?}")),
-            })
-        }
-    })
+    let e = eventually(
+        "Bind answers for a caller without pods/binding",
+        Duration::from_secs(20),
+        || {
+            let mut sched = sched.clone();
+            let req = bind("delegated", Some(&reader));
+            async move {
+                Ok(match sched.bind(req).await {
+                    Err(s) if s.code() == Code::PermissionDenied => Ok(s),
+                    other => Err(format!("{other:?}")),
+                })
+            }
+        },
+    )
     .await?;
     assert!(
         e.message().contains("may not create pods/binding"),
         "{:?}",
         e.message()
     );
-    let e = eventually("Bind refuses another scheduler's pod", Duration::from_secs(20), || {
-        let mut sched = sched.clone();
-        let req = bind("delegated", Some(&binder));
-        async move {
-            Ok(match sched.bind(req).await {
-                Err(s) if s.code() == Code::PermissionDenied => Ok(s),
-                other => Err(format!("{other:?}")),
-            })
-        }
-    })
+    let e = eventually(
+        "Bind refuses another scheduler's pod",
+        Duration::from_secs(20),
+        || {
+            let mut sched = sched.clone();
+            let req = bind("delegated", Some(&binder));
+            async move {
+                Ok(match sched.bind(req).await {
+                    Err(s) if s.code() == Code::PermissionDenied => Ok(s),
+                    other => Err(format!("{other:?}")),
+                })
+            }
+        },
+    )
     .await?;
-    assert!(e.message().contains("another scheduler's"), "{:?}", e.message());
+    assert!(
+        e.message().contains("another scheduler's"),
+        "{:?}",
+        e.message()
+    );
     drop(strict);
 
     // Configured to take other schedulers' pods: the caller with the right binds it.

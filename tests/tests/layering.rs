@@ -45,6 +45,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         ],
     ),
     ("loadstar-store", &["kube", "axum", "plotters"]),
+    ("loadstar-auth", &["kube", "axum", "plotters"]),
     ("loadstar-sim", &["tonic", "kube", "axum"]),
 ];
 

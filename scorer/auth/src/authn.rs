@@ -146,11 +146,13 @@ impl Authenticator {
             }
         };
         let result = match verdict {
-            TokenVerdict::Authenticated {
-                audiences: got, ..
-            } if !audiences.is_empty() && !got.iter().any(|g| audiences.contains(g)) => Err(
-                format!("the token is not valid for the audience(s) {audiences:?}"),
-            ),
+            TokenVerdict::Authenticated { audiences: got, .. }
+                if !audiences.is_empty() && !got.iter().any(|g| audiences.contains(g)) =>
+            {
+                Err(format!(
+                    "the token is not valid for the audience(s) {audiences:?}"
+                ))
+            }
             TokenVerdict::Authenticated { identity, .. } => Ok(Authenticated { identity, expires }),
             TokenVerdict::Rejected { reason } => Err(reason),
         };
@@ -165,7 +167,9 @@ impl Authenticator {
                 let ttl = left.min(self.config.max_cache_ttl);
                 self.cache
                     .insert(key, Cached::Valid(a.clone()), now + ttl, now);
-                self.metrics.token_cache_entries.set(self.cache.len() as i64);
+                self.metrics
+                    .token_cache_entries
+                    .set(self.cache.len() as i64);
                 Ok(a)
             }
             Err(reason) => {
@@ -177,7 +181,9 @@ impl Authenticator {
                     now + self.config.negative_ttl,
                     now,
                 );
-                self.metrics.token_cache_entries.set(self.cache.len() as i64);
+                self.metrics
+                    .token_cache_entries
+                    .set(self.cache.len() as i64);
                 Err(refused(&reason))
             }
         }
@@ -261,7 +267,9 @@ mod tests {
         let aud = vec!["loadstar".to_string()];
         for _ in 0..3 {
             assert_eq!(
-                a.authenticate("good-alice", &aud).await.map(|a| a.identity.username),
+                a.authenticate("good-alice", &aud)
+                    .await
+                    .map(|a| a.identity.username),
                 Ok("alice".into())
             );
         }

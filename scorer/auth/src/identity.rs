@@ -180,7 +180,9 @@ mod tests {
             assert_eq!(sa(not).service_account(), None, "{not}");
         }
         assert_eq!(
-            "loadstar/agent".parse::<ServiceAccount>().map(|s| s.to_string()),
+            "loadstar/agent"
+                .parse::<ServiceAccount>()
+                .map(|s| s.to_string()),
             Ok("loadstar/agent".to_string())
         );
         for bad in ["", "a", "/b", "a/", "a/b/c"] {
@@ -192,7 +194,8 @@ mod tests {
     fn a_bound_pod_needs_exactly_one_name_and_uid() {
         let mut id = sa("system:serviceaccount:ns:sa");
         assert_eq!(id.bound_pod(), None);
-        id.extra.insert(POD_NAME_EXTRA.into(), vec!["agent-x".into()]);
+        id.extra
+            .insert(POD_NAME_EXTRA.into(), vec!["agent-x".into()]);
         assert_eq!(id.bound_pod(), None, "no uid");
         id.extra.insert(POD_UID_EXTRA.into(), vec!["u1".into()]);
         assert_eq!(

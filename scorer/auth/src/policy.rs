@@ -182,8 +182,12 @@ mod tests {
             ..Identity::default()
         };
         if let Some((name, uid)) = pod {
-            identity.extra.insert(POD_NAME_EXTRA.into(), vec![name.into()]);
-            identity.extra.insert(POD_UID_EXTRA.into(), vec![uid.into()]);
+            identity
+                .extra
+                .insert(POD_NAME_EXTRA.into(), vec![name.into()]);
+            identity
+                .extra
+                .insert(POD_UID_EXTRA.into(), vec![uid.into()]);
         }
         Authenticated { identity, expires }
     }
@@ -198,7 +202,11 @@ mod tests {
             .expect("admitted");
         assert_eq!(g.pod_key(), "loadstar/agent-a");
         let e = p
-            .admit(&who("system:serviceaccount:loadstar:default", Some(("x", "u")), None))
+            .admit(&who(
+                "system:serviceaccount:loadstar:default",
+                Some(("x", "u")),
+                None,
+            ))
             .expect_err("other account");
         assert_eq!(e.reason, Reason::WrongServiceAccount);
         assert!(e.message.contains("loadstar/loadstar-agent"), "{e}");
@@ -207,7 +215,9 @@ mod tests {
             Reason::WrongServiceAccount
         );
         assert_eq!(
-            p.admit(&who(AGENT, None, None)).expect_err("legacy token").reason,
+            p.admit(&who(AGENT, None, None))
+                .expect_err("legacy token")
+                .reason,
             Reason::NotBoundToPod
         );
     }
@@ -216,7 +226,11 @@ mod tests {
     fn a_grant_reports_only_for_its_running_pods_node_until_expiry() {
         let now = SystemTime::now();
         let g = AgentPolicy::default()
-            .admit(&who(AGENT, Some(("agent-a", "u1")), Some(now + Duration::from_secs(60))))
+            .admit(&who(
+                AGENT,
+                Some(("agent-a", "u1")),
+                Some(now + Duration::from_secs(60)),
+            ))
             .expect("admitted");
         let pod = |uid: &str, node: Option<&str>, running: bool| {
             PodLookup::Found(AgentPod {
@@ -227,14 +241,36 @@ mod tests {
         };
         assert_eq!(g.check("a", &pod("u1", Some("a"), true), now), Ok(()));
         let reason = |r: Result<(), Denial>| r.expect_err("denied").reason;
-        assert_eq!(reason(g.check("b", &pod("u1", Some("a"), true), now)), Reason::WrongNode);
-        assert_eq!(reason(g.check("a", &pod("u1", None, true), now)), Reason::WrongNode);
-        assert_eq!(reason(g.check("a", &pod("u2", Some("a"), true), now)), Reason::PodNotFound);
-        assert_eq!(reason(g.check("a", &PodLookup::Missing, now)), Reason::PodNotFound);
-        assert_eq!(reason(g.check("a", &pod("u1", Some("a"), false), now)), Reason::PodNotRunning);
-        assert_eq!(reason(g.check("a", &PodLookup::NotSynced, now)), Reason::PodsNotSynced);
         assert_eq!(
-            reason(g.check("a", &pod("u1", Some("a"), true), now + Duration::from_secs(60))),
+            reason(g.check("b", &pod("u1", Some("a"), true), now)),
+            Reason::WrongNode
+        );
+        assert_eq!(
+            reason(g.check("a", &pod("u1", None, true), now)),
+            Reason::WrongNode
+        );
+        assert_eq!(
+            reason(g.check("a", &pod("u2", Some("a"), true), now)),
+            Reason::PodNotFound
+        );
+        assert_eq!(
+            reason(g.check("a", &PodLookup::Missing, now)),
+            Reason::PodNotFound
+        );
+        assert_eq!(
+            reason(g.check("a", &pod("u1", Some("a"), false), now)),
+            Reason::PodNotRunning
+        );
+        assert_eq!(
+            reason(g.check("a", &PodLookup::NotSynced, now)),
+            Reason::PodsNotSynced
+        );
+        assert_eq!(
+            reason(g.check(
+                "a",
+                &pod("u1", Some("a"), true),
+                now + Duration::from_secs(60)
+            )),
             Reason::TokenExpired
         );
         let msg = g
@@ -248,6 +284,9 @@ mod tests {
         // A token that names its node (1.30+) is held to it even before the pod is seen.
         let mut bound = g.clone();
         bound.node = Some("a".into());
-        assert_eq!(reason(bound.check("b", &PodLookup::NotSynced, now)), Reason::WrongNode);
+        assert_eq!(
+            reason(bound.check("b", &PodLookup::NotSynced, now)),
+            Reason::WrongNode
+        );
     }
 }

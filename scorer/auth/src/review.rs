@@ -88,10 +88,7 @@ impl ResourceAttributes {
         } else {
             format!("{}/{}", self.resource, self.subresource)
         };
-        format!(
-            "{} {resource} in namespace {:?}",
-            self.verb, self.namespace
-        )
+        format!("{} {resource} in namespace {:?}", self.verb, self.namespace)
     }
 }
 

@@ -378,7 +378,8 @@ mod tests {
         assert_eq!(tls.reload(), Ok(false), "unchanged files");
         // A half-written update (certificate without its key) is refused.
         let other = tempfile::tempdir().expect("tempdir");
-        let second = loadstar_testkit::pki::server_cert(other.path(), "DNS:localhost").expect("pki");
+        let second =
+            loadstar_testkit::pki::server_cert(other.path(), "DNS:localhost").expect("pki");
         std::fs::copy(&second.cert, &first.cert).expect("copy");
         let e = tls.reload().expect_err("mismatched pair");
         assert!(matches!(e, TlsError::Key { .. }), "{e}");
@@ -389,16 +390,24 @@ mod tests {
         std::fs::write(&first.cert, "not pem").expect("write");
         assert!(tls.reload().is_err());
         let text = metrics.encode();
-        assert!(text.contains("loadstar_scorer_tls_reloads_total{result=\"reloaded\"} 1"), "{text}");
-        assert!(text.contains("loadstar_scorer_tls_reloads_total{result=\"error\"} 2"), "{text}");
-        assert!(ServerTls::load(
-            TlsFiles {
-                client_ca: Some(dir.path().join("missing.crt")),
-                ..files
-            },
-            &[],
-            metrics
-        )
-        .is_err());
+        assert!(
+            text.contains("loadstar_scorer_tls_reloads_total{result=\"reloaded\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("loadstar_scorer_tls_reloads_total{result=\"error\"} 2"),
+            "{text}"
+        );
+        assert!(
+            ServerTls::load(
+                TlsFiles {
+                    client_ca: Some(dir.path().join("missing.crt")),
+                    ..files
+                },
+                &[],
+                metrics
+            )
+            .is_err()
+        );
     }
 }

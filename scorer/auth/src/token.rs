@@ -66,8 +66,7 @@ pub fn expiry(token: &str) -> Option<SystemTime> {
         .decode(payload.trim_end_matches('='))
         .ok()?;
     let exp = serde_json::from_slice::<Claims>(&bytes).ok()?.exp?;
-    (exp.is_finite() && exp > 0.0 && exp < 1e11)
-        .then(|| UNIX_EPOCH + Duration::from_secs_f64(exp))
+    (exp.is_finite() && exp > 0.0 && exp < 1e11).then(|| UNIX_EPOCH + Duration::from_secs_f64(exp))
 }
 
 /// SHA-256 of the token and the audiences asked for: the cache's key.
@@ -107,7 +106,10 @@ mod tests {
         assert_eq!(bearer(b"Bearer a b"), Err(TokenError::BadCharacters));
         assert_eq!(bearer(b"Bearer \xff"), Err(TokenError::BadCharacters));
         let long = format!("Bearer {}", "a".repeat(MAX_TOKEN_BYTES + 1));
-        assert!(matches!(bearer(long.as_bytes()), Err(TokenError::TooLong(_))));
+        assert!(matches!(
+            bearer(long.as_bytes()),
+            Err(TokenError::TooLong(_))
+        ));
         let huge = vec![b'a'; 10 * MAX_TOKEN_BYTES];
         assert!(matches!(bearer(&huge), Err(TokenError::TooLong(_))));
     }
@@ -134,6 +136,9 @@ mod tests {
         assert_eq!(a, digest("t", &["loadstar".into()]));
         assert_ne!(a, digest("t", &[]));
         assert_ne!(a, digest("u", &["loadstar".into()]));
-        assert_ne!(digest("t", &["a".into(), "b".into()]), digest("t", &["ab".into()]));
+        assert_ne!(
+            digest("t", &["a".into(), "b".into()]),
+            digest("t", &["ab".into()])
+        );
     }
 }

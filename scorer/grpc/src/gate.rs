@@ -280,7 +280,12 @@ impl Gate {
 
     /// A `Bind` of pod `namespace/name`: the caller must be authenticated and allowed to
     /// `create pods/binding` on it.
-    pub async fn bind<T>(&self, request: &Request<T>, namespace: &str, name: &str) -> Result<(), Status> {
+    pub async fn bind<T>(
+        &self,
+        request: &Request<T>,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), Status> {
         let Some(inner) = &self.0 else {
             return Ok(());
         };

@@ -337,7 +337,9 @@ mod tests {
                 .ack
                 .accepted
         );
-        let ack = svc.handle(stream, &mut node, report("b", 2, 0.1, 0.1), None).ack;
+        let ack = svc
+            .handle(stream, &mut node, report("b", 2, 0.1, 0.1), None)
+            .ack;
         assert!(!ack.accepted);
         assert_eq!(
             ack.reject_reason,

@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use loadstar_store::metrics::{Metrics, ReasonLabel};
 use loadstar_auth::identity::Identity;
 use loadstar_auth::tls::ServerTls;
+use loadstar_store::metrics::{Metrics, ReasonLabel};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 use tracing::{debug, warn};
 
@@ -165,11 +165,7 @@ impl AsyncWrite for Guarded {
 
 /// Completes the TLS handshake and reads the HTTP/2 preface inside it; `None` if the peer
 /// fails either.
-async fn tls_handshake(
-    stream: TcpStream,
-    tls: &ServerTls,
-    info: &mut PeerInfo,
-) -> Option<Io> {
+async fn tls_handshake(stream: TcpStream, tls: &ServerTls, info: &mut PeerInfo) -> Option<Io> {
     let mut stream = tls.acceptor().accept(stream).await.ok()?;
     info.tls = true;
     info.client = stream

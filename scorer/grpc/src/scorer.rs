@@ -22,10 +22,10 @@ use loadstar_store::metrics::Metrics;
 
 use crate::gate::{Gate, Service, peer};
 use crate::shutdown::closed;
-use loadstar_auth::Authenticated;
-use loadstar_auth::review::ResourceAttributes;
 use crate::watch::{WatchHub, WatchLimits, WatchStats};
 use crate::{NO_KUBERNETES, podspec, status};
+use loadstar_auth::Authenticated;
+use loadstar_auth::review::ResourceAttributes;
 use loadstar_framework::preemption::PreemptionOutcome;
 use loadstar_framework::snapshot::{ClusterSnapshot, PodInfo};
 use loadstar_store::NodeStore;
@@ -358,7 +358,9 @@ impl pb::scorer_server::Scorer for ScorerService {
         let req = request.into_inner();
         let span = info_span!("score", profile = %req.profile, pod = tracing::field::Empty);
         async move {
-            let pod = self.pod_of(&req, caller.as_ref().map(|c| (c, peer))).await?;
+            let pod = self
+                .pod_of(&req, caller.as_ref().map(|c| (c, peer)))
+                .await?;
             tracing::Span::current().record("pod", format!("{}/{}", pod.namespace, pod.name));
             let limit = req.limit as usize;
             self.score_pod(&pod, &req.profile, &req.candidate_nodes, limit, req.preempt)

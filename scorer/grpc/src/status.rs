@@ -72,12 +72,33 @@ mod tests {
                 tonic::Code::AlreadyExists,
             ),
             (ClusterError::Aborted("a".into()), tonic::Code::Aborted),
+            (
+                ClusterError::PermissionDenied("p".into()),
+                tonic::Code::PermissionDenied,
+            ),
         ];
         for (e, code) in cases {
             let text = e.to_string();
             let s = from_cluster(e);
             assert_eq!(s.code(), code);
             assert_eq!(s.message(), text);
+        }
+    }
+
+    #[test]
+    fn refusals_map_to_their_kind_with_the_reason_first() {
+        use loadstar_auth::Reason;
+        for (reason, code) in [
+            (Reason::MissingCredentials, tonic::Code::Unauthenticated),
+            (Reason::TokenExpired, tonic::Code::Unauthenticated),
+            (Reason::WrongNode, tonic::Code::PermissionDenied),
+            (Reason::Forbidden, tonic::Code::PermissionDenied),
+            (Reason::Busy, tonic::Code::Unavailable),
+            (Reason::ReviewUnavailable, tonic::Code::Unavailable),
+        ] {
+            let s = from_denial(&Denial::new(reason, "why"));
+            assert_eq!(s.code(), code, "{reason}");
+            assert_eq!(s.message(), format!("{reason}: why"));
         }
     }
 }

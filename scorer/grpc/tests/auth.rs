@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use loadstar_auth::identity::{POD_NAME_EXTRA, POD_UID_EXTRA};
 use loadstar_auth::review::{
-    AccessReviewer, AccessVerdict, AgentPod, AgentPods, PodLookup, ResourceAttributes,
-    ReviewError, TokenReviewer, TokenVerdict,
+    AccessReviewer, AccessVerdict, AgentPod, AgentPods, PodLookup, ResourceAttributes, ReviewError,
+    TokenReviewer, TokenVerdict,
 };
 use loadstar_auth::tls::{ServerTls, TlsFiles};
 use loadstar_auth::{AuthConfig, Authenticator, AuthenticatorConfig, Identity, QueryAccess};
@@ -184,11 +184,15 @@ async fn open(channel: Channel, token: Option<&str>) -> Result<Agent, tonic::Sta
     let (tx, rx) = mpsc::channel(8);
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
     if let Some(t) = token {
-        request
-            .metadata_mut()
-            .insert("authorization", format!("Bearer {t}").parse().expect("header"));
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {t}").parse().expect("header"),
+        );
     }
-    let acks = IngestClient::new(channel).report(request).await?.into_inner();
+    let acks = IngestClient::new(channel)
+        .report(request)
+        .await?
+        .into_inner();
     Ok(Agent { tx, acks })
 }
 
@@ -250,11 +254,18 @@ async fn agents_report_only_for_the_node_their_pod_runs_on() {
     for (token, code, reason) in [
         (None, Code::Unauthenticated, "missing_credentials"),
         (Some("forged"), Code::Unauthenticated, "invalid_token"),
-        (Some("tok-user"), Code::PermissionDenied, "wrong_service_account"),
+        (
+            Some("tok-user"),
+            Code::PermissionDenied,
+            "wrong_service_account",
+        ),
     ] {
         let status = match open(s.channel().await, token).await {
             Err(st) => st,
-            Ok(mut a) => a.send(report("node-a", 1, 0.1, 0.1)).await.expect_err("refused"),
+            Ok(mut a) => a
+                .send(report("node-a", 1, 0.1, 0.1))
+                .await
+                .expect_err("refused"),
         };
         assert_eq!(status.code(), code, "{token:?}: {status:?}");
         assert!(status.message().starts_with(reason), "{status:?}");
@@ -264,7 +275,12 @@ async fn agents_report_only_for_the_node_their_pod_runs_on() {
 
     // The agent on node-a may report for node-a...
     let mut a = open(s.channel().await, Some("tok-a")).await.expect("open");
-    assert!(a.send(report("node-a", 1, 0.1, 0.1)).await.expect("ack").accepted);
+    assert!(
+        a.send(report("node-a", 1, 0.1, 0.1))
+            .await
+            .expect("ack")
+            .accepted
+    );
     // ...never for node-b: the report is refused, the stream ends with the reason.
     let mut b = open(s.channel().await, Some("tok-a")).await.expect("open");
     let ack = b.send(report("node-b", 1, 0.9, 0.9)).await.expect("ack");
@@ -306,7 +322,13 @@ async fn the_same_pod_may_reconnect_but_another_waits_for_the_owner() {
     cluster.agent("tok-1b", "agent-1", "uid-1", "node-a");
     let s = server(&cluster, QueryAccess::Authenticated).await;
     let mut first = open(s.channel().await, Some("tok-1")).await.expect("open");
-    assert!(first.send(report("node-a", 1, 0.1, 0.1)).await.expect("ack").accepted);
+    assert!(
+        first
+            .send(report("node-a", 1, 0.1, 0.1))
+            .await
+            .expect("ack")
+            .accepted
+    );
     // The same pod with its rotated token, before the old stream ended: takes over.
     let mut rotated = open(s.channel().await, Some("tok-1b")).await.expect("open");
     let mut r = report("node-a", 2, 0.2, 0.2);
@@ -364,21 +386,33 @@ async fn queries_need_a_caller_and_bind_needs_the_callers_own_right() {
     let mut sched = SchedulerClient::new(s.channel().await);
     let e = sched.bind(bind(None)).await.expect_err("anonymous");
     assert_eq!(e.code(), Code::Unauthenticated);
-    let e = sched.bind(bind(Some("tok-alice"))).await.expect_err("alice");
+    let e = sched
+        .bind(bind(Some("tok-alice")))
+        .await
+        .expect_err("alice");
     assert_eq!(e.code(), Code::PermissionDenied);
     assert_eq!(
         e.message(),
         "forbidden: \"alice\" may not create pods/binding in namespace \"team\" (pod \"web\"): no RBAC policy matched"
     );
     // Bob may: the call passes the gate and reaches the binder (none here).
-    let e = sched.bind(bind(Some("tok-bob"))).await.expect_err("no cluster");
+    let e = sched
+        .bind(bind(Some("tok-bob")))
+        .await
+        .expect_err("no cluster");
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
     let reviews = cluster.access_reviews.lock().expect("lock").clone();
     assert_eq!(
         reviews,
         vec![
-            ("alice".to_string(), ResourceAttributes::bind_pod("team", "web")),
-            ("bob".to_string(), ResourceAttributes::bind_pod("team", "web")),
+            (
+                "alice".to_string(),
+                ResourceAttributes::bind_pod("team", "web")
+            ),
+            (
+                "bob".to_string(),
+                ResourceAttributes::bind_pod("team", "web")
+            ),
         ]
     );
     assert_eq!(failures(&s.metrics, "bind", "forbidden"), 1);
@@ -411,7 +445,11 @@ async fn tls_reloads_rotated_certificates_and_client_certificates_authenticate()
     let first = loadstar_testkit::pki::server_cert(&old, "DNS:localhost").expect("pki");
     let second = loadstar_testkit::pki::server_cert(&new, "DNS:localhost").expect("pki");
     let carol = loadstar_testkit::pki::client_cert(&old, "carol", &["ops"]).expect("pki");
-    for (from, to) in [(&first.cert, "tls.crt"), (&first.key, "tls.key"), (&first.ca, "ca.crt")] {
+    for (from, to) in [
+        (&first.cert, "tls.crt"),
+        (&first.key, "tls.key"),
+        (&first.ca, "ca.crt"),
+    ] {
         std::fs::copy(from, live.join(to)).expect("copy");
     }
     let cluster = Arc::new(Cluster::default());
@@ -432,7 +470,8 @@ async fn tls_reloads_rotated_certificates_and_client_certificates_authenticate()
     );
     let g = gate(&cluster, &metrics, QueryAccess::Authenticated);
     let s = TestServer::start_with(ServerLimits::default(), g, Some(tls.clone())).await;
-    let connect = |ca: std::path::PathBuf, client: Option<(std::path::PathBuf, std::path::PathBuf)>| {
+    let connect = |ca: std::path::PathBuf,
+                   client: Option<(std::path::PathBuf, std::path::PathBuf)>| {
         let addr = s.addr.clone();
         async move {
             let mut cfg = ClientTlsConfig::new()
@@ -465,9 +504,12 @@ async fn tls_reloads_rotated_certificates_and_client_certificates_authenticate()
             .await;
         assert!(r.is_err(), "plaintext must not be served");
     }
-    let ch = connect(first.ca.clone(), Some((carol.cert.clone(), carol.key.clone())))
-        .await
-        .expect("TLS with the first CA");
+    let ch = connect(
+        first.ca.clone(),
+        Some((carol.cert.clone(), carol.key.clone())),
+    )
+    .await
+    .expect("TLS with the first CA");
     let mut q = ScorerClient::new(ch.clone());
     q.list_profiles(pb::ListProfilesRequest::default())
         .await
@@ -503,6 +545,9 @@ async fn tls_reloads_rotated_certificates_and_client_certificates_authenticate()
         .await
         .expect_err("no certificate, no token");
     assert_eq!(e.code(), Code::Unauthenticated);
-    assert!(connect(first.ca.clone(), None).await.is_err(), "old CA no longer matches");
+    assert!(
+        connect(first.ca.clone(), None).await.is_err(),
+        "old CA no longer matches"
+    );
     s.stop().await;
 }

@@ -618,6 +618,12 @@ impl PodDecoder for ClusterCache {
     }
 }
 
+impl AgentPods for ClusterCache {
+    fn agent_pod(&self, namespace: &str, name: &str) -> PodLookup {
+        ClusterCache::agent_pod(self, namespace, name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -667,6 +673,35 @@ mod tests {
 
     fn alloc(store: &NodeStore, n: &str) -> Arc<NodeAllocation> {
         store.snapshot_now().get(n).expect("node").alloc.clone()
+    }
+
+    #[test]
+    fn agent_pods_are_looked_up_with_uid_node_and_phase() {
+        let (_, _, cache) = setup();
+        assert_eq!(cache.agent_pod("ns", "agent"), PodLookup::NotSynced);
+        cache.pods_relist_started();
+        cache.pods_relist_done();
+        assert_eq!(cache.agent_pod("ns", "agent"), PodLookup::Missing);
+        let mut p = pod("agent", "u1", "default-scheduler", Some("n1"), "10m");
+        cache.apply_pod(&p);
+        let found = |running| {
+            PodLookup::Found(AgentPod {
+                uid: "u1".into(),
+                node_name: Some("n1".into()),
+                running,
+            })
+        };
+        assert_eq!(cache.agent_pod("ns", "agent"), found(false), "Pending");
+        p.status = Some(serde_json::from_value(json!({"phase": "Running"})).expect("status"));
+        cache.apply_pod(&p);
+        assert_eq!(cache.agent_pod("ns", "agent"), found(true));
+        p.metadata.deletion_timestamp = Some(
+            serde_json::from_value(json!("2026-01-01T00:00:00Z")).expect("time"),
+        );
+        cache.apply_pod(&p);
+        assert_eq!(cache.agent_pod("ns", "agent"), found(false), "being deleted");
+        cache.delete_pod(&p);
+        assert_eq!(cache.agent_pod("ns", "agent"), PodLookup::Missing);
     }
 
     #[test]
@@ -850,11 +885,5 @@ mod tests {
         // A whole pod sent over gRPC resolves the same way.
         let decoded = PodDecoder::decode(&cache, &p.to_string()).expect("decodes");
         assert_eq!(decoded.volumes.map(|v| v.zones.len()), Some(1));
-    }
-}
-
-impl AgentPods for ClusterCache {
-    fn agent_pod(&self, namespace: &str, name: &str) -> PodLookup {
-        ClusterCache::agent_pod(self, namespace, name)
     }
 }

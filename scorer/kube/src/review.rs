@@ -87,10 +87,7 @@ impl TokenReviewer for KubeReviews {
                 audiences,
             },
             None => TokenVerdict::Rejected {
-                reason: answer
-                    .status
-                    .and_then(|s| s.error)
-                    .unwrap_or_default(),
+                reason: answer.status.and_then(|s| s.error).unwrap_or_default(),
             },
         })
     }

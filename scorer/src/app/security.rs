@@ -93,11 +93,19 @@ pub struct AuthArgs {
     pub insecure_allow_unauthenticated: bool,
     /// Service accounts (namespace/name) whose pod-bound tokens agents present;
     /// comma-separated.
-    #[arg(long = "agent-service-account", value_delimiter = ',', default_value = "loadstar/loadstar-agent")]
+    #[arg(
+        long = "agent-service-account",
+        value_delimiter = ',',
+        default_value = "loadstar/loadstar-agent"
+    )]
     pub agent_service_accounts: Vec<String>,
     /// Audience agent tokens must be issued for (the DaemonSet's projected token);
     /// comma-separated.
-    #[arg(long = "agent-audience", value_delimiter = ',', default_value = "loadstar")]
+    #[arg(
+        long = "agent-audience",
+        value_delimiter = ',',
+        default_value = "loadstar"
+    )]
     pub agent_audiences: Vec<String>,
     /// Audiences client tokens (Bind, queries) must be valid for; comma-separated
     /// [default: the API server's own, so ServiceAccount and `kubectl create token` tokens
@@ -162,7 +170,7 @@ impl AuthArgs {
     /// The token cache settings these flags set.
     pub fn authenticator(&self) -> Result<AuthenticatorConfig, AppError> {
         let ttl = self.token_cache_ttl_seconds;
-        if !(ttl.is_finite() && ttl >= 0.0 && ttl <= 86_400.0) {
+        if !(ttl.is_finite() && (0.0..=86_400.0).contains(&ttl)) {
             return Err(AppError::Other(format!(
                 "--token-cache-ttl-seconds must be in [0, 86400], got {ttl}"
             )));

@@ -291,7 +291,11 @@ impl Metrics {
             "SubjectAccessReviews, by result",
             access_reviews.clone(),
         );
-        registry.register(TLS_RELOADS, "TLS file reloads, by result", tls_reloads.clone());
+        registry.register(
+            TLS_RELOADS,
+            "TLS file reloads, by result",
+            tls_reloads.clone(),
+        );
         registry.register(
             TLS_NOT_AFTER,
             "The serving certificate's notAfter, Unix seconds",

@@ -71,8 +71,7 @@ fn issue(dir: &Path, stem: &str, subject: &str, ext: &str) -> std::io::Result<Pk
     openssl(
         dir,
         &[
-            "req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", &key, "-out",
-            &csr,
+            "req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", &key, "-out", &csr,
         ],
     )?;
     std::fs::write(dir.join(&cnf), ext)?;
