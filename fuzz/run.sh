@@ -109,16 +109,27 @@ fuzz_one() { # target
   echo "$rc" >"$dir/afl-fuzz.rc"
 }
 
+afl_bin_dir() { # where cargo-afl put AFL++'s tools for this rustc
+  local release hash
+  release="$(rustc -vV | sed -n 's/^release: //p')"
+  hash="$(rustc -vV | sed -n 's/^commit-hash: //p')"
+  echo "${XDG_DATA_HOME:-$HOME/.local/share}/afl.rs/rustc-$release-${hash:0:7}/afl.rs-$CARGO_AFL_VERSION/afl/bin"
+}
+
 minimize_one() { # target
-  local t="$1" bin="$CARGO_TARGET_DIR/release/$1" tmp
+  local t="$1" bin="$CARGO_TARGET_DIR/release/$1" tmp aflbin
   local queue="$OUT/$t/default/queue"
   [ -d "$queue" ] || return 0
+  aflbin="$(afl_bin_dir)"
   tmp="$(mktemp -d)"
-  mkdir "$tmp/in" "$tmp/out"
+  mkdir "$tmp/in"
   cp "$HERE/corpus/$t"/* "$tmp/in/"
   for f in "$queue"/id:*; do [ -f "$f" ] && cp "$f" "$tmp/in/q-$(sha1sum "$f" | cut -c1-12)"; done
-  if AFL_SKIP_CPUFREQ=1 "${NICE[@]}" cargo afl cmin -i "$tmp/in" -o "$tmp/out" -t 2000 -m none \
-    -- "$bin" >"$OUT/$t/cmin.log" 2>&1; then
+  # The awk afl-cmin: AFL++ 4.40's Python afl-cmin finds no coverage in these persistent-mode
+  # binaries and would keep nothing.
+  if AFL_SKIP_CPUFREQ=1 AFL_PATH="$aflbin/../lib/afl" PATH="$aflbin:$PATH" "${NICE[@]}" \
+    "$aflbin/afl-cmin.awk" -i "$tmp/in" -o "$tmp/out" -t 2000 -m none -- "$bin" \
+    >"$OUT/$t/cmin.log" 2>&1 && [ -n "$(ls -A "$tmp/out" 2>/dev/null)" ]; then
     rm -f "$HERE/corpus/$t"/*
     for f in "$tmp/out"/*; do
       local name; name="$(basename "$f")"
@@ -127,7 +138,7 @@ minimize_one() { # target
     done
     log "$t: corpus minimised to $(ls "$HERE/corpus/$t" | wc -l) files"
   else
-    log "$t: afl-cmin failed, corpus left as is (see $OUT/$t/cmin.log)"
+    log "$t: afl-cmin failed or kept nothing, corpus left as is (see $OUT/$t/cmin.log)"
   fi
   rm -rf "$tmp"
 }

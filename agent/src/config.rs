@@ -228,11 +228,12 @@ pub struct AgentConfig {
     #[arg(long, env = "LOADSTAR_PODS", default_value_t = true, action = ArgAction::Set)]
     pub pods: bool,
 
-    /// File with a bearer token sent to scorers (re-read at each connect).
+    /// File with a bearer token sent to scorers (a projected service-account token; re-read
+    /// at each connect, and the stream reopened when the kubelet rotates it).
     #[arg(long, env = "LOADSTAR_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
 
-    /// PEM CA bundle to verify https scorers.
+    /// PEM CA bundle to verify https scorers with [default: the system's CAs].
     #[arg(long, env = "LOADSTAR_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
 

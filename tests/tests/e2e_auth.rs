@@ -484,6 +484,36 @@ async fn bind_needs_the_callers_own_right_and_the_scorers_own_pods() -> Result<(
     q.list_nodes(bearer(pb::ListNodesRequest::default(), Some(&reader)))
         .await
         .context("a reader's query")?;
+    // Scoring a pod by reference reads it: the reader may not read pods here.
+    let e = eventually(
+        "Score by reference answers",
+        Duration::from_secs(20),
+        || {
+            let mut q = q.clone();
+            let req = bearer(
+                pb::ScoreRequest {
+                    pod: Some(pb::score_request::Pod::Reference(pb::PodReference {
+                        namespace: ns.clone(),
+                        name: "delegated".into(),
+                    })),
+                    ..pb::ScoreRequest::default()
+                },
+                Some(&reader),
+            );
+            async move {
+                Ok(match q.score(req).await {
+                    Err(s) if s.code() == Code::PermissionDenied => Ok(s),
+                    other => Err(format!("{other:?}")),
+                })
+            }
+        },
+    )
+    .await?;
+    assert!(
+        e.message().contains("may not get pods"),
+        "{:?}",
+        e.message()
+    );
     let e = sched
         .bind(bind("delegated", None))
         .await

@@ -194,10 +194,13 @@ fn endpoint(
         endpoint = endpoint.origin(origin);
     }
     if target.tls {
+        // --tls-ca (a cluster-internal CA) alone when given: a scorer certificate is then
+        // trusted only from it. Otherwise the system's CAs (public or corporate).
         let mut tls = ClientTlsConfig::new().domain_name(target.host.clone());
-        if let Some(ca) = &shared.ca {
-            tls = tls.ca_certificate(ca.clone());
-        }
+        tls = match &shared.ca {
+            Some(ca) => tls.ca_certificate(ca.clone()),
+            None => tls.with_native_roots(),
+        };
         endpoint = endpoint.tls_config(tls).map_err(err)?;
     }
     Ok(endpoint)

@@ -168,10 +168,7 @@ fn gate(cluster: &Arc<Cluster>, metrics: &Arc<Metrics>, queries: QueryAccess) ->
 async fn server(cluster: &Arc<Cluster>, queries: QueryAccess) -> TestServer {
     let metrics = Metrics::new();
     let g = gate(cluster, &metrics, queries);
-    let mut s = TestServer::start_with(ServerLimits::default(), g, None).await;
-    // The gate counts into its own metrics; the server's accounting stays separate.
-    s.metrics = metrics;
-    s
+    TestServer::start_with(ServerLimits::default(), metrics, g, None).await
 }
 
 /// An open agent stream: the sender and the acks.
@@ -469,7 +466,7 @@ async fn tls_reloads_rotated_certificates_and_client_certificates_authenticate()
         .expect("tls"),
     );
     let g = gate(&cluster, &metrics, QueryAccess::Authenticated);
-    let s = TestServer::start_with(ServerLimits::default(), g, Some(tls.clone())).await;
+    let s = TestServer::start_with(ServerLimits::default(), metrics, g, Some(tls.clone())).await;
     let connect = |ca: std::path::PathBuf,
                    client: Option<(std::path::PathBuf, std::path::PathBuf)>| {
         let addr = s.addr.clone();
@@ -530,6 +527,28 @@ async fn tls_reloads_rotated_certificates_and_client_certificates_authenticate()
         "carol",
         "the certificate's CN is the user"
     );
+    // A client certificate from another CA is refused in the handshake (or on first use:
+    // TLS 1.3 clients learn of it after their handshake completes).
+    let mallory = loadstar_testkit::pki::client_cert(&new, "mallory", &[]).expect("pki");
+    let refused = match connect(first.ca.clone(), Some((mallory.cert, mallory.key))).await {
+        Err(_) => true,
+        Ok(ch) => ScorerClient::new(ch)
+            .list_profiles(pb::ListProfilesRequest::default())
+            .await
+            .is_err(),
+    };
+    assert!(
+        refused,
+        "a certificate the client CA did not sign must not be accepted"
+    );
+    assert!(
+        !cluster
+            .access_reviews
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|(u, _)| u == "mallory")
+    );
     // A client trusting only the second CA cannot connect yet.
     assert!(connect(second.ca.clone(), None).await.is_err());
 
@@ -548,6 +567,42 @@ async fn tls_reloads_rotated_certificates_and_client_certificates_authenticate()
     assert!(
         connect(first.ca.clone(), None).await.is_err(),
         "old CA no longer matches"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn streams_without_credentials_are_refused_before_any_message_is_decoded() {
+    let cluster = Arc::new(Cluster::default());
+    let s = server(&cluster, QueryAccess::Authenticated).await;
+    let mut grpc = tonic::client::Grpc::new(s.channel().await);
+    grpc.ready().await.expect("ready");
+    let path = http::uri::PathAndQuery::from_static("/loadstar.v1.Ingest/Report");
+    // Undecodable bytes: an authenticated stream would end with a decode error.
+    let garbage: Vec<Vec<u8>> = vec![vec![0x0a, 0x64, b'a'], vec![0xff; 64]];
+    let status = match grpc
+        .streaming(
+            with(Some("forged"), tokio_stream::iter(garbage)),
+            path,
+            support::raw::RawCodec,
+        )
+        .await
+    {
+        Err(st) => st,
+        Ok(resp) => resp.into_inner().message().await.expect_err("refused"),
+    };
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(status.message().starts_with("invalid_token"), "{status:?}");
+    let text = s.metrics.encode();
+    assert!(
+        text.contains(
+            "loadstar_scorer_auth_failures_total{service=\"ingest\",reason=\"invalid_token\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("loadstar_scorer_reports_rejected_total{reason=\"stream\"}"),
+        "nothing was decoded: {text}"
     );
     s.stop().await;
 }

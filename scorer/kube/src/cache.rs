@@ -695,11 +695,14 @@ mod tests {
         p.status = Some(serde_json::from_value(json!({"phase": "Running"})).expect("status"));
         cache.apply_pod(&p);
         assert_eq!(cache.agent_pod("ns", "agent"), found(true));
-        p.metadata.deletion_timestamp = Some(
-            serde_json::from_value(json!("2026-01-01T00:00:00Z")).expect("time"),
-        );
+        p.metadata.deletion_timestamp =
+            Some(serde_json::from_value(json!("2026-01-01T00:00:00Z")).expect("time"));
         cache.apply_pod(&p);
-        assert_eq!(cache.agent_pod("ns", "agent"), found(false), "being deleted");
+        assert_eq!(
+            cache.agent_pod("ns", "agent"),
+            found(false),
+            "being deleted"
+        );
         cache.delete_pod(&p);
         assert_eq!(cache.agent_pod("ns", "agent"), PodLookup::Missing);
     }

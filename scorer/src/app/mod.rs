@@ -299,25 +299,3 @@ pub async fn run_servers(
     sweeper.abort();
     result
 }
-
-/// The extender port's TLS from its flags (reloaded like the gRPC port's), if configured.
-pub fn extender_tls(
-    cert: Option<&Path>,
-    key: Option<&Path>,
-    client_ca: Option<&Path>,
-    tls: &security::TlsArgs,
-    metrics: &Arc<Metrics>,
-) -> Result<Option<Arc<loadstar_auth::tls::ServerTls>>, AppError> {
-    let (Some(cert), Some(key)) = (cert, key) else {
-        return Ok(None);
-    };
-    let files = loadstar_auth::tls::TlsFiles {
-        cert: cert.to_path_buf(),
-        key: key.to_path_buf(),
-        client_ca: client_ca.map(Path::to_path_buf),
-        require_client_cert: client_ca.is_some(),
-    };
-    tls.serve(files, &[b"http/1.1"], metrics)
-        .map(Some)
-        .map_err(|e| AppError::Other(format!("extender: {e}")))
-}

@@ -2,7 +2,7 @@
 //! ports (files reloaded on rotation, optional client certificates) and who may call what
 //! (`docs/security.md`). `serve` authenticates by default; turning it off takes
 //! `--insecure-allow-unauthenticated`.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,7 +52,30 @@ impl TlsArgs {
         self.serve(files, &[b"h2"], metrics).map(Some)
     }
 
-    /// TLS for another port (the extender's: HTTP/1.1), reloaded like the gRPC port's.
+    /// The extender port's TLS from its flags (HTTP/1.1; with a client CA, client
+    /// certificates are required), reloaded like the gRPC port's, if configured.
+    pub fn extender(
+        &self,
+        cert: Option<&Path>,
+        key: Option<&Path>,
+        client_ca: Option<&Path>,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Option<Arc<ServerTls>>, AppError> {
+        let (Some(cert), Some(key)) = (cert, key) else {
+            return Ok(None);
+        };
+        let files = TlsFiles {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            client_ca: client_ca.map(Path::to_path_buf),
+            require_client_cert: client_ca.is_some(),
+        };
+        self.serve(files, &[b"http/1.1"], metrics)
+            .map(Some)
+            .map_err(|e| AppError::Other(format!("extender: {e}")))
+    }
+
+    /// TLS for a port offering `alpn`, reloaded every --tls-reload-interval-seconds.
     pub fn serve(
         &self,
         files: TlsFiles,

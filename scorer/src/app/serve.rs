@@ -248,11 +248,10 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
     };
     let tls = args.tls.grpc(&metrics)?;
     if let Some(d) = &decoder {
-        let extender_tls = crate::app::extender_tls(
+        let extender_tls = args.tls.extender(
             args.extender_tls_cert.as_deref(),
             args.extender_tls_key.as_deref(),
             args.extender_tls_client_ca.as_deref(),
-            &args.tls,
             &metrics,
         )?;
         crate::app::start_extender(

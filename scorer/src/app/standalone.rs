@@ -136,11 +136,10 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
                   report, query and score (use `serve` in a cluster)");
     let metrics = Metrics::new();
     let tls = args.tls.grpc(&metrics)?;
-    let extender_tls = crate::app::extender_tls(
+    let extender_tls = args.tls.extender(
         args.extender_tls_cert.as_deref(),
         args.extender_tls_key.as_deref(),
         args.extender_tls_client_ca.as_deref(),
-        &args.tls,
         &metrics,
     )?;
     crate::app::start_extender(

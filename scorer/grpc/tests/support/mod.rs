@@ -1,5 +1,6 @@
 //! A real in-process scorer gRPC server for the integration tests, and stream helpers.
 #![allow(dead_code)]
+pub mod raw;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,12 +32,14 @@ pub struct TestServer {
 impl TestServer {
     /// Starts one with `limits`, no authentication, plaintext.
     pub async fn start(limits: server::ServerLimits) -> TestServer {
-        Self::start_with(limits, Gate::open(), None).await
+        Self::start_with(limits, Metrics::new(), Gate::open(), None).await
     }
 
-    /// Starts one with `limits`, checking callers at `gate`, with `tls` if given.
+    /// Starts one with `limits`, counting into `metrics` (share them with the gate),
+    /// checking callers at `gate`, with `tls` if given.
     pub async fn start_with(
         limits: server::ServerLimits,
+        metrics: Arc<Metrics>,
         gate: Gate,
         tls: Option<Arc<ServerTls>>,
     ) -> TestServer {
@@ -48,7 +51,6 @@ impl TestServer {
             snapshot_max_age: Duration::ZERO,
             ..StoreConfig::default()
         }));
-        let metrics = Metrics::new();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");

@@ -2,7 +2,10 @@
 //! Nodes and pre-created pending pods, streams simulated agent reports for every node to a
 //! scorer, and measures how fast a scheduler binds the pods: pods/s from a start mark to all
 //! bound, creation→bound and start→bound latency percentiles, and the CPU seconds the given
-//! processes spent meanwhile.
+//! processes spent meanwhile. Also the extender's latency per call, and what authentication
+//! costs under a login storm (`auth-load`, in `auth_load.rs`).
+mod auth_load;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -76,6 +79,23 @@ enum Cmd {
         count: usize,
         #[arg(long, default_value_t = 120)]
         timeout: u64,
+    },
+    /// Health and Score latency of an authenticating scorer, alone and then while
+    /// `streams` idle authenticated agent streams are open and `logins_per_second` failed
+    /// logins arrive; creates the agent pod and tokens it needs. Prints one JSON line.
+    AuthLoad {
+        #[arg(long)]
+        scorer: String,
+        #[arg(long, default_value_t = 5000)]
+        streams: usize,
+        #[arg(long, default_value_t = 1000)]
+        logins_per_second: u32,
+        /// Seconds each phase measures.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// The scorer's pid (CPU and RSS).
+        #[arg(long)]
+        pid: u32,
     },
     /// Times `calls` extender calls of each verb (`filter`, `prioritize`) with `nodes` node
     /// names (`bench-node-0..`, `nodeCacheCapable` form) against `url` (e.g.
@@ -322,7 +342,7 @@ async fn ready(scorer: &str, count: usize, timeout: u64) -> Result<()> {
     bail!("the scorer never had {count} fresh nodes; last: {last}")
 }
 
-fn cpu_seconds(pid: u32) -> Option<f64> {
+pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -330,7 +350,7 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks / 100.0)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -526,6 +546,26 @@ async fn main() -> Result<()> {
     }
     match cli.command {
         Cmd::ExtenderLatency { .. } => {}
+        Cmd::AuthLoad {
+            scorer,
+            streams,
+            logins_per_second,
+            seconds,
+            pid,
+        } => {
+            let c = client(&cli.kubeconfig).await?;
+            auth_load::run(
+                &c,
+                &scorer,
+                auth_load::Load {
+                    streams,
+                    logins_per_second,
+                    phase: Duration::from_secs(seconds),
+                    pid,
+                },
+            )
+            .await?
+        }
         Cmd::Nodes { count } => create_nodes(&client(&cli.kubeconfig).await?, count).await?,
         Cmd::Pods {
             namespace,
