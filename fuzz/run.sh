@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
     --jobs=*) jobs="${1#--jobs=}"; shift ;;
     --minimize-corpus) minimize=1; shift ;;
     --build-only) build_only=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$HERE/run.sh" | sed 's/^# \{0,1\}//'; exit 0 ;;
     [0-9]*) seconds="$1"; shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -143,12 +143,31 @@ minimize_one() { # target
   rm -rf "$tmp"
 }
 
+# Every recorded crash (fuzz/crashes/<target>/) must now run clean: a regression check.
+replay_crashes() {
+  local t f bad=0
+  for t in "${selected[@]}"; do
+    for f in "$HERE/crashes/$t"/*; do
+      [ -f "$f" ] || continue
+      if "$CARGO_TARGET_DIR/release/$t" <"$f" >/dev/null 2>&1; then
+        log "$t: recorded crash $(basename "$f") now runs clean"
+      else
+        log "$t: recorded crash $(basename "$f") STILL FAILS"
+        bad=1
+      fi
+    done
+  done
+  return "$bad"
+}
+
 start=$(date +%s)
 ensure_tools
 build
 built=$(date +%s)
 log "tools and build: $((built - start)) s"
 [ "$build_only" = 1 ] && exit 0
+replay_status=0
+replay_crashes || replay_status=1
 
 mkdir -p "$OUT"
 log "fuzzing ${#selected[@]} targets for $seconds s each, $jobs at a time; findings in $OUT"
@@ -197,4 +216,5 @@ log "fuzzing: $((done_at - built)) s; total: $((done_at - start)) s"
 if [ "$minimize" = 1 ]; then
   for t in "${selected[@]}"; do minimize_one "$t"; done
 fi
+[ "$replay_status" = 0 ] || status=1
 exit "$status"

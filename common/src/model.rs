@@ -215,21 +215,33 @@ impl ResourceList {
                 resource: crate::text::truncate(name, 64),
                 source,
             };
+            // A name given twice adds up, saturating: a hostile list cannot overflow.
+            let add = |sum: &mut i64, v: i64| *sum = sum.saturating_add(v);
             match name {
-                "cpu" => list.cpu_millis += quantity::parse_nonneg_millis(value).map_err(err)?,
-                "memory" => {
-                    list.memory_bytes += quantity::parse_nonneg_units(value).map_err(err)?
-                }
-                "ephemeral-storage" => {
-                    list.ephemeral_storage_bytes +=
-                        quantity::parse_nonneg_units(value).map_err(err)?
-                }
-                "pods" => list.pods += quantity::parse_nonneg_units(value).map_err(err)?,
-                GPU_RESOURCE => list.gpus += quantity::parse_nonneg_units(value).map_err(err)?,
-                other => {
-                    *list.extended.entry(other.to_string()).or_default() +=
-                        quantity::parse_nonneg_units(value).map_err(err)?
-                }
+                "cpu" => add(
+                    &mut list.cpu_millis,
+                    quantity::parse_nonneg_millis(value).map_err(err)?,
+                ),
+                "memory" => add(
+                    &mut list.memory_bytes,
+                    quantity::parse_nonneg_units(value).map_err(err)?,
+                ),
+                "ephemeral-storage" => add(
+                    &mut list.ephemeral_storage_bytes,
+                    quantity::parse_nonneg_units(value).map_err(err)?,
+                ),
+                "pods" => add(
+                    &mut list.pods,
+                    quantity::parse_nonneg_units(value).map_err(err)?,
+                ),
+                GPU_RESOURCE => add(
+                    &mut list.gpus,
+                    quantity::parse_nonneg_units(value).map_err(err)?,
+                ),
+                other => add(
+                    list.extended.entry(other.to_string()).or_default(),
+                    quantity::parse_nonneg_units(value).map_err(err)?,
+                ),
             }
         }
         Ok(list)
@@ -348,6 +360,10 @@ mod tests {
             "resource \"cpu\": invalid quantity \"lots\": no digits"
         );
         assert!(ResourceList::from_quantities([("memory", "-1")]).is_err());
+        // A name given twice adds up, saturating instead of overflowing.
+        let huge = ResourceList::from_quantities([("memory", "8E"), ("memory", "8E")])
+            .expect("valid quantities");
+        assert_eq!(huge.memory_bytes, i64::MAX);
     }
 
     #[test]

@@ -139,6 +139,9 @@ pub fn parse_cpufreq_khz(text: &str) -> Result<f64, ParseError> {
     Ok(khz as f64 * 1e3)
 }
 
+/// The highest `cpu MHz` believed (1 THz).
+const MAX_CPU_MHZ: f64 = 1e6;
+
 /// The highest `cpu MHz` in `/proc/cpuinfo`, in hertz; `None` when no line has one (e.g.
 /// some ARM kernels).
 pub fn parse_cpuinfo_max_hz(text: &str) -> Result<Option<f64>, ParseError> {
@@ -154,9 +157,14 @@ pub fn parse_cpuinfo_max_hz(text: &str) -> Result<Option<f64>, ParseError> {
         let mhz: f64 = v
             .parse()
             .ok()
-            .filter(|x: &f64| x.is_finite() && *x >= 0.0)
+            // ≤ 1 THz: beyond any CPU, and keeps the result in hertz finite (an `inf`
+            // frequency would get every report refused; found by fuzzing).
+            .filter(|x: &f64| x.is_finite() && (0.0..=MAX_CPU_MHZ).contains(x))
             .ok_or_else(|| {
-                ParseError::new(i + 1, format!("cpu MHz: {:?} is not a number", truncate(v)))
+                ParseError::new(
+                    i + 1,
+                    format!("cpu MHz: {:?} is not a plausible frequency", truncate(v)),
+                )
             })?;
         best = Some(best.map_or(mhz, |b: f64| b.max(mhz)));
     }
@@ -348,6 +356,8 @@ intr 1 2 3\nctxt 99\nbtime 1\n";
         assert_eq!(parse_cpuinfo_max_hz(text), Ok(Some(3100.5e6)));
         assert_eq!(parse_cpuinfo_max_hz("processor : 0\n"), Ok(None));
         assert!(parse_cpuinfo_max_hz("cpu MHz : fast\n").is_err());
+        // Found by fuzzing: a finite MHz that overflows to an infinite frequency in hertz.
+        assert!(parse_cpuinfo_max_hz("cpu MHz : 1e303\n").is_err());
         assert_eq!(parse_cpufreq_khz("3500000\n"), Ok(3.5e9));
         assert!(parse_cpufreq_khz("").is_err());
     }

@@ -96,15 +96,13 @@ pub fn aggregate(devices: &[GpuDevice]) -> (Option<f64>, Option<f64>) {
         return (None, None);
     }
     let util = healthy().map(|d| d.utilization).sum::<f64>() / n as f64;
-    let total: u64 = healthy().map(|d| d.memory_total_bytes).sum();
-    let used: u64 = healthy()
-        .map(|d| d.memory_used_bytes.min(d.memory_total_bytes))
+    // Summed as floats: device values come from a C library, and integer sums of
+    // implausible ones would overflow (found by fuzzing: fuzz/crashes/sampler_values).
+    let total: f64 = healthy().map(|d| d.memory_total_bytes as f64).sum();
+    let used: f64 = healthy()
+        .map(|d| d.memory_used_bytes.min(d.memory_total_bytes) as f64)
         .sum();
-    let mem = if total > 0 {
-        used as f64 / total as f64
-    } else {
-        0.0
-    };
+    let mem = if total > 0.0 { used / total } else { 0.0 };
     (super::clamp_ratio(util), super::clamp_ratio(mem))
 }
 
@@ -239,6 +237,9 @@ mod tests {
         assert_eq!(m, Some(0.2));
         assert_eq!(aggregate(&[failed]), (None, None));
         assert_eq!(aggregate(&[]), (None, None));
+        // Found by fuzzing: totals whose integer sum overflows u64.
+        let (_, m) = aggregate(&[ok(0.1, u64::MAX, u64::MAX), ok(0.1, 0, u64::MAX)]);
+        assert_eq!(m, Some(0.5));
     }
 
     #[test]
