@@ -1,11 +1,13 @@
-//! Bearer tokens to identities: each token reviewed by the API server once, the result
-//! cached (valid tokens until their expiry, at most `max_cache_ttl`; refused ones briefly),
-//! the cache bounded, the reviews in flight bounded, expired JWTs refused without a review.
-use std::sync::Arc;
+//! Bearer tokens to identities: each token reviewed by the API server once (concurrent
+//! logins with one token share a review), the result cached (valid tokens until their
+//! expiry, at most `max_cache_ttl`; refused ones briefly), the cache bounded, the reviews in
+//! flight bounded, expired JWTs refused without a review.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use loadstar_store::metrics::{Metrics, ResultLabel};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 
 use crate::cache::DeadlineCache;
 use crate::denial::{Denial, Reason};
@@ -54,6 +56,21 @@ pub struct Authenticated {
     pub expires: Option<SystemTime>,
 }
 
+/// A review in progress: its answer, once there.
+type Answer = watch::Receiver<Option<Result<Authenticated, Denial>>>;
+
+/// Drops a token's in-progress entry when its review ends or is abandoned.
+struct Pending<'a> {
+    auth: &'a Authenticator,
+    key: [u8; 32],
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.auth.lock_pending().remove(&self.key);
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Cached {
     Valid(Authenticated),
@@ -65,6 +82,7 @@ enum Cached {
 pub struct Authenticator {
     reviewer: Arc<dyn TokenReviewer>,
     cache: DeadlineCache<[u8; 32], Cached>,
+    pending: Mutex<HashMap<[u8; 32], Answer>>,
     in_flight: Semaphore,
     config: AuthenticatorConfig,
     metrics: Arc<Metrics>,
@@ -80,6 +98,7 @@ impl Authenticator {
         Authenticator {
             reviewer,
             cache: DeadlineCache::new(config.cache_capacity),
+            pending: Mutex::new(HashMap::new()),
             in_flight: Semaphore::new(config.max_in_flight.max(1)),
             config,
             metrics,
@@ -116,6 +135,51 @@ impl Authenticator {
         if expires.is_some_and(|e| e <= wall) {
             return Err(expired());
         }
+        // One review per token at a time: concurrent logins with the same token (a client's
+        // burst of calls, many streams of one agent) wait for the first one's answer.
+        loop {
+            let (mut rx, lead) = {
+                let mut pending = self.lock_pending();
+                match pending.get(&key) {
+                    Some(rx) => (rx.clone(), None),
+                    None => {
+                        let (tx, rx) = watch::channel(None);
+                        pending.insert(key, rx.clone());
+                        (rx, Some(tx))
+                    }
+                }
+            };
+            if let Some(tx) = lead {
+                // Removes the entry even if this login is abandoned mid-review.
+                let _done = Pending { auth: self, key };
+                let result = self.review(key, token, audiences, expires).await;
+                let _ = tx.send(Some(result.clone()));
+                return result;
+            }
+            if let Ok(answer) = rx.wait_for(Option::is_some).await
+                && let Some(result) = answer.clone()
+            {
+                return result;
+            }
+            // The leading login was abandoned before its answer: lead one ourselves.
+        }
+    }
+
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Answer>> {
+        // Every operation is one insert or remove: a poisoned map is still consistent.
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Asks the reviewer about `token` (bounded in flight and in time) and caches the answer.
+    async fn review(
+        &self,
+        key: [u8; 32],
+        token: &str,
+        audiences: &[String],
+        expires: Option<SystemTime>,
+    ) -> Result<Authenticated, Denial> {
         let Ok(_permit) = self.in_flight.try_acquire() else {
             self.count("busy");
             return Err(Denial::new(
@@ -351,5 +415,52 @@ mod tests {
         );
         let e = slow.authenticate("good-a", &[]).await.expect_err("slow");
         assert_eq!(e.reason, Reason::ReviewUnavailable);
+    }
+
+    #[tokio::test]
+    async fn concurrent_logins_with_one_token_share_one_review() {
+        let (fake, a) = auth(
+            Fake {
+                delay: Some(Duration::from_millis(100)),
+                ..Fake::default()
+            },
+            AuthenticatorConfig {
+                max_in_flight: 2,
+                ..AuthenticatorConfig::default()
+            },
+        );
+        let a = Arc::new(a);
+        let logins: Vec<_> = (0..50)
+            .map(|_| {
+                let a = a.clone();
+                tokio::spawn(async move { a.authenticate("good-agent", &[]).await })
+            })
+            .collect();
+        for l in logins {
+            assert_eq!(
+                l.await.expect("join").map(|a| a.identity.username),
+                Ok("agent".to_string())
+            );
+        }
+        assert_eq!(fake.reviews.load(Ordering::SeqCst), 1);
+
+        // A leading login abandoned mid-review: the one waiting on it leads its own.
+        let leader = {
+            let a = a.clone();
+            tokio::spawn(async move { a.authenticate("good-other", &[]).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let follower = {
+            let a = a.clone();
+            tokio::spawn(async move { a.authenticate("good-other", &[]).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        leader.abort();
+        assert_eq!(
+            follower.await.expect("join").map(|a| a.identity.username),
+            Ok("other".to_string())
+        );
+        assert_eq!(fake.reviews.load(Ordering::SeqCst), 3);
+        assert!(a.lock_pending().is_empty(), "no review left pending");
     }
 }

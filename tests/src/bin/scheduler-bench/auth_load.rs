@@ -254,10 +254,18 @@ async fn idle_streams(
         .buffer_unordered(256)
         .collect()
         .await;
-    opened
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()
-        .context("opening idle authenticated streams")
+    let mut held = Vec::new();
+    let mut failures: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in opened {
+        match r {
+            Ok(s) => held.push(s),
+            Err(s) => *failures.entry(format!("{:?}: {}", s.code(), s.message())).or_default() += 1,
+        }
+    }
+    if !failures.is_empty() {
+        anyhow::bail!("opening {n} idle authenticated streams: {} opened; failures: {failures:?}", held.len());
+    }
+    Ok(held)
 }
 
 /// Outcomes of the failed logins.
@@ -314,22 +322,52 @@ pub async fn run(c: &Client, scorer: &str, load: Load) -> Result<()> {
     // The scorer must have listed the agent pod before its token can report; the first
     // Score call warms the client token's cache entry.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let alone = measure(scorer, &client_token, load.phase, load.pid).await?;
+    let alone = {
+        let (scorer, token, phase, pid) =
+            (scorer.to_string(), client_token.clone(), load.phase, load.pid);
+        std::thread::spawn(move || -> Result<serde_json::Value> {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(measure(&scorer, &token, phase, pid))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the measuring thread panicked"))??
+    };
     let t = Instant::now();
     let held = idle_streams(scorer, &agent_token, load.streams).await?;
     let opened_in = t.elapsed().as_secs_f64();
     let stop = Arc::new(AtomicBool::new(false));
     let outcomes = Arc::new(Storm::default());
-    let storm_task = tokio::spawn(storm(
-        scorer.to_string(),
-        load.logins_per_second,
-        stop.clone(),
-        outcomes.clone(),
-    ));
+    // The storm and the measurement each get a thread and runtime of their own, so the
+    // storm's thousand tasks a second do not delay the measuring client.
+    let storm_thread = {
+        let (scorer, stop, outcomes) = (scorer.to_string(), stop.clone(), outcomes.clone());
+        let per_second = load.logins_per_second;
+        std::thread::spawn(move || -> Result<()> {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(storm(scorer, per_second, stop, outcomes))
+        })
+    };
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let loaded = measure(scorer, &client_token, load.phase, load.pid).await?;
+    let loaded = {
+        let (scorer, token, phase, pid) =
+            (scorer.to_string(), client_token.clone(), load.phase, load.pid);
+        std::thread::spawn(move || -> Result<serde_json::Value> {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(measure(&scorer, &token, phase, pid))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the measuring thread panicked"))??
+    };
     stop.store(true, Ordering::Relaxed);
-    storm_task.await??;
+    storm_thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("the storm thread panicked"))??;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let ratio = |k: &str| {
         let a = alone[k].as_f64().unwrap_or(0.0);
