@@ -121,3 +121,82 @@ async fn grpcurl_lists_describes_and_scores() {
         .expect("join")
         .expect("server ok");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the grpcurl binary; run by tests/e2e/run.sh"]
+async fn grpcurl_speaks_tls_and_mtls_to_the_port() {
+    use loadstar_auth::tls::{ServerTls, TlsFiles};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = loadstar_testkit::pki::server_cert(dir.path(), "DNS:localhost,IP:127.0.0.1")
+        .expect("openssl");
+    let client =
+        loadstar_testkit::pki::client_cert(dir.path(), "ops-tool", &["ops"]).expect("openssl");
+    let config = ScorerConfig::embedded_default();
+    let profiles = Arc::new(Profiles::new(
+        config.build_profiles().expect("default builds"),
+    ));
+    let store = Arc::new(NodeStore::new(StoreConfig::default()));
+    let metrics = Metrics::new();
+    let tls = ServerTls::load(
+        TlsFiles {
+            cert: pki.cert.clone(),
+            key: pki.key.clone(),
+            client_ca: Some(pki.ca.clone()),
+            require_client_cert: true,
+        },
+        &[b"h2"],
+        metrics.clone(),
+    )
+    .expect("tls");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let parts = ServerParts {
+        tls: Some(Arc::new(tls)),
+        ..ServerParts::new(store, profiles, metrics)
+    };
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(server::serve(listener, parts, async {
+        let _ = rx.await;
+    }));
+    let (ca, cert, key) = (
+        pki.ca.display().to_string(),
+        client.cert.display().to_string(),
+        client.key.display().to_string(),
+    );
+    let a = addr.clone();
+    let (ok, out) = tokio::task::spawn_blocking(move || {
+        grpcurl(&[
+            "-cacert",
+            &ca,
+            "-cert",
+            &cert,
+            "-key",
+            &key,
+            &a,
+            "loadstar.v1.Scorer/ListProfiles",
+        ])
+    })
+    .await
+    .expect("join");
+    assert!(ok, "grpcurl over mTLS: {out}");
+    assert!(out.contains("\"profiles\""), "{out}");
+    // Without a client certificate the handshake is refused; plaintext is not served.
+    let (ca, a) = (pki.ca.display().to_string(), addr.clone());
+    let (ok, out) = tokio::task::spawn_blocking(move || {
+        grpcurl(&["-cacert", &ca, &a, "loadstar.v1.Scorer/ListProfiles"])
+    })
+    .await
+    .expect("join");
+    assert!(!ok, "no client certificate must fail: {out}");
+    let a = addr.clone();
+    let (ok, out) = tokio::task::spawn_blocking(move || {
+        grpcurl(&["-plaintext", &a, "loadstar.v1.Scorer/ListProfiles"])
+    })
+    .await
+    .expect("join");
+    assert!(!ok, "plaintext must fail: {out}");
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+}

@@ -259,11 +259,18 @@ async fn idle_streams(
     for r in opened {
         match r {
             Ok(s) => held.push(s),
-            Err(s) => *failures.entry(format!("{:?}: {}", s.code(), s.message())).or_default() += 1,
+            Err(s) => {
+                *failures
+                    .entry(format!("{:?}: {}", s.code(), s.message()))
+                    .or_default() += 1
+            }
         }
     }
     if !failures.is_empty() {
-        anyhow::bail!("opening {n} idle authenticated streams: {} opened; failures: {failures:?}", held.len());
+        anyhow::bail!(
+            "opening {n} idle authenticated streams: {} opened; failures: {failures:?}",
+            held.len()
+        );
     }
     Ok(held)
 }
@@ -323,8 +330,12 @@ pub async fn run(c: &Client, scorer: &str, load: Load) -> Result<()> {
     // Score call warms the client token's cache entry.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let alone = {
-        let (scorer, token, phase, pid) =
-            (scorer.to_string(), client_token.clone(), load.phase, load.pid);
+        let (scorer, token, phase, pid) = (
+            scorer.to_string(),
+            client_token.clone(),
+            load.phase,
+            load.pid,
+        );
         std::thread::spawn(move || -> Result<serde_json::Value> {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -353,8 +364,12 @@ pub async fn run(c: &Client, scorer: &str, load: Load) -> Result<()> {
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
     let loaded = {
-        let (scorer, token, phase, pid) =
-            (scorer.to_string(), client_token.clone(), load.phase, load.pid);
+        let (scorer, token, phase, pid) = (
+            scorer.to_string(),
+            client_token.clone(),
+            load.phase,
+            load.pid,
+        );
         std::thread::spawn(move || -> Result<serde_json::Value> {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
