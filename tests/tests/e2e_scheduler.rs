@@ -326,7 +326,8 @@ async fn scheduler_bind_grpc_places_a_pod_by_reference() -> Result<()> {
     for n in &nodes {
         create_node(&client, n, "8", "32Gi").await?;
     }
-    let scorer = Scorer::start(&env, "grpc-1", "lease-grpc", &[]).await?;
+    // The pod is another scheduler's: delegating it through Bind takes the flag.
+    let scorer = Scorer::start(&env, "grpc-1", "lease-grpc", &["--bind-other-schedulers"]).await?;
     create_pod(
         &client,
         &ns,
