@@ -11,9 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use base64::Engine;
 use e2e_support::*;
-use k8s_openapi::api::authentication::v1::{
-    BoundObjectReference, TokenRequest, TokenRequestSpec, TokenReview, TokenReviewSpec,
-};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -73,7 +71,8 @@ async fn running_pod(
     created.metadata.uid.context("pod without uid")
 }
 
-/// A TokenRequest token of `sa` for `audiences`, bound to pod `name`/`uid` if given.
+/// A 10-minute TokenRequest token of `sa` for `audiences`, bound to pod `name`/`uid` if
+/// given.
 async fn token(
     client: &Client,
     ns: &str,
@@ -81,25 +80,7 @@ async fn token(
     audiences: &[&str],
     pod: Option<(&str, &str)>,
 ) -> Result<String> {
-    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: audiences.iter().map(|a| a.to_string()).collect(),
-            expiration_seconds: Some(600),
-            bound_object_ref: pod.map(|(name, uid)| BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(name.into()),
-                uid: Some(uid.into()),
-            }),
-        },
-        ..TokenRequest::default()
-    };
-    let answer = api
-        .create_token_request(sa, &PostParams::default(), &request)
-        .await
-        .context("TokenRequest")?;
-    Ok(answer.status.context("TokenRequest without status")?.token)
+    loadstar_tests::token_request(client, ns, sa, audiences, pod, 600).await
 }
 
 /// A bound agent token exactly as the API server issues them, but expired an hour ago,
@@ -411,6 +392,26 @@ async fn agents_are_bound_to_their_pods_node_by_projected_tokens() -> Result<()>
     Ok(())
 }
 
+/// Retries `call` (the scorer may still be listing the cluster) until it answers
+/// `PERMISSION_DENIED`; that status.
+async fn denied<T, F, Fut>(what: &str, mut call: F) -> Result<tonic::Status>
+where
+    T: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+{
+    eventually(what, Duration::from_secs(20), || {
+        let answer = call();
+        async move {
+            Ok(match answer.await {
+                Err(s) if s.code() == Code::PermissionDenied => Ok(s),
+                other => Err(format!("{other:?}")),
+            })
+        }
+    })
+    .await
+}
+
 async fn rbac_binder(client: &Client, ns: &str) -> Result<()> {
     let roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::namespaced(client.clone(), ns);
     roles
@@ -485,29 +486,20 @@ async fn bind_needs_the_callers_own_right_and_the_scorers_own_pods() -> Result<(
         .await
         .context("a reader's query")?;
     // Scoring a pod by reference reads it: the reader may not read pods here.
-    let e = eventually(
-        "Score by reference answers",
-        Duration::from_secs(20),
-        || {
-            let mut q = q.clone();
-            let req = bearer(
-                pb::ScoreRequest {
-                    pod: Some(pb::score_request::Pod::Reference(pb::PodReference {
-                        namespace: ns.clone(),
-                        name: "delegated".into(),
-                    })),
-                    ..pb::ScoreRequest::default()
-                },
-                Some(&reader),
-            );
-            async move {
-                Ok(match q.score(req).await {
-                    Err(s) if s.code() == Code::PermissionDenied => Ok(s),
-                    other => Err(format!("{other:?}")),
-                })
-            }
-        },
-    )
+    let e = denied("Score by reference answers", || {
+        let mut q = q.clone();
+        let req = bearer(
+            pb::ScoreRequest {
+                pod: Some(pb::score_request::Pod::Reference(pb::PodReference {
+                    namespace: ns.clone(),
+                    name: "delegated".into(),
+                })),
+                ..pb::ScoreRequest::default()
+            },
+            Some(&reader),
+        );
+        async move { q.score(req).await }
+    })
     .await?;
     assert!(
         e.message().contains("may not get pods"),
@@ -519,40 +511,22 @@ async fn bind_needs_the_callers_own_right_and_the_scorers_own_pods() -> Result<(
         .await
         .expect_err("anonymous");
     assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
-    let e = eventually(
-        "Bind answers for a caller without pods/binding",
-        Duration::from_secs(20),
-        || {
-            let mut sched = sched.clone();
-            let req = bind("delegated", Some(&reader));
-            async move {
-                Ok(match sched.bind(req).await {
-                    Err(s) if s.code() == Code::PermissionDenied => Ok(s),
-                    other => Err(format!("{other:?}")),
-                })
-            }
-        },
-    )
+    let e = denied("Bind answers for a caller without pods/binding", || {
+        let mut sched = sched.clone();
+        let req = bind("delegated", Some(&reader));
+        async move { sched.bind(req).await }
+    })
     .await?;
     assert!(
         e.message().contains("may not create pods/binding"),
         "{:?}",
         e.message()
     );
-    let e = eventually(
-        "Bind refuses another scheduler's pod",
-        Duration::from_secs(20),
-        || {
-            let mut sched = sched.clone();
-            let req = bind("delegated", Some(&binder));
-            async move {
-                Ok(match sched.bind(req).await {
-                    Err(s) if s.code() == Code::PermissionDenied => Ok(s),
-                    other => Err(format!("{other:?}")),
-                })
-            }
-        },
-    )
+    let e = denied("Bind refuses another scheduler's pod", || {
+        let mut sched = sched.clone();
+        let req = bind("delegated", Some(&binder));
+        async move { sched.bind(req).await }
+    })
     .await?;
     assert!(
         e.message().contains("another scheduler's"),

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -65,26 +64,7 @@ async fn token(
     audiences: &[&str],
     pod: Option<(&str, &str)>,
 ) -> Result<String> {
-    let api: Api<ServiceAccount> = Api::namespaced(c.clone(), NS);
-    let req = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: audiences.iter().map(|a| a.to_string()).collect(),
-            expiration_seconds: Some(3600),
-            bound_object_ref: pod.map(|(name, uid)| BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(name.into()),
-                uid: Some(uid.into()),
-            }),
-        },
-        ..TokenRequest::default()
-    };
-    Ok(api
-        .create_token_request(sa, &PostParams::default(), &req)
-        .await?
-        .status
-        .context("TokenRequest without status")?
-        .token)
+    loadstar_tests::token_request(c, NS, sa, audiences, pod, 3600).await
 }
 
 /// The agent's and a client's tokens: a Running agent pod on a node, as the DaemonSet makes.
@@ -323,62 +303,53 @@ async fn storm(
     Ok(())
 }
 
+/// Runs `work` on a thread and current-thread runtime of its own, so other load in this
+/// process (the storm's thousand tasks a second) does not delay it.
+fn own_thread<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> std::thread::JoinHandle<Result<T>> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(work)
+    })
+}
+
+/// [`measure`] on its own thread.
+fn measure_alone(
+    scorer: &str,
+    token: &str,
+    phase: Duration,
+    pid: u32,
+) -> Result<serde_json::Value> {
+    let (scorer, token) = (scorer.to_string(), token.to_string());
+    own_thread(async move { measure(&scorer, &token, phase, pid).await })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the measuring thread panicked"))?
+}
+
 /// Runs both phases and prints one JSON line.
 pub async fn run(c: &Client, scorer: &str, load: Load) -> Result<()> {
     let (agent_token, client_token) = set_up(c).await?;
     // The scorer must have listed the agent pod before its token can report; the first
     // Score call warms the client token's cache entry.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let alone = {
-        let (scorer, token, phase, pid) = (
-            scorer.to_string(),
-            client_token.clone(),
-            load.phase,
-            load.pid,
-        );
-        std::thread::spawn(move || -> Result<serde_json::Value> {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(measure(&scorer, &token, phase, pid))
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("the measuring thread panicked"))??
-    };
+    let alone = measure_alone(scorer, &client_token, load.phase, load.pid)?;
     let t = Instant::now();
     let held = idle_streams(scorer, &agent_token, load.streams).await?;
     let opened_in = t.elapsed().as_secs_f64();
     let stop = Arc::new(AtomicBool::new(false));
     let outcomes = Arc::new(Storm::default());
-    // The storm and the measurement each get a thread and runtime of their own, so the
-    // storm's thousand tasks a second do not delay the measuring client.
-    let storm_thread = {
-        let (scorer, stop, outcomes) = (scorer.to_string(), stop.clone(), outcomes.clone());
-        let per_second = load.logins_per_second;
-        std::thread::spawn(move || -> Result<()> {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(storm(scorer, per_second, stop, outcomes))
-        })
-    };
+    // The storm and the measurement each get a thread and runtime of their own.
+    let storm_thread = own_thread(storm(
+        scorer.to_string(),
+        load.logins_per_second,
+        stop.clone(),
+        outcomes.clone(),
+    ));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let loaded = {
-        let (scorer, token, phase, pid) = (
-            scorer.to_string(),
-            client_token.clone(),
-            load.phase,
-            load.pid,
-        );
-        std::thread::spawn(move || -> Result<serde_json::Value> {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(measure(&scorer, &token, phase, pid))
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("the measuring thread panicked"))??
-    };
+    let loaded = measure_alone(scorer, &client_token, load.phase, load.pid)?;
     stop.store(true, Ordering::Relaxed);
     storm_thread
         .join()
