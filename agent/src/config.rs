@@ -157,10 +157,23 @@ impl FromStr for ListenAddr {
     }
 }
 
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines, coloured only when stderr is a terminal and `NO_COLOR` is unset.
+    Text,
+    /// One JSON object per line (for log collectors).
+    Json,
+}
+
 /// Loadstar node agent: samples this node's load and streams windowed reports to the scorer.
 #[derive(Debug, Clone, Parser, PartialEq)]
 #[command(name = "loadstar-agent", version = loadstar_common::VERSION)]
 pub struct AgentConfig {
+    /// Log line format (level and targets: `RUST_LOG`, default `info`).
+    #[arg(long, env = "LOADSTAR_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
     /// Scorer to stream to, `http(s)://host:port`; repeat or comma-separate. A name that
     /// resolves to several addresses gets one stream per address. None: sample only.
     #[arg(long = "scorer", env = "LOADSTAR_SCORER", value_delimiter = ',')]

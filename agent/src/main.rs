@@ -2,17 +2,24 @@
 //! then shuts down within `--shutdown-timeout`.
 use anyhow::Context;
 use clap::Parser;
-use loadstar_agent::config::AgentConfig;
+use std::io::IsTerminal;
+
+use loadstar_agent::config::{AgentConfig, LogFormat};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
     let config = AgentConfig::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+            .init(),
+    }
     // One thread for all network work; sampling has its own thread.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -7,6 +7,15 @@ mod app;
 #[derive(Debug, Parser)]
 #[command(name = "loadstar-scorer", version, about)]
 struct Cli {
+    /// Log line format (level and targets: `RUST_LOG`, default `info`).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "LOADSTAR_LOG_FORMAT"
+    )]
+    log_format: app::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -23,8 +32,8 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    app::init_logging();
     let cli = Cli::parse();
+    app::init_logging(cli.log_format);
     match cli.command {
         Command::Standalone(args) => app::standalone::run(args).await?,
         Command::Serve(args) => app::serve::run(args).await?,

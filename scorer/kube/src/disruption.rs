@@ -158,7 +158,11 @@ async fn served(client: &Client) -> ApiResource {
 }
 
 /// Watches the budgets into `budgets` until aborted.
-pub async fn reflect(client: Client, budgets: Arc<Budgets>) {
+pub(crate) async fn reflect(
+    client: Client,
+    budgets: Arc<Budgets>,
+    mut status: super::runtime::WatchStatus,
+) {
     let resource = served(&client).await;
     info!(api_version = %resource.api_version, "watching PodDisruptionBudgets");
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
@@ -166,8 +170,11 @@ pub async fn reflect(client: Client, budgets: Arc<Budgets>) {
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
         match ev {
-            Ok(ev) => budgets.apply(ev),
-            Err(e) => warn!(error = %e, "PodDisruptionBudget watch failed; retrying with backoff"),
+            Ok(ev) => {
+                status.ok();
+                budgets.apply(ev);
+            }
+            Err(e) => status.failed(&e),
         }
     }
 }

@@ -26,7 +26,7 @@ use super::scheduler::{Estimator, Scheduler, SchedulerConfig};
 use super::volumes::VolumeStores;
 use loadstar_policy::profiles::Profiles;
 use loadstar_store::NodeStore;
-use loadstar_store::metrics::Metrics;
+use loadstar_store::metrics::{Metrics, Readiness};
 
 /// Pods in these phases never need a node again; the watch leaves them out (as upstream).
 const ACTIVE_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
@@ -46,6 +46,8 @@ pub struct KubeOptions {
     pub component: String,
     /// Scheduler settings.
     pub scheduler: SchedulerConfig,
+    /// Where failing watches are reported (`/readyz`).
+    pub readiness: Arc<Readiness>,
 }
 
 /// The running Kubernetes side.
@@ -69,22 +71,85 @@ impl KubeRuntime {
     }
 }
 
-async fn reflect_nodes(client: Client, cache: Arc<ClusterCache>) {
+/// What one watch tells `/readyz` and the log: a failure (with a hint when the scorer's RBAC
+/// forbids it) until the watch works again.
+pub(crate) struct WatchStatus {
+    what: &'static str,
+    readiness: Arc<Readiness>,
+    failing: bool,
+}
+
+impl WatchStatus {
+    pub(crate) fn new(what: &'static str, readiness: Arc<Readiness>) -> WatchStatus {
+        WatchStatus {
+            what,
+            readiness,
+            failing: false,
+        }
+    }
+
+    /// The watch delivered an event: clear an earlier failure.
+    pub(crate) fn ok(&mut self) {
+        if self.failing {
+            self.failing = false;
+            self.readiness.unblock(self.what);
+            info!(watch = self.what, "watch recovered");
+        }
+    }
+
+    /// The watch failed; the watcher retries with backoff.
+    pub(crate) fn failed(&mut self, e: &watcher::Error) {
+        self.failing = true;
+        let why = describe_watch_error(e);
+        warn!(watch = self.what, error = %why, "watch failed; retrying with backoff");
+        self.readiness.block(self.what, why);
+    }
+}
+
+/// A watch error in words; a refusal names the missing permission's likely cause.
+pub(crate) fn describe_watch_error(e: &watcher::Error) -> String {
+    let api = match e {
+        watcher::Error::InitialListFailed(::kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(::kube::Error::Api(s))
+        | watcher::Error::WatchFailed(::kube::Error::Api(s)) => Some(s.as_ref()),
+        watcher::Error::WatchError(s) => Some(s.as_ref()),
+        _ => None,
+    };
+    match api {
+        Some(s) if s.is_forbidden() => format!(
+            "forbidden: {} (the scorer's ServiceAccount lacks this permission: check the \
+             ClusterRole bound to it, e.g. the Helm chart's loadstar-scorer)",
+            s.message
+        ),
+        Some(s) if s.code == 401 => format!(
+            "unauthorized: {} (the scorer's token is invalid or expired)",
+            s.message
+        ),
+        _ => e.to_string(),
+    }
+}
+
+async fn reflect_nodes(client: Client, cache: Arc<ClusterCache>, readiness: Arc<Readiness>) {
+    let mut status = WatchStatus::new("nodes watch", readiness);
     let api: Api<Node> = Api::all(client);
     let stream = watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff();
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
+        if ev.is_ok() {
+            status.ok();
+        }
         match ev {
             Ok(Event::Init) => cache.nodes_relist_started(),
             Ok(Event::InitApply(n)) | Ok(Event::Apply(n)) => cache.apply_node(&n),
             Ok(Event::InitDone) => cache.nodes_relist_done(),
             Ok(Event::Delete(n)) => cache.delete_node(&n.name_any()),
-            Err(e) => warn!(error = %e, "node watch failed; retrying with backoff"),
+            Err(e) => status.failed(&e),
         }
     }
 }
 
-async fn reflect_pods(client: Client, cache: Arc<ClusterCache>) {
+async fn reflect_pods(client: Client, cache: Arc<ClusterCache>, readiness: Arc<Readiness>) {
+    let mut status = WatchStatus::new("pods watch", readiness);
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default()
         .any_semantic()
@@ -92,12 +157,15 @@ async fn reflect_pods(client: Client, cache: Arc<ClusterCache>) {
     let stream = watcher::watcher(api, config).default_backoff();
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
+        if ev.is_ok() {
+            status.ok();
+        }
         match ev {
             Ok(Event::Init) => cache.pods_relist_started(),
             Ok(Event::InitApply(p)) | Ok(Event::Apply(p)) => cache.apply_pod(&p),
             Ok(Event::InitDone) => cache.pods_relist_done(),
             Ok(Event::Delete(p)) => cache.delete_pod(&p),
-            Err(e) => warn!(error = %e, "pod watch failed; retrying with backoff"),
+            Err(e) => status.failed(&e),
         }
     }
 }
@@ -107,6 +175,7 @@ fn reflect_into<K>(
     api: Api<K>,
     cache: Arc<ClusterCache>,
     writer: ::kube::runtime::reflector::store::Writer<K>,
+    mut status: WatchStatus,
 ) -> tokio::task::JoinHandle<()>
 where
     K: ::kube::Resource
@@ -126,10 +195,13 @@ where
         .default_backoff();
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
+            if ev.is_ok() {
+                status.ok();
+            }
             match ev {
                 Ok(Event::Init) | Ok(Event::InitApply(_)) => {}
                 Ok(_) => cache.volumes_changed(),
-                Err(e) => warn!(error = %e, "volume watch failed; retrying with backoff"),
+                Err(e) => status.failed(&e),
             }
         }
     })
@@ -137,7 +209,11 @@ where
 
 /// Starts the claim, volume and storage-class reflectors and hands their stores to the
 /// cache.
-fn reflect_volumes(client: Client, cache: Arc<ClusterCache>) -> Vec<tokio::task::JoinHandle<()>> {
+fn reflect_volumes(
+    client: Client,
+    cache: Arc<ClusterCache>,
+    readiness: &Arc<Readiness>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
     use k8s_openapi::api::storage::v1::StorageClass;
     let (claims, claims_w) = ::kube::runtime::reflector::store();
@@ -153,13 +229,20 @@ fn reflect_volumes(client: Client, cache: Arc<ClusterCache>) -> Vec<tokio::task:
             Api::<PersistentVolumeClaim>::all(client.clone()),
             cache.clone(),
             claims_w,
+            WatchStatus::new("persistentvolumeclaims watch", readiness.clone()),
         ),
         reflect_into(
             Api::<PersistentVolume>::all(client.clone()),
             cache.clone(),
             volumes_w,
+            WatchStatus::new("persistentvolumes watch", readiness.clone()),
         ),
-        reflect_into(Api::<StorageClass>::all(client), cache, classes_w),
+        reflect_into(
+            Api::<StorageClass>::all(client),
+            cache,
+            classes_w,
+            WatchStatus::new("storageclasses watch", readiness.clone()),
+        ),
     ]
 }
 
@@ -187,12 +270,14 @@ pub async fn start(
         queue.clone(),
         profiles.clone(),
     ));
-    let nodes = tokio::spawn(reflect_nodes(main.clone(), cache.clone()));
-    let pods = tokio::spawn(reflect_pods(main.clone(), cache.clone()));
-    let volume_tasks = reflect_volumes(main.clone(), cache.clone());
+    let ready = &options.readiness;
+    let nodes = tokio::spawn(reflect_nodes(main.clone(), cache.clone(), ready.clone()));
+    let pods = tokio::spawn(reflect_pods(main.clone(), cache.clone(), ready.clone()));
+    let volume_tasks = reflect_volumes(main.clone(), cache.clone(), ready);
     let budgets = tokio::spawn(super::disruption::reflect(
         main.clone(),
         cache.budgets().clone(),
+        WatchStatus::new("poddisruptionbudgets watch", ready.clone()),
     ));
     let (stop_elector, elector_stopped) = watch::channel(false);
     let (leadership, elector) = match &options.leader {

@@ -24,12 +24,20 @@ async fn metrics_handler(State(s): State<HttpState>) -> impl IntoResponse {
     )
 }
 
+/// 200 `ready` or 503 `not ready`, each followed by what is failing now (a watch the
+/// scorer's RBAC forbids, an unreachable API server), one line each. A replica that synced
+/// stays ready while a watch retries: its cache is still served, as kube-scheduler's is.
 async fn ready_handler(State(s): State<HttpState>) -> impl IntoResponse {
-    if s.ready.get() {
-        (StatusCode::OK, "ready\n")
+    let (code, mut body) = if s.ready.get() {
+        (StatusCode::OK, String::from("ready\n"))
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+        (StatusCode::SERVICE_UNAVAILABLE, String::from("not ready\n"))
+    };
+    for p in s.ready.problems() {
+        body.push_str(&p);
+        body.push('\n');
     }
+    (code, body)
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` resolves.

@@ -96,14 +96,29 @@ pub fn build_store(config: &ScorerConfig) -> Arc<NodeStore> {
     }))
 }
 
-/// Installs the `tracing` subscriber (`RUST_LOG`, default `info`).
-pub fn init_logging() {
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines, coloured only when stderr is a terminal and `NO_COLOR` is unset.
+    Text,
+    /// One JSON object per line (for log collectors: Loki, Elasticsearch, Cloud Logging).
+    Json,
+}
+
+/// Installs the `tracing` subscriber (`RUST_LOG`, default `info`) writing to stderr.
+pub fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().with_current_span(true).try_init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+            .try_init(),
+    };
 }
 
 /// A shutdown signal: resolves on SIGTERM or Ctrl-C, and can be triggered by hand.

@@ -138,6 +138,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
     let metrics = Metrics::new();
     let shutdown = Shutdown::new();
     shutdown.on_signals();
+    let readiness = Arc::new(Readiness::default());
     let want_kube = match args.kubernetes {
         KubernetesMode::On => true,
         KubernetesMode::Off => false,
@@ -190,6 +191,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
                 drain_timeout: DRAIN_TIMEOUT,
                 ..SchedulerConfig::default()
             },
+            readiness: readiness.clone(),
         };
         let rt = runtime::start(
             options,
@@ -292,15 +294,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
             let _ = synced.wait_for(|s| s.all()).await;
         }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
     });
-    let result = run_servers(
-        grpc,
-        Some(http),
-        parts,
-        Arc::new(Readiness::default()),
-        shutdown,
-        ready_when,
-    )
-    .await;
+    let result = run_servers(grpc, Some(http), parts, readiness, shutdown, ready_when).await;
     if let Some(rt) = kube {
         // Stop taking pods, drain bindings, release the Lease.
         rt.join(DRAIN_TIMEOUT + Duration::from_secs(5)).await;

@@ -1,7 +1,8 @@
 //! The scorer's Prometheus metrics (names are constants with unit suffixes) and its readiness
 //! flag, recorded by the ingest, gRPC and Kubernetes layers; the binary serves them over HTTP.
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -340,24 +341,60 @@ impl Metrics {
     }
 }
 
-/// Readiness flag shared with `/readyz`.
+/// Readiness shared with `/readyz`: a flag, and what currently stands in the way (a failing
+/// watch, a refused permission), so that `/readyz` and the operator see why.
 #[derive(Debug, Default)]
-pub struct Readiness(AtomicBool);
+pub struct Readiness {
+    ready: AtomicBool,
+    blockers: Mutex<BTreeMap<String, String>>,
+}
 
 impl Readiness {
     /// Marks ready or not.
     pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::Release);
+        self.ready.store(ready, Ordering::Release);
     }
     /// Whether ready.
     pub fn get(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire)
+    }
+    /// Records that `what` (e.g. `pods watch`) is failing, and why; replaces an earlier reason.
+    pub fn block(&self, what: &str, why: String) {
+        let mut b = self.blockers.lock().unwrap_or_else(|p| p.into_inner());
+        b.insert(what.to_string(), why);
+    }
+    /// Records that `what` works again.
+    pub fn unblock(&self, what: &str) {
+        let mut b = self.blockers.lock().unwrap_or_else(|p| p.into_inner());
+        b.remove(what);
+    }
+    /// The current problems, one `what: why` per entry, sorted by `what`.
+    pub fn problems(&self) -> Vec<String> {
+        let b = self.blockers.lock().unwrap_or_else(|p| p.into_inner());
+        b.iter().map(|(k, v)| format!("{k}: {v}")).collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readiness_lists_what_blocks_it_until_cleared() {
+        let r = Readiness::default();
+        assert!(!r.get());
+        r.block("pods watch", "forbidden".into());
+        r.block("nodes watch", "timeout".into());
+        r.block("pods watch", "still forbidden".into());
+        assert_eq!(
+            r.problems(),
+            vec!["nodes watch: timeout", "pods watch: still forbidden"]
+        );
+        r.unblock("nodes watch");
+        r.set(true);
+        assert!(r.get());
+        assert_eq!(r.problems(), vec!["pods watch: still forbidden"]);
+    }
 
     #[test]
     fn encodes_unit_suffixed_names() {
