@@ -30,6 +30,7 @@ ULIMITS = ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"]
 NETWORK = "loadstar-smoke"
 SCORER = "loadstar-smoke-scorer"
 AGENT = "loadstar-smoke-agent"
+GPU_AGENT = "loadstar-smoke-gpu-agent"
 MAX_IMAGE_BYTES = 40_000_000
 CPU_TOLERANCE = 0.02
 WINDOW = 10
@@ -207,7 +208,7 @@ def main():
     try:
         check_scorer_and_agent(args, deployment, daemonset, scorer_image, agent_image)
     finally:
-        for name in (AGENT, SCORER):
+        for name in (AGENT, SCORER, GPU_AGENT):
             run(PODMAN + ["rm", "-f", "-t", "5", name], check=False)
     log("PASS")
 
@@ -324,7 +325,45 @@ def check_scorer_and_agent(args, deployment, daemonset, scorer_image, agent_imag
         for t, x, y in rows:
             log(f"  {t:.1f}: agent {x:.4f} psutil {y:.4f}")
         fail(f"agent CPU differs from psutil by {worst * 100:.2f} pp")
+    check_gpu_library(agent_image, grpc)
 
+
+def check_gpu_library(agent_image, grpc):
+    """On a GPU node the NVIDIA container toolkit bind-mounts the driver's libnvidia-ml.so.1
+    into the container's library directory; the agent dlopen()s it by that name. No GPU is
+    available here, so the test fake NVML (tests/fixtures/fake-nvml) stands in for the
+    driver's library, mounted where the toolkit mounts it."""
+    import tempfile
+    src = os.path.join(ROOT, "tests/fixtures/fake-nvml/fake_nvml.c")
+    with tempfile.TemporaryDirectory(prefix="loadstar-fake-nvml-") as d:
+        os.chmod(d, 0o755)
+        lib = os.path.join(d, "libnvidia-ml.so.1")
+        run(["cc", "-shared", "-fPIC", "-O1", "-o", lib, src])
+        devices = os.path.join(d, "devices")
+        with open(devices, "w") as f:
+            f.write("GPU-00000000-1111-2222-3333-444444444444|NVIDIA A100-SXM4-40GB|"
+                    "42949672960|10737418240|40|2|55|250000|ok\n")
+        os.chmod(devices, 0o644)
+        node = f"gpu-smoke-{random.randrange(16**6):06x}"
+        run(PODMAN + ["run", "-d", "--name", GPU_AGENT, "--network", NETWORK] + ULIMITS +
+            ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+             "-v", f"{lib}:/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1:ro",
+             "-v", f"{devices}:/etc/fake-nvml/devices:ro",
+             "-e", "FAKE_NVML_DEVICES=/etc/fake-nvml/devices", "-e", f"NODE_NAME={node}",
+             agent_image, f"--scorer=http://{SCORER}:50051"])
+        def gpus():
+            for n in grpcurl(grpc, "loadstar.v1.Scorer/ListNodes").get("nodes", []):
+                if n.get("nodeName") == node:
+                    rep = n.get("lastReport", {})
+                    return bool(rep.get("gpus")), rep
+            return False, None
+        rep = wait_for(f"{node}'s GPUs in ListNodes", gpus)
+        usage = sorted(u.get("resource") for u in rep.get("usage", []))
+        if "RESOURCE_GPU" not in usage or "RESOURCE_GPU_MEMORY" not in usage:
+            fail(f"GPU devices reported but not their usage: {usage}")
+        g = rep["gpus"][0]
+        log(f"agent image with libnvidia-ml.so.1 mounted where the NVIDIA toolkit puts it: "
+            f"{len(rep['gpus'])} GPU ({g.get('name') or g.get('uuid')}) loaded by dlopen; {', '.join(usage)}")
 
 if __name__ == "__main__":
     main()

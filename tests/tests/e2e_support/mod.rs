@@ -283,6 +283,8 @@ pub struct Scorer {
     child: Option<Child>,
     pub identity: String,
     pub grpc: SocketAddr,
+    /// `/metrics`, `/healthz`, `/readyz`.
+    pub http: SocketAddr,
     pub log: PathBuf,
 }
 
@@ -315,18 +317,29 @@ impl Scorer {
         lease: &str,
         extra: &[&str],
     ) -> Result<Scorer> {
-        let port = free_port()?;
-        let grpc: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        Self::start_as(env, &env.scorer_kubeconfig, identity, lease, extra).await
+    }
+
+    /// Starts `loadstar-scorer serve` with the credentials of `kubeconfig`, plus `extra`.
+    pub async fn start_as(
+        env: &E2eEnv,
+        kubeconfig: &std::path::Path,
+        identity: &str,
+        lease: &str,
+        extra: &[&str],
+    ) -> Result<Scorer> {
+        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let http: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let log = env.logs.join(format!("scorer-{identity}.log"));
         let out = std::fs::File::create(&log)?;
         let mut cmd = Command::new(&env.scorer_bin);
         cmd.arg("serve")
             .arg("--kubernetes=on")
             .arg("--kubeconfig")
-            .arg(&env.scorer_kubeconfig)
+            .arg(kubeconfig)
             .arg("--listen")
             .arg(grpc.to_string())
-            .arg("--metrics-listen=127.0.0.1:0")
+            .arg(format!("--metrics-listen={http}"))
             .arg("--leader-elect-namespace=loadstar")
             .arg(format!("--leader-elect-name={lease}"))
             .arg(format!("--leader-elect-identity={identity}"))
@@ -341,6 +354,7 @@ impl Scorer {
             child: Some(child),
             identity: identity.to_string(),
             grpc,
+            http,
             log,
         };
         eventually("scorer gRPC port", Duration::from_secs(30), || async {
