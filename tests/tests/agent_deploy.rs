@@ -1,7 +1,9 @@
 //! The agent's DaemonSet manifest matches the agent: its arguments parse with the agent's own
 //! flag parser into the host-mounted roots and the host network namespace; every host mount
 //! is read-only; NODE_NAME comes from the downward API; it tolerates every taint, runs at the
-//! manifest's own priority class, and probes the port the metrics server listens on.
+//! manifest's own priority class, and probes the port the metrics server listens on. The
+//! manifest is the Helm chart rendered with its default values into the kustomize base
+//! (deploy/generate.sh; tests/tests/chart.rs checks that the two agree).
 use clap::Parser;
 use loadstar_agent::config::AgentConfig;
 use serde::Deserialize;
@@ -10,9 +12,9 @@ use serde_norway::Value;
 fn manifest() -> Vec<Value> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../deploy/agent-daemonset.yaml"
+        "/../deploy/kustomize/loadstar.yaml"
     );
-    let text = std::fs::read_to_string(path).expect("deploy/agent-daemonset.yaml");
+    let text = std::fs::read_to_string(path).expect("deploy/kustomize/loadstar.yaml");
     serde_norway::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).expect("valid YAML"))
         .collect()
