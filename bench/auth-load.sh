@@ -16,7 +16,7 @@ source bench/lib.sh
 bench_up loadstar-authbench
 GRPC_PORT=$(free_port)
 # The admin kubeconfig may create TokenReviews and SubjectAccessReviews, as the scorer's
-# RBAC (deploy/scorer-rbac.yaml) allows.
+# RBAC (the Helm chart's ClusterRole, deploy/helm/loadstar/templates/scorer-rbac.yaml) allows.
 RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" \
   --listen "127.0.0.1:$GRPC_PORT" --metrics-listen 127.0.0.1:0 --leader-elect=false \
   >"$WORK/loadstar.log" 2>&1 &

@@ -71,6 +71,10 @@ fi
 # --- etcd ----------------------------------------------------------------------------------
 apt_install etcd-server iproute2 procps
 
+# --- podman (with runc: crun fails on this machine's cgroup-v1 hybrid layout), for the images
+apt_install runc podman netavark aardvark-dns uidmap binutils
+python3 -c 'import yaml' >/dev/null 2>&1 || { log "pip install pyyaml"; pip install -q pyyaml >/dev/null; }
+
 # --- kube-apiserver / kube-scheduler / kubectl from source --------------------------------
 if [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-scheduler" ] && [ -x "$K8S_BIN/kubectl" ]; then
   log "cached Kubernetes binaries in $K8S_BIN"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-#! The end-to-end suite (called by .ci/run): installs or reuses etcd and kube-apiserver
-#! v1.20.2, starts them on loopback in a temp dir, checks deploy/ with a server-side dry run,
-#! creates the scorer's ServiceAccount and RBAC for real, mints that account's token, and runs
-#! the ignored e2e tests with the scorer binary under it (missing RBAC fails a test), then the
-#! short differential run against kube-scheduler (e2e_diff: LOADSTAR_DIFF_SCENARIOS, default
-#! 100; the long run is tests/e2e/diff.sh). LOADSTAR_E2E_SUITES picks the test binaries
-#! (default "e2e_scheduler e2e_extender e2e_auth e2e_diff"). Everything is torn down on exit. Extra arguments go to
-#! each test binary (e.g. a test name).
+#! The end-to-end suite (called by .ci/run): installs or reuses etcd, kube-apiserver v1.20.2,
+#! helm and podman, starts the control plane on loopback in a temp dir, checks the Helm chart
+#! (lint; the kustomize base and the rendered chart through a server-side dry run) and
+#! `helm install`s it for real; every test then runs under the chart's ServiceAccount and RBAC
+#! (missing RBAC fails a test). Suites (LOADSTAR_E2E_SUITES, default "e2e_scheduler
+#! e2e_extender e2e_auth e2e_install e2e_diff"): e2e_install runs the scorer *image* under
+#! podman with the chart's credentials (built by deploy/images/build.sh unless
+#! LOADSTAR_E2E_SCORER_IMAGE names one); e2e_diff is the short differential run against
+#! kube-scheduler (LOADSTAR_DIFF_SCENARIOS, default 100; the long run is tests/e2e/diff.sh).
+#! Everything is torn down on exit. Extra arguments go to each test binary (e.g. a test name).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -36,18 +38,46 @@ trap cleanup EXIT INT TERM
 mkdir -p "$WORK/logs"
 
 log "building the scorer and the e2e tests"
-SUITES=${LOADSTAR_E2E_SUITES:-e2e_scheduler e2e_extender e2e_auth e2e_diff}
+SUITES=${LOADSTAR_E2E_SUITES:-e2e_scheduler e2e_extender e2e_auth e2e_install e2e_diff}
 cargo build -q -p loadstar-scorer --bin loadstar-scorer
 for suite in $SUITES; do cargo test -q -p loadstar-tests --test "$suite" --no-run; done
+HELM="$CACHE/bin/helm"
+CHART=deploy/helm/loadstar
+if [[ " $SUITES " == *" e2e_install "* ]] && [ -z "${LOADSTAR_E2E_SCORER_IMAGE:-}" ]; then
+  log "building the images (deploy/images/build.sh)"
+  bash deploy/images/build.sh
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+  LOADSTAR_E2E_SCORER_IMAGE="${LOADSTAR_IMAGE_REPO:-docker.io/loadstar}/loadstar-scorer:$version"
+fi
 
 log "starting etcd and kube-apiserver in $WORK"
 cluster_up "$WORK/cluster"
 log "API server at $KUBE_API_URL"
 K() { "$KUBECTL" --kubeconfig "$KUBE_ADMIN_KUBECONFIG" "$@"; }
 
-log "deploy/: server-side dry run"
-K apply -f deploy/scorer-namespace.yaml
-K apply --dry-run=server -f deploy/scorer-rbac.yaml -f deploy/scorer.yaml
+log "chart: helm lint --strict; kustomize base and rendered chart, server-side dry run"
+K apply -f - <<'NS'
+apiVersion: v1
+kind: Namespace
+metadata: {name: loadstar}
+NS
+"$HELM" lint --strict "$CHART" >"$WORK/logs/helm-lint.log" 2>&1 ||
+  { cat "$WORK/logs/helm-lint.log" >&2; exit 1; }
+# The kustomize base targets current clusters (PodDisruptionBudget policy/v1, served since
+# 1.21); this API server is 1.20, so for this dry run only the budget is sent as v1beta1.
+# The chart itself picks the version the cluster serves, and is installed for real below.
+"$K8S_BIN/kubectl" kustomize deploy/kustomize |
+  sed 's#^apiVersion: policy/v1$#apiVersion: policy/v1beta1#' |
+  K apply --dry-run=server -f - >"$WORK/logs/kustomize-dry-run.log"
+# Default and non-default values (the ServiceMonitor left out: this API server has no
+# Prometheus Operator CRDs; tests/tests/chart.rs checks its rendering).
+for values in "" "-f $CHART/ci/nondefault-values.yaml --set serviceMonitor.enabled=false"; do
+  # --validate renders with the cluster's own API versions, as helm install does.
+  # shellcheck disable=SC2086
+  "$HELM" template loadstar "$CHART" --namespace loadstar --kubeconfig "$KUBE_ADMIN_KUBECONFIG" \
+    --validate $values >"$WORK/rendered.yaml"
+  K apply --dry-run=server -f "$WORK/rendered.yaml" >"$WORK/logs/chart-dry-run.log"
+done
 log "deploy/kube-scheduler-extender.yaml: kube-scheduler 1.20.2 reads it"
 sed "s#/etc/kubernetes/scheduler.conf#$KUBE_ADMIN_KUBECONFIG#" deploy/kube-scheduler-extender.yaml \
   >"$WORK/kube-scheduler-extender.yaml"
@@ -55,8 +85,13 @@ sed "s#/etc/kubernetes/scheduler.conf#$KUBE_ADMIN_KUBECONFIG#" deploy/kube-sched
   --write-config-to "$WORK/kube-scheduler-extender.out.yaml" >"$WORK/logs/ks-config-check.log" 2>&1 ||
   { log "kube-scheduler rejects deploy/kube-scheduler-extender.yaml:"; tail -5 "$WORK/logs/ks-config-check.log" >&2; exit 1; }
 grep -q "urlPrefix: http://loadstar-scorer" "$WORK/kube-scheduler-extender.out.yaml"
-log "deploy/: ServiceAccount and RBAC for real"
-K apply -f deploy/scorer-rbac.yaml
+log "chart: helm install (the suite runs under its ServiceAccount and RBAC)"
+"$HELM" install loadstar "$CHART" --namespace loadstar --kubeconfig "$KUBE_ADMIN_KUBECONFIG" \
+  >"$WORK/logs/helm-install.log" 2>&1 || { cat "$WORK/logs/helm-install.log" >&2; exit 1; }
+status=$("$HELM" status loadstar --namespace loadstar --kubeconfig "$KUBE_ADMIN_KUBECONFIG")
+grep -q 'STATUS: deployed' <<<"$status" || { echo "$status" >&2; exit 1; }
+K -n loadstar get deployment/loadstar-scorer daemonset/loadstar-agent serviceaccount/loadstar-scorer \
+  serviceaccount/loadstar-agent service/loadstar-scorer service/loadstar-scorer-agents >/dev/null
 # RBAC objects are served from the authorizer's cache: wait until the account can bind.
 deadline=$((SECONDS + 30))
 until [ "$(K auth can-i create pods --subresource=binding -A \
@@ -74,6 +109,10 @@ export LOADSTAR_E2E_LOGS="$WORK/logs"
 # The authentication tests sign an expired token with the cluster's own service-account key.
 export LOADSTAR_E2E_SA_SIGNING_KEY="$WORK/cluster/pki/sa.key"
 export LOADSTAR_E2E_KUBE_SCHEDULER_BIN="$K8S_BIN/kube-scheduler"
+# e2e_install: the scorer image, and where its pod would find the API server.
+export LOADSTAR_E2E_SCORER_IMAGE="${LOADSTAR_E2E_SCORER_IMAGE:-}"
+export LOADSTAR_E2E_API_URL="$KUBE_API_URL"
+export LOADSTAR_E2E_KUBE_CA="$KUBE_CA"
 for suite in $SUITES; do
   log "running $suite"
   case "$suite" in

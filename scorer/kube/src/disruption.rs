@@ -161,7 +161,7 @@ async fn served(client: &Client) -> ApiResource {
 pub(crate) async fn reflect(
     client: Client,
     budgets: Arc<Budgets>,
-    mut status: super::runtime::WatchStatus,
+    mut status: super::watch_health::WatchStatus,
 ) {
     let resource = served(&client).await;
     info!(api_version = %resource.api_version, "watching PodDisruptionBudgets");

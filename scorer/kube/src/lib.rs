@@ -19,3 +19,4 @@ pub mod review;
 pub mod runtime;
 pub mod scheduler;
 pub mod volumes;
+pub mod watch_health;

@@ -24,6 +24,7 @@ use super::leader::{self, LeaderConfig, LeaderElector};
 use super::queue::SchedulingQueue;
 use super::scheduler::{Estimator, Scheduler, SchedulerConfig};
 use super::volumes::VolumeStores;
+use super::watch_health::WatchStatus;
 use loadstar_policy::profiles::Profiles;
 use loadstar_store::NodeStore;
 use loadstar_store::metrics::{Metrics, Readiness};
@@ -68,64 +69,6 @@ impl KubeRuntime {
         if tokio::time::timeout(limit, self.handle).await.is_err() {
             warn!(?limit, "Kubernetes side did not stop in time");
         }
-    }
-}
-
-/// What one watch tells `/readyz` and the log: a failure (with a hint when the scorer's RBAC
-/// forbids it) until the watch works again.
-pub(crate) struct WatchStatus {
-    what: &'static str,
-    readiness: Arc<Readiness>,
-    failing: bool,
-}
-
-impl WatchStatus {
-    pub(crate) fn new(what: &'static str, readiness: Arc<Readiness>) -> WatchStatus {
-        WatchStatus {
-            what,
-            readiness,
-            failing: false,
-        }
-    }
-
-    /// The watch delivered an event: clear an earlier failure.
-    pub(crate) fn ok(&mut self) {
-        if self.failing {
-            self.failing = false;
-            self.readiness.unblock(self.what);
-            info!(watch = self.what, "watch recovered");
-        }
-    }
-
-    /// The watch failed; the watcher retries with backoff.
-    pub(crate) fn failed(&mut self, e: &watcher::Error) {
-        self.failing = true;
-        let why = describe_watch_error(e);
-        warn!(watch = self.what, error = %why, "watch failed; retrying with backoff");
-        self.readiness.block(self.what, why);
-    }
-}
-
-/// A watch error in words; a refusal names the missing permission's likely cause.
-pub(crate) fn describe_watch_error(e: &watcher::Error) -> String {
-    let api = match e {
-        watcher::Error::InitialListFailed(::kube::Error::Api(s))
-        | watcher::Error::WatchStartFailed(::kube::Error::Api(s))
-        | watcher::Error::WatchFailed(::kube::Error::Api(s)) => Some(s.as_ref()),
-        watcher::Error::WatchError(s) => Some(s.as_ref()),
-        _ => None,
-    };
-    match api {
-        Some(s) if s.is_forbidden() => format!(
-            "forbidden: {} (the scorer's ServiceAccount lacks this permission: check the \
-             ClusterRole bound to it, e.g. the Helm chart's loadstar-scorer)",
-            s.message
-        ),
-        Some(s) if s.code == 401 => format!(
-            "unauthorized: {} (the scorer's token is invalid or expired)",
-            s.message
-        ),
-        _ => e.to_string(),
     }
 }
 
