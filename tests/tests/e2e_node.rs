@@ -480,6 +480,9 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
         (0.54 / 2.0..=0.54 * 2.0).contains(&mcpu),
         "agent CPU {mcpu:.2} mCPU is not within 2x of 0.54"
     );
+    // Memory is bounded above only: the cgroup charges the binary's page-cache pages to
+    // whoever read them first (often containerd's image import), so the pod's own figures
+    // can sit well below the host process's 7 MiB RSS; only exceeding 2x is a regression.
     assert!(
         mib <= 14.0,
         "agent working set {mib:.1} MiB is over 2x 7 MiB"
