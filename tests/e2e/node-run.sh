@@ -4,6 +4,9 @@
 #! kubelet, kube-proxy v1.20.2), the images imported into containerd, and
 #! tests/tests/e2e_node.rs, which helm-installs the chart onto it and measures. Release
 #! binaries go to LOADSTAR_RELEASE_TARGET (default target/). Logs are kept when it fails.
+#! `node-run.sh --up` only starts the cluster and the node, prints how to reach them, and
+#! waits until Ctrl-C (then tears everything down): a local single-machine cluster to try
+#! the chart on.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -16,10 +19,13 @@ source tests/e2e/cluster.sh
 source tests/e2e/node.sh
 
 WORK=$(mktemp -d -t loadstar-node.XXXXXX)
+UP_ONLY=0; [ "${1:-}" = "--up" ] && UP_ONLY=1
 cleanup() {
   local rc=$?
   node_down
   cluster_down
+  # --up ends with Ctrl-C or SIGTERM: that is its normal end.
+  if [ $UP_ONLY -eq 1 ] && { [ $rc -eq 130 ] || [ $rc -eq 143 ]; }; then rc=0; fi
   if [ $rc -ne 0 ]; then
     log "failed (exit $rc); logs kept in $WORK"
     for f in "$WORK"/cluster/node/logs/*.log "$WORK"/cluster/apiserver.log; do
@@ -52,6 +58,24 @@ cluster_up "$WORK/cluster"
 log "node: containerd, kube-controller-manager, kube-scheduler, kubelet, kube-proxy"
 node_up "$WORK/cluster" "$WORK"/images/*.tar
 log "node $NODE_NAME Ready"
+
+if [ $UP_ONLY -eq 1 ]; then
+  # The kubelet here evicts at 1 % free disk (node.sh); the scorer must agree, or it sees
+  # disk pressure on this often nearly full disk.
+  printf 'scorer:\n  config:\n    eviction:\n      hard: {memory.available: 100Mi, nodefs.available: "1%%", nodefs.inodesFree: "1%%"}\n' \
+    >"$WORK/node-values.yaml"
+  cat >&2 <<EOF
+[node] the cluster is up; in another shell:
+  export KUBECONFIG=$KUBE_ADMIN_KUBECONFIG PATH=${LOADSTAR_CACHE:-$HOME/.cache/loadstar}/bin:$K8S_BIN:\$PATH
+  kubectl get nodes
+  helm install loadstar deploy/helm/loadstar -n loadstar --create-namespace \\
+    --set 'agent.scorerAddresses={http://\$(LOADSTAR_SCORER_SERVICE_HOST):50051}' \\
+    --set scorer.replicas=1 --set scorer.podDisruptionBudget.enabled=false -f $WORK/node-values.yaml
+  (images present on the node: the Loadstar images, $BURNER_IMAGE)
+[node] Ctrl-C tears it down.
+EOF
+  while true; do sleep 3600; done
+fi
 
 export LOADSTAR_E2E_ADMIN_KUBECONFIG="$KUBE_ADMIN_KUBECONFIG"
 # The harness wants these; this suite runs no scorer binary of its own.
