@@ -415,12 +415,28 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
         (&mut b, &mut a)
     };
     // The standby answers Score/List but refuses to bind, naming the leader.
-    let mut sc = ScorerClient::connect(standby.endpoint()).await?;
-    let listed = sc
-        .list_nodes(pb::ListNodesRequest::default())
-        .await?
-        .into_inner();
-    assert!(listed.nodes.iter().any(|n| n.node_name == "ha-node-0"));
+    // (Once it has seen the node: a standby that started a moment ago may not have yet.)
+    let endpoint = standby.endpoint();
+    eventually(
+        "the standby listing ha-node-0",
+        Duration::from_secs(15),
+        || {
+            let endpoint = endpoint.clone();
+            async move {
+                let mut sc = ScorerClient::connect(endpoint).await?;
+                let listed = sc
+                    .list_nodes(pb::ListNodesRequest::default())
+                    .await?
+                    .into_inner();
+                Ok(if listed.nodes.iter().any(|n| n.node_name == "ha-node-0") {
+                    Ok(())
+                } else {
+                    Err(format!("{} nodes listed", listed.nodes.len()))
+                })
+            }
+        },
+    )
+    .await?;
     create_pod(&client, &ns, pod("ref", Some("nobody"), "100m", MI)).await?;
     let refused = eventually("standby refuses Bind", Duration::from_secs(10), || {
         let endpoint = standby.endpoint();
