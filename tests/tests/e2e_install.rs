@@ -6,6 +6,9 @@
 //! one permission says which, in its log and on `/readyz`.
 mod e2e_support;
 
+/// The script that runs this suite and sets its environment.
+const RUNNER: &str = "tests/e2e/run.sh";
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -29,13 +32,6 @@ const CLUSTER_ROLE: &str = "loadstar-scorer";
 const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 /// Where the kubelet mounts a pod's ServiceAccount token, CA and namespace.
 const SA_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-fn required(var: &str) -> Result<String> {
-    std::env::var(var)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .with_context(|| format!("{var} is not set (tests/e2e/run.sh sets it)"))
-}
 
 /// `GET path` over HTTP/1.0: status and body. (One GET does not justify an HTTP client
 /// dependency in the test crate.)
@@ -172,7 +168,7 @@ async fn run_chart_scorer(admin: &Client, env: &E2eEnv, image: &str) -> Result<S
     let token = loadstar_tests::token_request(admin, NS, &account, &[API_AUDIENCE], None, 3600)
         .await
         .with_context(|| format!("a token for {NS}/{account}"))?;
-    let ca = std::fs::read_to_string(required("LOADSTAR_E2E_KUBE_CA")?)?;
+    let ca = std::fs::read_to_string(required("LOADSTAR_E2E_KUBE_CA", RUNNER)?)?;
     let sa_dir = files_dir(
         files.path(),
         &BTreeMap::from([
@@ -210,7 +206,7 @@ async fn run_chart_scorer(admin: &Client, env: &E2eEnv, image: &str) -> Result<S
         mounts.push(format!("--volume={}:{}:ro", dir.display(), m.mount_path));
     }
 
-    let api_url = url_host_port(&required("LOADSTAR_E2E_API_URL")?)?;
+    let api_url = url_host_port(&required("LOADSTAR_E2E_API_URL", RUNNER)?)?;
     let grpc = free_addr()?;
     let http = free_addr()?;
     let extender = free_addr()?;
@@ -292,7 +288,7 @@ async fn the_scorer_image_schedules_pods_with_exactly_the_charts_credentials() -
     let Some(env) = env_or_skip() else {
         return Ok(());
     };
-    let image = required("LOADSTAR_E2E_SCORER_IMAGE")?;
+    let image = required("LOADSTAR_E2E_SCORER_IMAGE", RUNNER)?;
     let admin = env.admin().await?;
     let scorer = run_chart_scorer(&admin, &env, &image).await?;
     let ready = eventually(

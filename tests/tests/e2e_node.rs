@@ -7,6 +7,9 @@
 //! bench/README.md).
 mod e2e_support;
 
+/// The script that runs this suite and sets its environment.
+const RUNNER: &str = "tests/e2e/node-run.sh";
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -34,13 +37,6 @@ struct NodeEnv {
     token: String,
 }
 
-fn required(var: &str) -> Result<String> {
-    std::env::var(var)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .with_context(|| format!("{var} is not set (tests/e2e/node-run.sh sets it)"))
-}
-
 fn node_env() -> Result<Option<NodeEnv>> {
     let Some(e2e) = env_or_skip() else {
         return Ok(None);
@@ -53,10 +49,10 @@ fn node_env() -> Result<Option<NodeEnv>> {
         .context("admin kubeconfig without a token")?
         .to_string();
     Ok(Some(NodeEnv {
-        node: required("LOADSTAR_E2E_NODE")?,
-        helm: required("LOADSTAR_HELM")?.into(),
-        chart: required("LOADSTAR_E2E_CHART")?.into(),
-        burner: required("LOADSTAR_E2E_BURNER_IMAGE")?,
+        node: required("LOADSTAR_E2E_NODE", RUNNER)?,
+        helm: required("LOADSTAR_HELM", RUNNER)?.into(),
+        chart: required("LOADSTAR_E2E_CHART", RUNNER)?.into(),
+        burner: required("LOADSTAR_E2E_BURNER_IMAGE", RUNNER)?,
         e2e,
         token,
     }))

@@ -54,6 +54,15 @@ pub fn env_or_skip() -> Option<E2eEnv> {
     }
 }
 
+/// The value of `var`, which the suite's runner script (`runner`) sets; an error naming both
+/// when it is missing or empty.
+pub fn required(var: &str, runner: &str) -> Result<String> {
+    std::env::var(var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .with_context(|| format!("{var} is not set ({runner} sets it)"))
+}
+
 /// Where the suite's cluster and binaries are.
 #[derive(Debug, Clone)]
 pub struct E2eEnv {
