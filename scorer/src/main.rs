@@ -25,7 +25,7 @@ enum Command {
     /// Run with an in-process agent sampling this machine; no Kubernetes needed.
     Standalone(app::standalone::StandaloneArgs),
     /// Run the central service: agents stream to it, clients score with it.
-    Serve(app::serve::ServeArgs),
+    Serve(Box<app::serve::ServeArgs>),
     /// Replay a workload on a simulated cluster with several profiles and compare placements.
     Simulate(app::simulate::SimulateArgs),
 }
@@ -36,7 +36,7 @@ async fn main() -> anyhow::Result<()> {
     app::init_logging(cli.log_format);
     match cli.command {
         Command::Standalone(args) => app::standalone::run(args).await?,
-        Command::Serve(args) => app::serve::run(args).await?,
+        Command::Serve(args) => app::serve::run(*args).await?,
         Command::Simulate(args) => {
             tokio::task::spawn_blocking(move || app::simulate::run(args)).await??
         }

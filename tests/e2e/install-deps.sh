@@ -113,4 +113,7 @@ GOPATH="$GP" GO111MODULE=off GOFLAGS=-mod=vendor make WHAT="$targets" >/tmp/load
 for what in "${missing[@]}"; do
   cp "$(find _output -type f -name "$what" -perm -u+x | head -1)" "$K8S_BIN/$what"
 done
+# The build tree (binaries and Go's build cache, ~3 GB) is not needed once the binaries are
+# copied; the source stays for reading.
+rm -rf _output
 log "built into $K8S_BIN"

@@ -8,7 +8,7 @@
 //! everything needed to turn it into a named regression case.
 //!
 //! What Loadstar refuses on purpose cannot be compared: a second test checks that promise on
-//! fixed cases (claims waiting for a `WaitForFirstConsumer` class, CSI volumes).
+//! a fixed case (a generic ephemeral volume).
 //!
 //! Environment: `LOADSTAR_DIFF_SCENARIOS` (default 100), `LOADSTAR_DIFF_SEED` (decimal or
 //! `0x…`, default [`DEFAULT_SEED`]), `LOADSTAR_DIFF_ONLY=<index>` (that one scenario of the
@@ -30,7 +30,6 @@ use diff_support::runner::{Harness, Outcome, create_priority_classes, probe_name
 use diff_support::scenario::{
     BIND_COMPLETED, DELETE_GRACEFULLY, Feature, Scenario, after_create, claim_names, str_at,
 };
-use diff_support::storage;
 use e2e_support::{Scorer, env_or_skip, eventually, rand_u32};
 use loadstar_proto::pb;
 use loadstar_proto::pb::scorer_client::ScorerClient;
@@ -80,8 +79,41 @@ const REGRESSIONS: &[(&str, u64, usize)] = &[
 /// (from `0x599A_343C_69DF_6FC6`, which the 20 scenarios still give with their volumes,
 /// claims and mounts removed) but no other object, and the regression cases draw none.
 /// Inline disks, a third stream, changed it again (from `0x2B96_B456_1F51_774C`) in the same
-/// way.
-const GENERATOR_FINGERPRINT: u64 = 0x17D2_067E_E2A3_288B;
+/// way, and so did attach limits, claims to bind and default spreading, three more (from
+/// `0x17D2_067E_E2A3_288B`); the regression cases draw from none of them (checked).
+const GENERATOR_FINGERPRINT: u64 = 0x99DE_F5CE_E2BA_62B3;
+
+/// Loadstar's side of the comparison: one profile (so the default one) with kube-scheduler
+/// 1.20's filters in its order and the same hard default spread constraints as the
+/// dedicated kube-scheduler's profile.
+fn diff_scorer_config() -> String {
+    format!(
+        "profiles:
+  - schedulerName: diff
+    filters:
+      - NodeReady
+      - TaintToleration
+      - NodeAffinity
+      - NodeResourcesFit
+      - NodePorts
+      - VolumeRestrictions
+      - EBSLimits
+      - GCEPDLimits
+      - NodeVolumeLimits
+      - AzureDiskLimits
+      - VolumeBinding
+      - VolumeZone
+      - name: PodTopologySpread
+        args:
+          defaultingType: List
+          defaultConstraints: {}
+      - InterPodAffinity
+    scores:
+      - name: LeastAllocated
+",
+        diff_support::generator::spreading::DEFAULT_CONSTRAINTS
+    )
+}
 
 /// The seed when `LOADSTAR_DIFF_SEED` is unset.
 const DEFAULT_SEED: u64 = 0x10AD_57A2;
@@ -326,7 +358,10 @@ async fn kube_scheduler_and_loadstar_agree_on_feasible_nodes() -> Result<()> {
         &extender.url_prefix(),
         &env.logs,
     )?;
-    let scorer_proc = Scorer::start(&env, "diff", "lease-diff", &[]).await?;
+    let config = env.logs.join("diff-scorer-config.yaml");
+    std::fs::write(&config, diff_scorer_config())?;
+    let config_flag = format!("--config={}", config.display());
+    let scorer_proc = Scorer::start(&env, "diff", "lease-diff", &[&config_flag]).await?;
     let scorer = ScorerClient::connect(scorer_proc.endpoint()).await?;
     let nonce = format!("{:05x}", rand_u32() & 0xf_ffff);
     let probe_ns = format!("diff-probes-{nonce}");
@@ -470,17 +505,16 @@ fn answer_is(
     ))
 }
 
-/// Loadstar's promise for claims it cannot honour yet (it does not bind or provision, and
-/// does not count attach limits): a pod with a claim still to be bound under a
-/// `WaitForFirstConsumer` class, or bound to a CSI volume, is refused on every node with
-/// plugin `UnsupportedConstraints` — by reference and by `pod_json` alike — instead of being
-/// placed where kube-scheduler might not. The differential run generates neither (there is
-/// nothing to compare); these fixed cases do, with a control pod whose plain bound claim
-/// shows the same nodes are otherwise open. No kube-scheduler here.
+/// Loadstar's promise for a volume it cannot honour: a generic ephemeral volume (whose claim
+/// a controller creates for the pod; alpha and off in 1.20, whose API server drops the
+/// field, so only a pod sent whole can carry it) is refused on every node with plugin
+/// `UnsupportedConstraints` naming it, instead of being placed blindly; the same pod without
+/// it is placed everywhere. Claims to bind, CSI and cloud-disk volumes, which this test used
+/// to check were refused, are now implemented and compared in the differential run.
 #[tokio::test]
 #[ignore = "needs a real API server: run tests/e2e/run.sh"]
-async fn loadstar_refuses_claims_it_cannot_bind_or_count() -> Result<()> {
-    use k8s_openapi::api::core::v1::{Namespace, Pod};
+async fn loadstar_refuses_volumes_it_cannot_honour() -> Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
     use kube::api::{Api, DeleteParams};
     let Some(env) = env_or_skip() else {
         return Ok(());
@@ -490,83 +524,39 @@ async fn loadstar_refuses_claims_it_cannot_bind_or_count() -> Result<()> {
     let scorer = ScorerClient::connect(scorer_proc.endpoint()).await?;
     let ns = e2e_support::namespace(&client, "diff-refusals").await?;
     let nodes: BTreeSet<String> = (0..2).map(|i| format!("{ns}-n{i}")).collect();
-    let class = format!("{ns}-late");
-    let (volume, bound) = storage::neutral_volume_and_claim(&format!("{ns}-pv"), &ns, "bound");
-    let (mut csi, cloud) = storage::neutral_volume_and_claim(&format!("{ns}-csi"), &ns, "cloud");
-    if let Some(spec) = csi["spec"].as_object_mut() {
-        spec.remove("hostPath");
-        spec.insert(
-            "csi".into(),
-            json!({"driver": "disk.example.com", "volumeHandle": "h1"}),
-        );
-    }
-    let late = json!({
-        "metadata": {"name": "late", "namespace": ns},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
-                 "storageClassName": class}
-    });
-    let claims = [bound, cloud, late];
-    // (pod, its claims, what Loadstar must say)
-    let cases: &[(&str, &[&str], Option<&str>)] = &[
-        ("wffc", &["late"], Some("WaitForFirstConsumer")),
+    let pod = |volumes: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "p", "namespace": ns, "uid": "u-1"},
+               "spec": {"schedulerName": "diff-nobody", "volumes": volumes,
+                        "containers": [{"name": "c", "image": "registry.invalid/pause:3"}]}})
+    };
+    let cases = [
         (
-            "bound-and-wffc",
-            &["bound", "late"],
-            Some("WaitForFirstConsumer"),
+            pod(
+                json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}]),
+            ),
+            Some("ephemeral"),
         ),
-        ("csi", &["cloud"], Some("NodeVolumeLimits")),
-        ("control", &["bound"], None),
+        (pod(json!([{"name": "scratch", "emptyDir": {}}])), None),
     ];
     let run = async {
         for n in &nodes {
             e2e_support::create_node(&client, n, "4", "8Gi").await?;
         }
-        storage::create_class(
-            &client,
-            &json!({"metadata": {"name": class}, "provisioner": "example.com/none",
-                    "volumeBindingMode": "WaitForFirstConsumer"}),
-        )
-        .await?;
-        storage::create_volume(&client, &volume).await?;
-        storage::create_volume(&client, &csi).await?;
-        for c in &claims {
-            storage::create_claim(&client, c).await?;
-        }
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        for (name, mounts, expect) in cases {
-            let volumes: Vec<Value> = mounts
-                .iter()
-                .enumerate()
-                .map(|(i, c)| json!({"name": format!("v{i}"), "persistentVolumeClaim": {"claimName": c}}))
-                .collect();
-            // A scheduler name nobody serves: the pod stays pending, only asked about.
-            e2e_support::create_pod(
-                &client,
-                &ns,
-                json!({
-                    "metadata": {"name": name},
-                    "spec": {"schedulerName": "diff-nobody", "terminationGracePeriodSeconds": 0,
-                             "volumes": volumes,
-                             "containers": [{"name": "c", "image": "registry.invalid/pause:3"}]}
-                }),
-            )
-            .await?;
-            let request = |p: pb::score_request::Pod| pb::ScoreRequest {
-                pod: Some(p),
+        for (whole, expect) in &cases {
+            let request = pb::ScoreRequest {
+                pod: Some(pb::score_request::Pod::PodJson(whole.to_string())),
                 candidate_nodes: nodes.iter().cloned().collect(),
                 ..Default::default()
             };
-            let by_reference = request(pb::score_request::Pod::Reference(pb::PodReference {
-                namespace: ns.clone(),
-                name: name.to_string(),
-            }));
-            // Until Loadstar has the nodes, the pod, its claims, volumes and class.
+            // Until Loadstar has the nodes.
             eventually(
-                &format!("Loadstar's answer for pod {name} ({expect:?})"),
+                &format!("Loadstar's answer ({expect:?})"),
                 std::time::Duration::from_secs(30),
                 || {
                     let mut s = scorer.clone();
-                    let req = by_reference.clone();
+                    let req = request.clone();
                     let nodes = &nodes;
                     async move {
                         Ok(match s.score(req).await {
@@ -577,28 +567,10 @@ async fn loadstar_refuses_claims_it_cannot_bind_or_count() -> Result<()> {
                 },
             )
             .await?;
-            let whole = serde_json::to_string(&pods.get(name).await?)?;
-            let r = scorer
-                .clone()
-                .score(request(pb::score_request::Pod::PodJson(whole)))
-                .await?
-                .into_inner();
-            answer_is(&r, &nodes, *expect)
-                .map_err(|e| anyhow::anyhow!("pod {name} sent whole: {e}"))?;
         }
         anyhow::Ok(())
     }
     .await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    for (name, _, _) in cases {
-        let _ = pods.delete(name, &DeleteParams::default()).await;
-    }
-    let volumes = [
-        str_at(&volume, "/metadata/name"),
-        str_at(&csi, "/metadata/name"),
-    ];
-    storage::delete_storage(&client, &claims, &volumes).await;
-    storage::delete_class(&client, &class).await;
     e2e_support::delete_nodes(&client, &nodes.iter().cloned().collect::<Vec<_>>()).await;
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())

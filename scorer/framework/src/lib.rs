@@ -5,5 +5,6 @@ pub mod constraints;
 pub mod preemption;
 pub mod profile;
 pub mod snapshot;
+pub mod volumes;
 
 pub use profile::*;

@@ -12,7 +12,8 @@ use rand::Rng;
 use std::borrow::Cow;
 
 use crate::snapshot::{
-    AgentNode, ClusterSnapshot, DigestTable, NodeDigest, NodeView, PodInfo, Usage, raw_usage,
+    AgentNode, AttachKind, ClusterSnapshot, DigestTable, NodeDigest, NodeView, PodInfo, Usage,
+    raw_usage,
 };
 
 /// What a profile does with a node whose load is stale (or was never reported).
@@ -413,7 +414,29 @@ const CONSTRAINT_FILTERS: &[(&str, &str, DeclaresConstraint)] = &[
     ("VolumeZone", "spec.volumes[].persistentVolumeClaim", |p| {
         !p.claims.is_empty()
     }),
+    (
+        "NodeVolumeLimits",
+        "spec.volumes[] (claims of CSI volumes)",
+        |p| attaches(p, AttachKind::Csi),
+    ),
+    ("EBSLimits", "spec.volumes[] (awsElasticBlockStore)", |p| {
+        attaches(p, AttachKind::AwsEbs)
+    }),
+    ("GCEPDLimits", "spec.volumes[] (gcePersistentDisk)", |p| {
+        attaches(p, AttachKind::GcePd)
+    }),
+    ("AzureDiskLimits", "spec.volumes[] (azureDisk)", |p| {
+        attaches(p, AttachKind::AzureDisk)
+    }),
+    ("CinderLimits", "spec.volumes[] (cinder)", |p| {
+        attaches(p, AttachKind::Cinder)
+    }),
 ];
+
+/// Whether the pod mounts a volume counted against the attach limit of `kind`.
+fn attaches(pod: &PodInfo, kind: AttachKind) -> bool {
+    pod.attachable.iter().any(|v| v.kind == kind)
+}
 
 impl Profile {
     /// Constraints the pod declares that none of this profile's filters checks, each named

@@ -68,9 +68,12 @@ pub struct Toleration {
 }
 
 pub use crate::constraints::{
-    AffinityTerm, InlineDisk, LabelSelector, NodeSelectorTerm, PodAffinity, SelectorOp,
-    SelectorRequirement, SharedAffinity, SpreadConstraint, VolumeNeeds, WeightedAffinityTerm,
-    WhenUnsatisfiable,
+    AffinityTerm, LabelSelector, NodeSelectorTerm, PodAffinity, SelectorOp, SelectorRequirement,
+    SharedAffinity, SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
+};
+pub use crate::volumes::{
+    AttachKind, AttachableVolume, CandidateVolume, ClaimToBind, InlineDisk, Provisioning,
+    VolumeNeeds,
 };
 
 /// A node selector term (kept under its old name).
@@ -141,6 +144,14 @@ pub struct PodInfo {
     pub nominated_node: Option<String>,
     /// Inline disks `VolumeRestrictions` compares (GCE PD, EBS, iSCSI, RBD).
     pub disks: Vec<InlineDisk>,
+    /// Volumes that take a node's attachment slots (inline cloud disks at conversion; the
+    /// claims' volumes once resolved against the cluster).
+    pub attachable: Vec<AttachableVolume>,
+    /// The selector `PodTopologySpread` gives a profile's default constraints for this pod:
+    /// what the Services, ReplicationControllers, ReplicaSets and StatefulSets selecting it
+    /// select (upstream's `DefaultSelector`). `None` when it selects nothing or was not
+    /// computed (no cluster state): default constraints then do not apply.
+    pub default_spread_selector: Option<LabelSelector>,
 }
 
 /// Default CPU request upstream assumes for scoring a container without one (millicores).
@@ -212,6 +223,9 @@ pub struct KubeNode {
     pub unschedulable: bool,
     /// Ready condition is True.
     pub ready: bool,
+    /// Attach limits by resource name: the `attachable-volumes-*` allocatable entries,
+    /// overridden per CSI driver by the node's CSINode `allocatable.count`.
+    pub volume_limits: BTreeMap<String, i64>,
 }
 
 /// A pod bound or assumed on a node.
@@ -246,6 +260,8 @@ pub struct PodOnNode {
     pub start_time: Option<i64>,
     /// Its inline disks (`VolumeRestrictions`).
     pub disks: Vec<InlineDisk>,
+    /// Its volumes that take attachment slots (`NodeVolumeLimits` and the in-tree limits).
+    pub attachable: Vec<AttachableVolume>,
 }
 
 impl PodOnNode {
@@ -257,6 +273,7 @@ impl PodOnNode {
             nonzero_memory_bytes: info.nonzero_memory_bytes,
             start_time: None,
             disks: info.disks.clone(),
+            attachable: info.attachable.clone(),
             uid: info.uid.clone(),
             namespace: info.namespace.clone(),
             name: info.name.clone(),

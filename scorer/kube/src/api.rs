@@ -1,7 +1,10 @@
 //! The scheduler's writes to the API server, each one small request whose reply is not
-//! decoded beyond its status: the `pods/{name}/binding` subresource (the 1.20 API server
-//! answers with a `Status`, not a `Binding`), core/v1 Events, and the `PodScheduled`
-//! condition as a strategic-merge patch of `pods/{name}/status`.
+//! decoded beyond its status (or the `resourceVersion` it wrote): the `pods/{name}/binding`
+//! subresource (the 1.20 API server answers with a `Status`, not a `Binding`), core/v1
+//! Events, the `PodScheduled` condition as a strategic-merge patch of `pods/{name}/status`,
+//! and the volume binding's writes — a PersistentVolume's `claimRef` and a claim's
+//! `selected-node` annotation, as merge patches that carry the `resourceVersion` they were
+//! decided on, so that a concurrent change makes them fail (409) instead of overwriting it.
 use ::kube::Client;
 use ::kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use ::kube::core::Request;
@@ -9,6 +12,8 @@ use k8s_openapi::jiff::Timestamp;
 use serde::de::IgnoredAny;
 use serde_json::json;
 use thiserror::Error;
+
+use crate::reservations::{Provision, StaticBinding};
 
 /// Errors of API writes.
 #[derive(Debug, Error)]
@@ -73,6 +78,32 @@ impl ApiError {
             },
         }
     }
+}
+
+/// The merge patch that binds a volume to a claim (`GetBindVolumeToClaim`): its `claimRef`,
+/// and `pv.kubernetes.io/bound-by-controller` unless the volume was pre-bound to the claim.
+pub fn volume_binding_patch(b: &StaticBinding) -> serde_json::Value {
+    let (namespace, name, uid) = &b.claim;
+    let mut patch = json!({
+        "metadata": {"resourceVersion": b.volume_version},
+        "spec": {"claimRef": {
+            "kind": "PersistentVolumeClaim", "apiVersion": "v1",
+            "namespace": namespace, "name": name, "uid": uid,
+            "resourceVersion": b.claim_version
+        }}
+    });
+    if !b.pre_bound {
+        patch["metadata"]["annotations"] = json!({crate::volumes::BOUND_BY_CONTROLLER: "yes"});
+    }
+    patch
+}
+
+/// The merge patch that hands a claim to its provisioner for `node`.
+pub fn selected_node_patch(p: &Provision) -> serde_json::Value {
+    json!({"metadata": {
+        "resourceVersion": p.claim_version,
+        "annotations": {crate::volumes::SELECTED_NODE: p.node}
+    }})
 }
 
 /// The type of an Event.
@@ -240,6 +271,63 @@ impl KubeApi {
         Self::send(&self.client, format!("{namespace}/{name}"), "binding", req).await
     }
 
+    /// Sends a merge patch of `path`/`name` about `pod`; returns the `resourceVersion` the
+    /// server wrote.
+    async fn patch_versioned(
+        &self,
+        pod: String,
+        what: &'static str,
+        path: String,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<String, ApiError> {
+        #[derive(serde::Deserialize)]
+        struct Written {
+            #[serde(default)]
+            metadata: ::kube::api::ObjectMeta,
+        }
+        let req = Request::new(path)
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .map_err(|e| ApiError::Request {
+                pod: pod.clone(),
+                what,
+                source: ::kube::Error::BuildRequest(e),
+            })?;
+        let written: Written = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| ApiError::from_kube(pod, what, e))?;
+        Ok(written.metadata.resource_version.unwrap_or_default())
+    }
+
+    /// Binds a volume to a claim for `pod` (`namespace/name`); returns the volume's new
+    /// `resourceVersion`.
+    pub async fn bind_volume(&self, pod: &str, b: &StaticBinding) -> Result<String, ApiError> {
+        self.patch_versioned(
+            pod.to_string(),
+            "volume binding",
+            "/api/v1/persistentvolumes".into(),
+            &b.volume,
+            &volume_binding_patch(b),
+        )
+        .await
+    }
+
+    /// Annotates a claim with the node chosen for its provisioning; returns the claim's new
+    /// `resourceVersion`.
+    pub async fn select_node(&self, pod: &str, p: &Provision) -> Result<String, ApiError> {
+        let (namespace, name, _) = &p.claim;
+        self.patch_versioned(
+            pod.to_string(),
+            "claim provisioning annotation",
+            format!("/api/v1/namespaces/{namespace}/persistentvolumeclaims"),
+            name,
+            &selected_node_patch(p),
+        )
+        .await
+    }
+
     /// Records an Event about a pod.
     pub async fn event(&self, ev: &PodEvent) -> Result<(), ApiError> {
         let req = Request::new(format!("/api/v1/namespaces/{}/events", ev.namespace)).create(
@@ -331,5 +419,39 @@ mod tests {
         assert_eq!(parsed.reason.as_deref(), Some(REASON_FAILED));
         let p = unschedulable_patch("why", now);
         assert_eq!(p["status"]["conditions"][0]["reason"], "Unschedulable");
+    }
+
+    #[test]
+    fn volume_writes_carry_the_version_they_were_decided_on() {
+        let b = StaticBinding {
+            volume: "pv1".into(),
+            volume_version: "41".into(),
+            claim: ("ns".into(), "data".into(), "u1".into()),
+            claim_version: "7".into(),
+            pre_bound: false,
+        };
+        let p = volume_binding_patch(&b);
+        assert_eq!(p["metadata"]["resourceVersion"], "41");
+        assert_eq!(p["spec"]["claimRef"]["uid"], "u1");
+        assert_eq!(p["spec"]["claimRef"]["kind"], "PersistentVolumeClaim");
+        assert_eq!(
+            p["metadata"]["annotations"][crate::volumes::BOUND_BY_CONTROLLER],
+            "yes"
+        );
+        let pre = volume_binding_patch(&StaticBinding {
+            pre_bound: true,
+            ..b
+        });
+        assert!(pre["metadata"].get("annotations").is_none());
+        let s = selected_node_patch(&Provision {
+            claim: ("ns".into(), "data".into(), "u1".into()),
+            claim_version: "7".into(),
+            node: "n1".into(),
+        });
+        assert_eq!(
+            s["metadata"]["annotations"][crate::volumes::SELECTED_NODE],
+            "n1"
+        );
+        assert_eq!(s["metadata"]["resourceVersion"], "7");
     }
 }

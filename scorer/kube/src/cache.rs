@@ -4,22 +4,28 @@
 //! `schedulerName` names a profile enter the [`SchedulingQueue`]. Assumptions made by the
 //! scheduler before binding live here too, so a failed bind can be forgotten exactly.
 use loadstar_auth::review::{AgentPod, AgentPods, PodLookup};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ::kube::ResourceExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::storage::v1::CSINode;
 use loadstar_common::model::ResourceList;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use super::attach;
 use super::convert::{self, PodFacts};
+use super::default_selector::{self, ControllerStores};
 use super::disruption::Budgets;
 use super::queue::SchedulingQueue;
+use super::reservations::Reservations;
 use super::volumes::{self, VolumeStores};
-use loadstar_framework::snapshot::{Inflight, KubeNode, NodeAllocation, PodInfo, PodOnNode};
+use loadstar_framework::snapshot::{
+    AttachableVolume, Inflight, KubeNode, NodeAllocation, PodInfo, PodOnNode,
+};
 use loadstar_policy::profiles::Profiles;
 use loadstar_store::NodeStore;
 use loadstar_store::cluster::{BudgetSource, ClusterError, PodDecoder, PodResolver};
@@ -46,6 +52,8 @@ struct Placement {
     nonzero_memory_bytes: i64,
     /// True while only the scheduler's assumption (not yet seen bound in the watch).
     assumed: bool,
+    /// What its claims attach (kept to notice when their binding changes it).
+    claim_attachable: Vec<AttachableVolume>,
 }
 
 #[derive(Debug, Default)]
@@ -61,6 +69,11 @@ struct Inner {
     /// Keys seen since the watcher restarted (relist), to drop what vanished.
     relist_pods: Option<HashSet<String>>,
     relist_nodes: Option<HashSet<String>>,
+    /// Per-driver attach limits from each node's CSINode.
+    csi_limits: HashMap<String, BTreeMap<String, i64>>,
+    /// Placed pods with claims, UID → `namespace/name`: their attachments follow the
+    /// claims' binding.
+    claimed: HashMap<String, String>,
 }
 
 /// A pending pod's claim on the node a preemption cleared for it: pods of lower or equal
@@ -105,6 +118,11 @@ pub struct ClusterCache {
     volumes: std::sync::OnceLock<VolumeStores>,
     /// PodDisruptionBudgets, for preemption (empty until their watch lists them).
     budgets: Arc<Budgets>,
+    /// Services and controllers, for default spreading selectors (none until their
+    /// reflectors run: default spread constraints then do not apply).
+    controllers: std::sync::OnceLock<ControllerStores>,
+    /// Volumes and provisioning this scheduler decided for pods still binding.
+    reservations: Reservations,
 }
 
 fn pod_on_node(info: &PodInfo, facts: &PodFacts) -> PodOnNode {
@@ -166,7 +184,24 @@ impl ClusterCache {
             synced: watch::channel(Synced::default()).0,
             volumes: std::sync::OnceLock::new(),
             budgets: Arc::new(Budgets::default()),
+            controllers: std::sync::OnceLock::new(),
+            reservations: Reservations::default(),
         }
+    }
+
+    /// Attaches the Service and controller reflectors' stores (once).
+    pub fn set_controller_stores(&self, stores: ControllerStores) {
+        let _ = self.controllers.set(stores);
+    }
+
+    /// The volume reservations of pods still binding.
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
+    }
+
+    /// The claims, volumes and classes, once their reflectors run.
+    pub fn volume_stores(&self) -> Option<&VolumeStores> {
+        self.volumes.get()
     }
 
     /// Attaches the volume reflectors' stores (once).
@@ -202,28 +237,97 @@ impl ClusterCache {
         self.lock().nominated.remove(key);
     }
 
-    /// A claim, volume or class changed: waiting pods may fit now.
+    /// A claim, volume or class changed: waiting pods may fit now, and placed pods'
+    /// attachments follow their claims' binding.
     pub fn volumes_changed(&self) {
+        self.queue.with(|q| q.retry_all());
+        self.refresh_claimed();
+    }
+
+    /// A Service or controller changed: pending pods' default spreading may differ.
+    pub fn controllers_changed(&self) {
         self.queue.with(|q| q.retry_all());
     }
 
-    /// Resolves `info`'s claims against the volume stores (a pod without claims is
-    /// returned as is; without stores the claims stay unresolved and the pod is refused).
+    /// What the claims of a pod on a node attach now.
+    fn claim_attachable(&self, info: &PodInfo) -> Vec<AttachableVolume> {
+        match self.volumes.get() {
+            Some(stores) if !info.claims.is_empty() => info
+                .claims
+                .iter()
+                .flat_map(|c| attach::of_claim(&info.namespace, c, stores))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A pod as it sits on its node: its inline attachments and its claims'.
+    fn placed_form(&self, info: &PodInfo, facts: &PodFacts) -> (PodOnNode, Vec<AttachableVolume>) {
+        let mut on = pod_on_node(info, facts);
+        let claims = self.claim_attachable(info);
+        on.attachable.extend(claims.iter().cloned());
+        (on, claims)
+    }
+
+    /// Re-reads what placed pods' claims attach, and refreshes the pods whose attachments
+    /// changed (a claim bound after its pod was placed, a volume replaced).
+    fn refresh_claimed(&self) {
+        let claimed: Vec<(String, String)> = self
+            .lock()
+            .claimed
+            .iter()
+            .map(|(u, k)| (u.clone(), k.clone()))
+            .collect();
+        for (uid, key) in claimed {
+            let Some(facts) = self.lock().pods.get(&key).cloned() else {
+                continue;
+            };
+            let Ok(info) = &facts.info else { continue };
+            let (on, claims) = self.placed_form(info, &facts);
+            let node = {
+                let mut inner = self.lock();
+                match inner.placed.get_mut(&uid) {
+                    Some(p) if p.claim_attachable != claims => {
+                        p.claim_attachable = claims;
+                        p.node.clone()
+                    }
+                    _ => continue,
+                }
+            };
+            self.store.update_allocation(&node, |a| {
+                if a.remove_pod(&uid).is_some() {
+                    a.put_pod(on);
+                }
+            });
+            self.bump_epoch();
+        }
+    }
+
+    /// Resolves what `info` needs of the cluster when it is scheduled or scored: its claims
+    /// against the volume stores (with this scheduler's reservations over them; a pod
+    /// without claims is left as is, and without stores its claims stay unresolved, which
+    /// refuses it), and, for a pod without spread constraints of its own, the selector of
+    /// its default spread constraints.
     pub fn with_volumes(&self, mut info: PodInfo) -> PodInfo {
+        if info.spread_constraints.is_empty()
+            && let Some(c) = self.controllers.get()
+        {
+            info.default_spread_selector =
+                default_selector::default_selector(&info.namespace, &info.labels, c);
+        }
         if info.claims.is_empty() {
             return info;
         }
         let Some(stores) = self.volumes.get() else {
             return info;
         };
-        match volumes::resolve(&info.namespace, &info.claims, stores) {
-            volumes::Resolved::Needs(n) => info.volumes = Some(n),
-            volumes::Resolved::Unsupported(fields) => {
-                // Resolved, and refused for what the fields name.
-                info.volumes = Some(Default::default());
-                info.unsupported.extend(fields);
-            }
-        }
+        let r = volumes::resolve(
+            &info.namespace,
+            &info.claims,
+            &self.reservations.over(stores),
+        );
+        info.volumes = Some(r.needs);
+        info.attachable.extend(r.attachable);
         info
     }
 
@@ -251,9 +355,10 @@ impl ClusterCache {
     /// The pod `namespace/name`, if known.
     pub fn pod(&self, key: &str) -> Option<Arc<PodFacts>> {
         let facts = self.lock().pods.get(key).cloned()?;
-        // Claims are resolved when the pod is asked for: their binding changes on its own.
+        // Claims are resolved when the pod is asked for (their binding changes on its own),
+        // and so is the selector of default spreading (Services and controllers change).
         match &facts.info {
-            Ok(info) if !info.claims.is_empty() => {
+            Ok(info) if !info.claims.is_empty() || info.spread_constraints.is_empty() => {
                 let info = self.with_volumes(info.clone());
                 Some(Arc::new(PodFacts {
                     info: Ok(info),
@@ -314,7 +419,7 @@ impl ClusterCache {
     /// A node was added or changed.
     pub fn apply_node(&self, node: &Node) {
         let name = node.name_any();
-        let converted = match convert::kube_node(node) {
+        let mut converted = match convert::kube_node(node) {
             Ok(k) => k,
             Err(e) => {
                 warn!(node = %name, error = %e, "node cannot be used for scheduling");
@@ -327,6 +432,8 @@ impl ClusterCache {
             if let Some(seen) = inner.relist_nodes.as_mut() {
                 seen.insert(name.clone());
             }
+            converted.volume_limits =
+                attach::node_limits(&converted.allocatable, inner.csi_limits.get(&name));
             let changed = inner
                 .nodes
                 .get(&name)
@@ -343,6 +450,40 @@ impl ClusterCache {
             if retried > 0 {
                 debug!(node = %name, retried, "node changed: retrying unschedulable pods");
             }
+        }
+    }
+
+    /// A node's CSINode was added or changed (`None`: deleted): its drivers' attach
+    /// limits override the node's allocatable ones.
+    pub fn apply_csinode(&self, name: &str, csinode: Option<&CSINode>) {
+        let updated = {
+            let mut inner = self.lock();
+            match csinode {
+                Some(c) => {
+                    inner
+                        .csi_limits
+                        .insert(name.to_string(), attach::csinode_limits(c));
+                }
+                None => {
+                    inner.csi_limits.remove(name);
+                }
+            }
+            let limits = inner.csi_limits.get(name).cloned();
+            match inner.nodes.get_mut(name) {
+                Some(k) => {
+                    let new = attach::node_limits(&k.allocatable, limits.as_ref());
+                    (new != k.volume_limits).then(|| {
+                        k.volume_limits = new;
+                        k.clone()
+                    })
+                }
+                None => None,
+            }
+        };
+        if let Some(k) = updated {
+            self.store.set_kube_node(name, Some(k));
+            self.bump_epoch();
+            self.queue.with(|q| q.retry_all());
         }
     }
 
@@ -409,6 +550,7 @@ impl ClusterCache {
                 .map(|old| old.uid.clone())
                 && let Some(p) = inner.placed.remove(&old_uid)
             {
+                inner.claimed.remove(&old_uid);
                 // Lock order is always cache, then store.
                 self.store
                     .update_allocation(&p.node, |a| remove_from(a, &p, &old_uid));
@@ -444,22 +586,29 @@ impl ClusterCache {
                         if was_assumed
                             || previous.is_some_and(|old| pod_on_node_changed(&old, &facts))
                         {
-                            refresh = Some((p.node.clone(), pod_on_node(info, &facts)));
+                            let (on, claims) = self.placed_form(info, &facts);
+                            p.claim_attachable = claims;
+                            refresh = Some((p.node.clone(), on));
                         }
                     }
                     existing => {
                         if let Some(old) = existing {
                             unplace = Some(old.clone());
                         }
+                        let (on, claims) = self.placed_form(info, &facts);
                         let p = Placement {
                             node: Arc::from(node.as_str()),
                             requests: info.requests.clone(),
                             nonzero_cpu_millis: info.nonzero_cpu_millis,
                             nonzero_memory_bytes: info.nonzero_memory_bytes,
                             assumed: false,
+                            claim_attachable: claims,
                         };
                         inner.placed.insert(facts.uid.clone(), p.clone());
-                        place = Some((p.node.clone(), p, pod_on_node(info, &facts)));
+                        if !info.claims.is_empty() {
+                            inner.claimed.insert(facts.uid.clone(), key.clone());
+                        }
+                        place = Some((p.node.clone(), p, on));
                     }
                 }
             }
@@ -503,6 +652,7 @@ impl ClusterCache {
             let mut inner = self.lock();
             let known = inner.pods.remove(key).is_some();
             inner.nominated.remove(key);
+            inner.claimed.remove(uid);
             (known, inner.placed.remove(uid))
         };
         self.queue.with(|q| q.remove(key));
@@ -533,6 +683,9 @@ impl ClusterCache {
             nonzero_cpu_millis: info.nonzero_cpu_millis,
             nonzero_memory_bytes: info.nonzero_memory_bytes,
             assumed: true,
+            // The resolved pod carries its claims' attachments already; the watch's first
+            // sight of it bound re-reads them.
+            claim_attachable: Vec::new(),
         };
         {
             let mut inner = self.lock();
@@ -543,6 +696,12 @@ impl ClusterCache {
                 });
             }
             inner.placed.insert(info.uid.clone(), p.clone());
+            if !info.claims.is_empty() {
+                inner.claimed.insert(
+                    info.uid.clone(),
+                    format!("{}/{}", info.namespace, info.name),
+                );
+            }
         }
         let inflight = Inflight::new(info.uid.clone(), estimate.0, estimate.1, Instant::now());
         let mut out = None;
@@ -560,7 +719,10 @@ impl ClusterCache {
         let p = {
             let mut inner = self.lock();
             match inner.placed.get(uid) {
-                Some(p) if p.assumed => inner.placed.remove(uid),
+                Some(p) if p.assumed => {
+                    inner.claimed.remove(uid);
+                    inner.placed.remove(uid)
+                }
                 _ => None,
             }
         };
@@ -888,5 +1050,107 @@ mod tests {
         // A whole pod sent over gRPC resolves the same way.
         let decoded = PodDecoder::decode(&cache, &p.to_string()).expect("decodes");
         assert_eq!(decoded.volumes.map(|v| v.zones.len()), Some(1));
+    }
+
+    #[test]
+    fn csinode_counts_override_the_nodes_attach_limits_and_follow_it() {
+        let (store, _, cache) = setup();
+        let mut n: serde_json::Value = serde_json::to_value(node("n1")).expect("json");
+        n["status"]["allocatable"]["attachable-volumes-csi-d.example.com"] = json!("10");
+        cache.apply_node(&serde_json::from_value(n).expect("node"));
+        let limits = |store: &NodeStore| {
+            store
+                .snapshot_now()
+                .get("n1")
+                .and_then(|v| v.kube.clone())
+                .expect("kube")
+                .volume_limits
+                .clone()
+        };
+        let key = "attachable-volumes-csi-d.example.com".to_string();
+        assert_eq!(limits(&store).get(&key), Some(&10));
+        let csinode: CSINode = serde_json::from_value(json!({"metadata": {"name": "n1"},
+            "spec": {"drivers": [{"name": "d.example.com", "nodeID": "n1",
+                                  "allocatable": {"count": 2}}]}}))
+        .expect("csinode");
+        let epoch = cache.node_epoch();
+        cache.apply_csinode("n1", Some(&csinode));
+        assert_eq!(limits(&store).get(&key), Some(&2));
+        assert!(
+            cache.node_epoch() > epoch,
+            "snapshots must see the new limit"
+        );
+        // A node (re)applied after its CSINode keeps the override; deleting it restores
+        // the allocatable limit.
+        cache.apply_node(&node("n1"));
+        assert_eq!(limits(&store).get(&key), Some(&2));
+        cache.apply_csinode("n1", None);
+        assert_eq!(limits(&store).get(&key), None);
+    }
+
+    #[test]
+    fn placed_pods_attach_their_claims_volumes_as_the_claims_bind() {
+        use ::kube::runtime::watcher::Event;
+        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+        use loadstar_framework::snapshot::AttachKind;
+        let (store, _, cache) = setup();
+        let (claims, mut claims_w) = ::kube::runtime::reflector::store::<PersistentVolumeClaim>();
+        let (volumes, mut volumes_w) = ::kube::runtime::reflector::store::<PersistentVolume>();
+        let (classes, mut classes_w) = ::kube::runtime::reflector::store();
+        cache.set_volume_stores(VolumeStores {
+            claims,
+            volumes,
+            classes,
+        });
+        classes_w.apply_watcher_event(&Event::Apply(
+            serde_json::from_value(json!({"metadata": {"name": "fast"},
+                "provisioner": "d.example.com", "volumeBindingMode": "WaitForFirstConsumer"}))
+            .expect("sc"),
+        ));
+        claims_w.apply_watcher_event(&Event::Apply(
+            serde_json::from_value(json!({"metadata": {"name": "c", "namespace": "ns"},
+                "spec": {"storageClassName": "fast"}}))
+            .expect("pvc"),
+        ));
+        cache.apply_node(&node("n1"));
+        let mut p: serde_json::Value =
+            serde_json::to_value(pod("db", "u1", "other", Some("n1"), "1")).expect("json");
+        p["spec"]["volumes"] = json!([{"name": "d", "persistentVolumeClaim": {"claimName": "c"}},
+                                      {"name": "e", "awsElasticBlockStore": {"volumeID": "vol-1"}}]);
+        cache.apply_pod(&serde_json::from_value(p).expect("pod"));
+        let attached = |store: &NodeStore| -> Vec<(AttachKind, String)> {
+            alloc(store, "n1").pods[0]
+                .attachable
+                .iter()
+                .map(|v| (v.kind, v.id.clone()))
+                .collect()
+        };
+        assert_eq!(
+            attached(&store),
+            vec![
+                (AttachKind::AwsEbs, "vol-1".into()),
+                (AttachKind::Csi, "claim:ns/c".into())
+            ]
+        );
+        // The claim binds to a CSI volume: the pod now holds that volume's handle.
+        volumes_w.apply_watcher_event(&Event::Apply(
+            serde_json::from_value(json!({"metadata": {"name": "pv1"},
+                "spec": {"csi": {"driver": "d.example.com", "volumeHandle": "h-1"}}}))
+            .expect("pv"),
+        ));
+        claims_w.apply_watcher_event(&Event::Apply(
+            serde_json::from_value(json!({"metadata": {"name": "c", "namespace": "ns",
+                "annotations": {volumes::BIND_COMPLETED: "yes"}},
+                "spec": {"storageClassName": "fast", "volumeName": "pv1"}}))
+            .expect("pvc"),
+        ));
+        cache.volumes_changed();
+        assert_eq!(
+            attached(&store),
+            vec![
+                (AttachKind::AwsEbs, "vol-1".into()),
+                (AttachKind::Csi, "h-1".into())
+            ]
+        );
     }
 }

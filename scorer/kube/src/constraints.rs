@@ -458,10 +458,11 @@ pub const POD_SPEC_FIELDS: &[(&str, FieldHandling)] = &[
     (
         "volumes",
         FieldHandling::RefusedIf(
-            "claims are checked by VolumeBinding and VolumeZone (unbound WaitForFirstConsumer \
-             claims and CSI or cloud-disk volumes are refused); an ephemeral, csi or \
-             cloud-disk inline source is refused (VolumeRestrictions, NodeVolumeLimits \
-             are not implemented yet)",
+            "claims are checked by VolumeBinding (bound, and WaitForFirstConsumer claims it \
+             binds), VolumeZone and the attach limits (NodeVolumeLimits for CSI, EBSLimits, \
+             GCEPDLimits, AzureDiskLimits, CinderLimits); inline cloud disks by \
+             VolumeRestrictions and the attach limits; a generic ephemeral volume is \
+             refused (its claim is created by a controller Loadstar does not wait for)",
         ),
     ),
 ];
@@ -505,24 +506,17 @@ pub fn refused_fields(pod: &Pod) -> Vec<String> {
     out
 }
 
-/// Inline volume sources whose placement rules (the attach limits: NodeVolumeLimits,
-/// EBSLimits, GCEPDLimits, AzureDiskLimits, CinderLimits) or claim creation (generic
-/// ephemeral volumes) Loadstar does not implement yet. Claims (`persistentVolumeClaim`) are
-/// resolved by [`crate::volumes`]; iSCSI and RBD disks are checked by VolumeRestrictions
-/// ([`inline_disks`]); every other source (emptyDir, configMap, secret, projected,
+/// Inline volume sources whose placement rules Loadstar does not implement: generic
+/// ephemeral volumes (a claim per pod that a controller creates; alpha and off in 1.20, whose
+/// API server drops the field). Claims (`persistentVolumeClaim`) are resolved by
+/// [`crate::volumes`]; GCE, EBS, iSCSI and RBD disks are checked by VolumeRestrictions
+/// ([`inline_disks`]); GCE, EBS, Azure and Cinder disks count against the attach limits
+/// (`crate::attach`); inline CSI volumes are placed anywhere, as 1.20 places them (its CSI
+/// limit counts claims only); every other source (emptyDir, configMap, secret, projected,
 /// downwardAPI, hostPath, nfs, ...) does not constrain where a pod may run.
-const PLACEMENT_VOLUMES: &[&str] = &[
-    "ephemeral",
-    "gcePersistentDisk",
-    "awsElasticBlockStore",
-    "azureDisk",
-    "cinder",
-    "csi",
-];
+const PLACEMENT_VOLUMES: &[&str] = &["ephemeral"];
 
-/// The pod's inline disks VolumeRestrictions compares. GCE and EBS disks are listed too
-/// (they are refused for their attach limits, but a pod already bound with one still holds
-/// it against newcomers).
+/// The pod's inline disks VolumeRestrictions compares.
 pub fn inline_disks(spec: &PodSpec) -> Vec<InlineDisk> {
     let mut out = Vec::new();
     for v in spec.volumes.iter().flatten() {
@@ -670,7 +664,7 @@ mod tests {
             ("schedulingGates", json!([{"name": "wait"}])),
             (
                 "volumes",
-                json!([{"name": "d", "gcePersistentDisk": {"pdName": "c"}}]),
+                json!([{"name": "d", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]),
             ),
         ];
         for (field, handling) in POD_SPEC_FIELDS {
@@ -705,7 +699,7 @@ mod tests {
     }
 
     #[test]
-    fn iscsi_and_rbd_disks_are_placed_with_their_conflict_keys_cloud_disks_refused() {
+    fn inline_disks_are_placed_with_their_conflict_keys_and_only_ephemeral_volumes_refused() {
         let p = pod(
             json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}],
             "volumes": [
@@ -713,7 +707,9 @@ mod tests {
                 {"name": "i", "iscsi": {"targetPortal": "10.0.0.2:3260",
                                         "iqn": "iqn.2001-04.com.example:disk", "lun": 0,
                                         "readOnly": true}},
-                {"name": "g", "gcePersistentDisk": {"pdName": "pd-1"}}
+                {"name": "g", "gcePersistentDisk": {"pdName": "pd-1"}},
+                {"name": "s", "csi": {"driver": "inline.example.com"}},
+                {"name": "e", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
             ]}}),
         );
         let spec = p.spec.as_ref().expect("spec");
@@ -738,7 +734,7 @@ mod tests {
         );
         assert_eq!(
             refused_fields(&p),
-            vec!["spec.volumes[2].gcePersistentDisk (\"g\")"]
+            vec!["spec.volumes[4].ephemeral (\"e\")"]
         );
     }
 
@@ -809,12 +805,13 @@ mod tests {
                 {"name": "cache", "emptyDir": {}},
                 {"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
                 {"name": "cfg", "configMap": {"name": "x"}},
-                {"name": "disk", "gcePersistentDisk": {"pdName": "d"}}
+                {"name": "disk", "gcePersistentDisk": {"pdName": "d"}},
+                {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
             ]}
         }));
         assert_eq!(
             placement_volumes(&p),
-            vec!["spec.volumes[3].gcePersistentDisk (\"disk\")".to_string()]
+            vec!["spec.volumes[4].ephemeral (\"tmp\")".to_string()]
         );
         assert_eq!(claims(&p), vec!["c".to_string()]);
     }

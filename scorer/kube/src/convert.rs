@@ -376,6 +376,8 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         priority: facts.priority,
         nominated_node: facts.nominated_node.clone(),
         disks: constraints::inline_disks(spec),
+        attachable: crate::attach::inline(spec),
+        default_spread_selector: None,
     })
 }
 
@@ -436,6 +438,7 @@ pub fn kube_node(node: &Node) -> Result<KubeNode, ConvertError> {
         .flatten()
         .any(|c| c.type_ == "Ready" && c.status == "True");
     Ok(KubeNode {
+        volume_limits: crate::attach::allocatable_limits(&allocatable),
         allocatable,
         labels,
         taints,
@@ -452,6 +455,7 @@ pub fn node_changed(a: &KubeNode, b: &KubeNode) -> bool {
         || a.taints != b.taints
         || a.unschedulable != b.unschedulable
         || a.ready != b.ready
+        || a.volume_limits != b.volume_limits
 }
 
 #[cfg(test)]

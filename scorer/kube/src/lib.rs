@@ -8,15 +8,20 @@
 //!
 //! [`NodeStore`]: loadstar_store::NodeStore
 pub mod api;
+pub mod attach;
 pub mod cache;
 pub mod client;
 pub mod constraints;
 pub mod convert;
+pub mod default_selector;
 pub mod disruption;
 pub mod leader;
 pub mod queue;
+pub mod reservations;
 pub mod review;
 pub mod runtime;
 pub mod scheduler;
+pub mod volume_binder;
+pub mod volume_lookup;
 pub mod volumes;
 pub mod watch_health;

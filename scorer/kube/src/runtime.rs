@@ -1,7 +1,9 @@
 //! Starts the Kubernetes side of the scorer: clients (main, events and leader election, each
-//! with its own rate limit as kube-scheduler), the Node, Pod, volume and
-//! PodDisruptionBudget reflectors feeding the [`ClusterCache`], leader election, and the [`Scheduler`]; and stops it in order — stop
-//! taking pods, drain bindings, release the Lease.
+//! with its own rate limit as kube-scheduler), the reflectors feeding the [`ClusterCache`]
+//! (Nodes, Pods, CSINodes; claims, volumes and storage classes; Services and controllers
+//! for default spreading, trimmed to their selectors; PodDisruptionBudgets), leader
+//! election, and the [`Scheduler`]; and stops it in order — stop taking pods, drain
+//! bindings, release the Lease.
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use tracing::{info, warn};
 use super::api::KubeApi;
 use super::cache::ClusterCache;
 use super::client::{self, ClientError, RateLimit};
+use super::default_selector::{self, ControllerStores};
 use super::leader::{self, LeaderConfig, LeaderElector};
 use super::queue::SchedulingQueue;
 use super::scheduler::{Estimator, Scheduler, SchedulerConfig};
@@ -113,12 +116,55 @@ async fn reflect_pods(client: Client, cache: Arc<ClusterCache>, readiness: Arc<R
     }
 }
 
-/// Mirrors one kind into a reflector store, telling the cache after every change.
+async fn reflect_csinodes(client: Client, cache: Arc<ClusterCache>, readiness: Arc<Readiness>) {
+    use k8s_openapi::api::storage::v1::CSINode;
+    use std::collections::HashSet;
+    let mut status = WatchStatus::new("csinodes watch", readiness);
+    let api: Api<CSINode> = Api::all(client);
+    let stream = watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff();
+    futures::pin_mut!(stream);
+    let mut known: HashSet<String> = HashSet::new();
+    let mut relist: Option<HashSet<String>> = None;
+    while let Some(ev) = stream.next().await {
+        if ev.is_ok() {
+            status.ok();
+        }
+        match ev {
+            Ok(Event::Init) => relist = Some(HashSet::new()),
+            Ok(Event::InitApply(c)) | Ok(Event::Apply(c)) => {
+                let name = c.name_any();
+                if let Some(seen) = relist.as_mut() {
+                    seen.insert(name.clone());
+                }
+                cache.apply_csinode(&name, Some(&c));
+                known.insert(name);
+            }
+            Ok(Event::InitDone) => {
+                if let Some(seen) = relist.take() {
+                    for gone in known.difference(&seen) {
+                        cache.apply_csinode(gone, None);
+                    }
+                    known = seen;
+                }
+            }
+            Ok(Event::Delete(c)) => {
+                let name = c.name_any();
+                cache.apply_csinode(&name, None);
+                known.remove(&name);
+            }
+            Err(e) => status.failed(&e),
+        }
+    }
+}
+
+/// Mirrors one kind into a reflector store, trimming each object with `trim` on the way in
+/// and calling `changed` after every change (not during the first list).
 fn reflect_into<K>(
     api: Api<K>,
-    cache: Arc<ClusterCache>,
     writer: ::kube::runtime::reflector::store::Writer<K>,
     mut status: WatchStatus,
+    trim: fn(&mut K),
+    changed: impl Fn() + Send + 'static,
 ) -> tokio::task::JoinHandle<()>
 where
     K: ::kube::Resource
@@ -133,7 +179,7 @@ where
     tokio::spawn(async move {
         let stream = ::kube::runtime::reflector(
             writer,
-            watcher::watcher(api, watcher::Config::default().any_semantic()),
+            watcher::watcher(api, watcher::Config::default().any_semantic()).modify(trim),
         )
         .default_backoff();
         futures::pin_mut!(stream);
@@ -143,12 +189,15 @@ where
             }
             match ev {
                 Ok(Event::Init) | Ok(Event::InitApply(_)) => {}
-                Ok(_) => cache.volumes_changed(),
+                Ok(_) => changed(),
                 Err(e) => status.failed(&e),
             }
         }
     })
 }
+
+/// Keeps an object as it comes.
+fn untrimmed<K>(_: &mut K) {}
 
 /// Starts the claim, volume and storage-class reflectors and hands their stores to the
 /// cache.
@@ -167,24 +216,86 @@ fn reflect_volumes(
         volumes,
         classes,
     });
+    let on_change = |cache: &Arc<ClusterCache>| {
+        let cache = cache.clone();
+        move || cache.volumes_changed()
+    };
     vec![
         reflect_into(
             Api::<PersistentVolumeClaim>::all(client.clone()),
-            cache.clone(),
             claims_w,
             WatchStatus::new("persistentvolumeclaims watch", readiness.clone()),
+            untrimmed,
+            on_change(&cache),
         ),
         reflect_into(
             Api::<PersistentVolume>::all(client.clone()),
-            cache.clone(),
             volumes_w,
             WatchStatus::new("persistentvolumes watch", readiness.clone()),
+            untrimmed,
+            on_change(&cache),
         ),
         reflect_into(
             Api::<StorageClass>::all(client),
-            cache,
             classes_w,
             WatchStatus::new("storageclasses watch", readiness.clone()),
+            untrimmed,
+            on_change(&cache),
+        ),
+    ]
+}
+
+/// Starts the Service, ReplicationController, ReplicaSet and StatefulSet reflectors (kept
+/// to their selectors) and hands their stores to the cache, for default spreading.
+fn reflect_controllers(
+    client: Client,
+    cache: Arc<ClusterCache>,
+    readiness: &Arc<Readiness>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+    use k8s_openapi::api::core::v1::{ReplicationController, Service};
+    let (services, services_w) = ::kube::runtime::reflector::store();
+    let (rcs, rcs_w) = ::kube::runtime::reflector::store();
+    let (rss, rss_w) = ::kube::runtime::reflector::store();
+    let (sss, sss_w) = ::kube::runtime::reflector::store();
+    cache.set_controller_stores(ControllerStores {
+        services,
+        replication_controllers: rcs,
+        replica_sets: rss,
+        stateful_sets: sss,
+    });
+    let on_change = |cache: &Arc<ClusterCache>| {
+        let cache = cache.clone();
+        move || cache.controllers_changed()
+    };
+    vec![
+        reflect_into(
+            Api::<Service>::all(client.clone()),
+            services_w,
+            WatchStatus::new("services watch", readiness.clone()),
+            default_selector::trim_service,
+            on_change(&cache),
+        ),
+        reflect_into(
+            Api::<ReplicationController>::all(client.clone()),
+            rcs_w,
+            WatchStatus::new("replicationcontrollers watch", readiness.clone()),
+            default_selector::trim_replication_controller,
+            on_change(&cache),
+        ),
+        reflect_into(
+            Api::<ReplicaSet>::all(client.clone()),
+            rss_w,
+            WatchStatus::new("replicasets watch", readiness.clone()),
+            default_selector::trim_replica_set,
+            on_change(&cache),
+        ),
+        reflect_into(
+            Api::<StatefulSet>::all(client),
+            sss_w,
+            WatchStatus::new("statefulsets watch", readiness.clone()),
+            default_selector::trim_stateful_set,
+            on_change(&cache),
         ),
     ]
 }
@@ -216,7 +327,13 @@ pub async fn start(
     let ready = &options.readiness;
     let nodes = tokio::spawn(reflect_nodes(main.clone(), cache.clone(), ready.clone()));
     let pods = tokio::spawn(reflect_pods(main.clone(), cache.clone(), ready.clone()));
-    let volume_tasks = reflect_volumes(main.clone(), cache.clone(), ready);
+    let mut volume_tasks = reflect_volumes(main.clone(), cache.clone(), ready);
+    volume_tasks.extend(reflect_controllers(main.clone(), cache.clone(), ready));
+    volume_tasks.push(tokio::spawn(reflect_csinodes(
+        main.clone(),
+        cache.clone(),
+        ready.clone(),
+    )));
     let budgets = tokio::spawn(super::disruption::reflect(
         main.clone(),
         cache.budgets().clone(),

@@ -6,6 +6,11 @@
 //! `FailedScheduling` Event and a `PodScheduled=False, reason=Unschedulable` condition whose
 //! message is the profile's summary. Only the leader binds.
 //!
+//! A pod with `WaitForFirstConsumer` claims has them bound first: the volumes chosen for it
+//! are reserved with the assumption, written, and waited for (`volume_binder`) before the
+//! pod is bound; a failure releases them and requeues the pod with a `FailedScheduling`
+//! Event.
+//!
 //! Also the `Scheduler.Bind` gRPC path ([`Binder`]): place (or place on a named node) and
 //! bind a pod by reference.
 use std::collections::HashMap;
@@ -25,8 +30,10 @@ use super::cache::{ClusterCache, Nomination};
 use super::convert::PodFacts;
 use super::leader::Leadership;
 use super::queue::{QueuedPod, SchedulingQueue};
+use super::reservations::VolumeWrites;
+use super::volume_binder::{self, VolumeBindError};
 use loadstar_framework::preemption::PreemptionOutcome;
-use loadstar_framework::snapshot::{ClusterSnapshot, PodInfo};
+use loadstar_framework::snapshot::{ClusterSnapshot, NodeView, PodInfo};
 use loadstar_framework::{Evaluation, Profile};
 use loadstar_policy::profiles::{ProfileError, Profiles};
 use loadstar_store::NodeStore;
@@ -50,11 +57,15 @@ pub struct SchedulerConfig {
     pub drain_timeout: Duration,
     /// A binding not answered within this is abandoned and the pod retried.
     pub bind_timeout: Duration,
+    /// How long a pod's `WaitForFirstConsumer` claims may take to be bound before the pod
+    /// is retried (kube-scheduler's `VolumeBindingArgs.bindTimeoutSeconds`).
+    pub volume_bind_timeout: Duration,
 }
 
 impl Default for SchedulerConfig {
     /// 64 bindings and 64 writes in flight (Events keep pace with bindings, as
-    /// kube-scheduler's do), snapshots refreshed every 100 ms, 10 s drain, 30 s per binding.
+    /// kube-scheduler's do), snapshots refreshed every 100 ms, 10 s drain, 30 s per binding,
+    /// 600 s for volumes to be bound (upstream's default).
     fn default() -> Self {
         SchedulerConfig {
             bind_concurrency: 64,
@@ -62,6 +73,7 @@ impl Default for SchedulerConfig {
             snapshot_refresh: Duration::from_millis(100),
             drain_timeout: Duration::from_secs(10),
             bind_timeout: Duration::from_secs(30),
+            volume_bind_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -125,6 +137,18 @@ struct LocalSnapshot {
 enum Outcome {
     Bound,
     Requeue,
+}
+
+/// What binding `info`'s claims on `node` writes (`None`: nothing to bind), or why the node
+/// cannot take them after all.
+fn volume_writes(info: &PodInfo, node: &NodeView) -> Result<Option<VolumeWrites>, String> {
+    let Some(v) = info.volumes.as_ref().filter(|v| !v.to_bind.is_empty()) else {
+        return Ok(None);
+    };
+    let plan =
+        loadstar_policy::volume_binding::plan(&v.to_bind, &node.name, node.labels_or_empty())?;
+    let w = VolumeWrites::of(&plan, &v.to_bind, &node.name);
+    Ok((!w.is_empty()).then_some(w))
 }
 
 impl Scheduler {
@@ -412,6 +436,15 @@ impl Scheduler {
         let index = best.index;
         let total = best.total;
         let node = l.snap.nodes[index].name.clone();
+        let writes = match volume_writes(info, &l.snap.nodes[index]) {
+            Ok(w) => w,
+            Err(reason) => {
+                self.failed(&facts, reason);
+                self.queue
+                    .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
+                return;
+            }
+        };
         let estimate = (self.estimate.0)(info);
         match self.cache.assume(info, &node, estimate) {
             Ok(alloc) => l.snap.nodes[index].alloc = alloc,
@@ -422,13 +455,18 @@ impl Scheduler {
                 return;
             }
         }
+        if let Some(w) = &writes {
+            self.cache.reservations().reserve(w);
+        }
         span.record("node", &*node);
         debug!(node = %node, score = total, "assumed");
         let this = self.clone();
         let bind_span = span.clone();
         tokio::spawn(
             async move {
-                let outcome = this.bind_assumed(&facts, &node, pod.enqueued_at).await;
+                let outcome = this
+                    .bind_assumed(&facts, &node, pod.enqueued_at, writes.as_ref())
+                    .await;
                 match outcome {
                     Outcome::Bound => this.queue.with(|q| q.done(&pod.key)),
                     Outcome::Requeue => this
@@ -558,11 +596,53 @@ impl Scheduler {
         );
     }
 
-    /// Binds an assumed pod; forgets the assumption unless bound.
-    async fn bind_assumed(&self, facts: &PodFacts, node: &str, enqueued_at: Instant) -> Outcome {
+    /// Binds the claims of a pod assumed on `node` (their volumes already reserved), then
+    /// releases the reservations; on failure also forgets the assumption and reports it.
+    async fn bind_pod_volumes(
+        &self,
+        facts: &PodFacts,
+        node: &str,
+        w: &VolumeWrites,
+    ) -> Result<(), VolumeBindError> {
+        let cache = self.cache.clone();
+        let result = volume_binder::bind_volumes(
+            &self.api,
+            &facts.key(),
+            node,
+            w,
+            self.config.volume_bind_timeout,
+            move || cache.volume_stores().cloned(),
+        )
+        .await;
+        self.cache.reservations().release(w);
+        if let Err(e) = &result {
+            self.count(ERROR);
+            warn!(error = %e, node, "binding volumes failed; will retry");
+            self.cache.forget(&facts.uid);
+            self.failed(facts, e.to_string());
+        }
+        result
+    }
+
+    /// Binds an assumed pod (its claims first); forgets the assumption unless bound.
+    async fn bind_assumed(
+        &self,
+        facts: &PodFacts,
+        node: &str,
+        enqueued_at: Instant,
+        writes: Option<&VolumeWrites>,
+    ) -> Outcome {
         if !self.is_leader() {
             // Lost the lease between assuming and binding: leave it to the new leader.
+            if let Some(w) = writes {
+                self.cache.reservations().release(w);
+            }
             self.cache.forget(&facts.uid);
+            return Outcome::Requeue;
+        }
+        if let Some(w) = writes
+            && self.bind_pod_volumes(facts, node, w).await.is_err()
+        {
             return Outcome::Requeue;
         }
         let bind = self
@@ -727,11 +807,19 @@ impl Binder for Scheduler {
                 return Err(ClusterError::FailedPrecondition(ev.summary()));
             };
             let node = snap.nodes[best.index].name.clone();
+            let writes = volume_writes(info, &snap.nodes[best.index])
+                .map_err(ClusterError::FailedPrecondition)?;
             self.cache
                 .assume(info, &node, (self.estimate.0)(info))
                 .map_err(|e| ClusterError::Aborted(e.to_string()))?;
             self.cache.bump_epoch();
             let started = Instant::now();
+            if let Some(w) = &writes {
+                self.cache.reservations().reserve(w);
+                self.bind_pod_volumes(&facts, &node, w)
+                    .await
+                    .map_err(|e| ClusterError::Aborted(e.to_string()))?;
+            }
             match self.api.bind(&ns, &facts.name, &facts.uid, &node).await {
                 Ok(()) => {
                     self.count(BOUND);
@@ -805,18 +893,22 @@ mod tests {
                     .map(|b| String::from_utf8_lossy(&b).to_string())
                     .unwrap_or_default();
                 let pod = path.split('/').nth(6).unwrap_or_default().to_string();
-                let (code, reply) = if path.ends_with("/binding") && conflict.contains(&pod) {
-                    (
-                        409,
-                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                let (code, reply) =
+                    if method == "PATCH" && path.starts_with("/api/v1/persistentvolumes/") {
+                        // The written volume, as far as the scheduler reads it.
+                        (200, json!({"metadata": {"resourceVersion": "11"}}))
+                    } else if path.ends_with("/binding") && conflict.contains(&pod) {
+                        (
+                            409,
+                            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                "message": "already assigned", "reason": "Conflict", "code": 409}),
-                    )
-                } else {
-                    (
-                        201,
-                        json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
-                    )
-                };
+                        )
+                    } else {
+                        (
+                            201,
+                            json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+                        )
+                    };
                 log.lock().expect("log").push((method, path, body));
                 Ok(http::Response::builder()
                     .status(code)
@@ -1189,6 +1281,177 @@ mod tests {
         )
         .await;
         assert!(cache.placement("uid-bad").is_none());
+        running.stop().await;
+    }
+
+    /// Volume stores the test writes into, as the reflectors would.
+    struct VolumeWatch {
+        claims: ::kube::runtime::reflector::store::Writer<
+            k8s_openapi::api::core::v1::PersistentVolumeClaim,
+        >,
+        volumes:
+            ::kube::runtime::reflector::store::Writer<k8s_openapi::api::core::v1::PersistentVolume>,
+    }
+
+    impl VolumeWatch {
+        fn claim(&mut self, v: serde_json::Value) {
+            let ev =
+                ::kube::runtime::watcher::Event::Apply(serde_json::from_value(v).expect("pvc"));
+            self.claims.apply_watcher_event(&ev);
+        }
+        fn volume(&mut self, v: serde_json::Value) {
+            let ev = ::kube::runtime::watcher::Event::Apply(serde_json::from_value(v).expect("pv"));
+            self.volumes.apply_watcher_event(&ev);
+        }
+    }
+
+    /// Two labelled nodes, a `WaitForFirstConsumer` class without a provisioner, a local
+    /// volume on n2 and a pending pod `db` whose claim `data` waits for it.
+    fn wffc_cluster(cache: &ClusterCache) -> VolumeWatch {
+        use ::kube::runtime::watcher::Event;
+        let (claims, claims_w) = ::kube::runtime::reflector::store();
+        let (volumes, volumes_w) = ::kube::runtime::reflector::store();
+        let (classes, mut classes_w) = ::kube::runtime::reflector::store();
+        cache.set_volume_stores(crate::volumes::VolumeStores {
+            claims,
+            volumes,
+            classes,
+        });
+        classes_w.apply_watcher_event(&Event::Apply(
+            serde_json::from_value(json!({"metadata": {"name": "local"},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer"}))
+            .expect("sc"),
+        ));
+        let mut w = VolumeWatch {
+            claims: claims_w,
+            volumes: volumes_w,
+        };
+        w.claim(
+            json!({"metadata": {"name": "data", "namespace": "ns", "uid": "c-1",
+                                    "resourceVersion": "5"},
+            "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}}}),
+        );
+        w.volume(local_volume("10", json!(null)));
+        cache.nodes_relist_started();
+        for n in ["n1", "n2"] {
+            let mut v: serde_json::Value = serde_json::to_value(node(n, "4")).expect("json");
+            v["metadata"]["labels"] = json!({"kubernetes.io/hostname": n});
+            cache.apply_node(&serde_json::from_value(v).expect("node"));
+        }
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        let mut p: serde_json::Value = serde_json::to_value(pod("db", "1")).expect("json");
+        p["spec"]["volumes"] =
+            json!([{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]);
+        cache.apply_pod(&serde_json::from_value(p).expect("pod"));
+        cache.pods_relist_done();
+        w
+    }
+
+    fn local_volume(rv: &str, claim_ref: serde_json::Value) -> serde_json::Value {
+        json!({"metadata": {"name": "pv-n2", "resourceVersion": rv},
+            "spec": {"storageClassName": "local", "capacity": {"storage": "2Gi"},
+                     "accessModes": ["ReadWriteOnce"], "local": {"path": "/mnt/disk"},
+                     "claimRef": claim_ref,
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]}]}}},
+            "status": {"phase": "Available"}})
+    }
+
+    #[tokio::test]
+    async fn wait_for_first_consumer_claims_are_bound_before_their_pod() {
+        let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
+        let mut watch = wffc_cluster(&cache);
+        let running = Running::start(&scheduler);
+        wait_for(&log, "the volume's claimRef patch", |l| {
+            l.iter()
+                .any(|e| e.0 == "PATCH" && e.1 == "/api/v1/persistentvolumes/pv-n2")
+        })
+        .await;
+        {
+            let entries = log.lock().expect("log").clone();
+            let patch = entries
+                .iter()
+                .find(|e| e.1 == "/api/v1/persistentvolumes/pv-n2")
+                .expect("patch");
+            let body: serde_json::Value = serde_json::from_str(&patch.2).expect("json");
+            assert_eq!(body["spec"]["claimRef"]["name"], "data");
+            assert_eq!(body["spec"]["claimRef"]["uid"], "c-1");
+            assert_eq!(body["metadata"]["resourceVersion"], "10");
+            // Not bound while the claim is not.
+            assert!(!entries.iter().any(|e| e.1.ends_with("/pods/db/binding")));
+        }
+        assert_eq!(
+            cache.reservations().volumes_held(),
+            1,
+            "reserved while binding"
+        );
+        // The PV controller completes the binding.
+        let ours = json!({"namespace": "ns", "name": "data", "uid": "c-1"});
+        watch.volume(local_volume("11", ours));
+        watch.claim(
+            json!({"metadata": {"name": "data", "namespace": "ns", "uid": "c-1",
+            "resourceVersion": "12", "annotations": {crate::volumes::BIND_COMPLETED: "yes"}},
+            "spec": {"storageClassName": "local", "volumeName": "pv-n2"}}),
+        );
+        wait_for(&log, "the pod's binding", |l| {
+            l.iter().any(|e| e.1.ends_with("/pods/db/binding"))
+        })
+        .await;
+        let entries = log.lock().expect("log").clone();
+        let binding = entries
+            .iter()
+            .find(|e| e.1.ends_with("/pods/db/binding"))
+            .expect("binding");
+        assert!(
+            binding.2.contains("\"name\":\"n2\""),
+            "the volume's node: {binding:?}"
+        );
+        assert_eq!(
+            cache.reservations().volumes_held(),
+            0,
+            "released once bound"
+        );
+        running.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_volume_taken_meanwhile_fails_the_binding_and_requeues_the_pod() {
+        let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
+        let mut watch = wffc_cluster(&cache);
+        let running = Running::start(&scheduler);
+        wait_for(&log, "the volume's claimRef patch", |l| {
+            l.iter().any(|e| e.1 == "/api/v1/persistentvolumes/pv-n2")
+        })
+        .await;
+        // Another claim got the volume (and the watch shows it past our write).
+        watch.volume(local_volume(
+            "11",
+            json!({"namespace": "ns", "name": "other", "uid": "c-9"}),
+        ));
+        wait_for(&log, "a FailedScheduling event naming the volume", |l| {
+            l.iter().any(|e| {
+                e.2.contains("FailedScheduling")
+                    && e.2.contains("binding volumes")
+                    && e.2.contains("pv-n2")
+            })
+        })
+        .await;
+        assert!(
+            !log.lock()
+                .expect("log")
+                .iter()
+                .any(|e| e.1.ends_with("/pods/db/binding")),
+            "never bound without its volume"
+        );
+        assert_eq!(cache.reservations().volumes_held(), 0);
+        assert_eq!(
+            cache.placement("uid-db"),
+            None,
+            "the assumption is forgotten"
+        );
         running.stop().await;
     }
 }

@@ -1,50 +1,35 @@
 //! A pod's PersistentVolumeClaims resolved against the cluster's claims, volumes and
-//! storage classes, as kube-scheduler 1.20's `VolumeBinding` and `VolumeZone` read them,
-//! into the [`VolumeNeeds`] the volume filters check. Resolution is pure over a
-//! [`VolumeLookup`]; the live lookup is three `kube` reflector stores.
+//! storage classes, as kube-scheduler 1.20's `VolumeBinding` (its PreFilter and the volume
+//! binder's `GetPodVolumes`) and `VolumeZone` read them, into the [`VolumeNeeds`] the volume
+//! filters check and the [`AttachableVolume`]s the attach-limit filters count. Resolution
+//! is pure over a [`VolumeLookup`]; the live lookup is the reflector stores with this
+//! scheduler's own reservations laid over them (the cache's).
 //!
 //! A claim is bound when it names a volume and carries `pv.kubernetes.io/bind-completed`
-//! (upstream's "fully bound"). Unbound: no storage class, or one with `Immediate` binding,
-//! makes the pod unschedulable (`pod has unbound immediate PersistentVolumeClaims`);
-//! `WaitForFirstConsumer` needs the scheduler to bind or provision, which Loadstar does not
-//! do yet, so the pod is refused by name. A bound volume of a kind whose per-node attach
-//! limits `NodeVolumeLimits` counts (CSI, cloud disks) is refused too; others contribute
-//! their required node affinity and zone labels.
+//! (upstream's "fully bound"); its volume's node affinity and zone labels constrain the
+//! node. Unbound, with a class whose binding mode is `WaitForFirstConsumer` and no volume
+//! named yet, it is a claim to bind: the volumes of its class are its candidates, and the
+//! class says whether and where it provisions. Any other unbound claim (no class, a class
+//! that does not exist or binds at once, a volume named but not bound yet) makes the pod
+//! unschedulable: `pod has unbound immediate PersistentVolumeClaims`.
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{ObjectRef, Store};
-use loadstar_framework::snapshot::VolumeNeeds;
+use loadstar_common::quantity::parse_units;
+use loadstar_framework::snapshot::{
+    AttachableVolume, CandidateVolume, ClaimToBind, Provisioning, VolumeNeeds,
+};
 use loadstar_policy::volume_zone::ZONE_LABELS;
 
-use crate::constraints::node_term;
+use crate::attach;
+use crate::constraints::{label_selector, node_term};
 
-/// Annotation marking a claim whose binding the controller completed.
-pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
-/// The beta annotation that named a claim's class before `storageClassName`.
-pub const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
-/// Reason for unbound claims with immediate binding (upstream's).
-pub const UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
-
-/// Volume kinds whose attach limits per node `NodeVolumeLimits` enforces (not implemented).
-const LIMITED_KINDS: &[&str] = &[
-    "csi",
-    "gcePersistentDisk",
-    "awsElasticBlockStore",
-    "azureDisk",
-    "cinder",
-];
-
-/// Where the claims, volumes and classes come from.
-pub trait VolumeLookup {
-    /// The claim `namespace/name`.
-    fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>>;
-    /// The volume `name`.
-    fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>>;
-    /// The storage class `name`.
-    fn class(&self, name: &str) -> Option<Arc<StorageClass>>;
-}
+pub use crate::volume_lookup::{
+    BETA_CLASS, BIND_COMPLETED, BOUND_BY_CONTROLLER, PV_NOT_EXIST, SELECTED_NODE,
+    UNBOUND_IMMEDIATE, VolumeLookup, WAIT_FOR_FIRST_CONSUMER,
+};
 
 /// The live stores the volume reflectors fill.
 #[derive(Clone)]
@@ -77,28 +62,68 @@ impl VolumeLookup for VolumeStores {
     fn class(&self, name: &str) -> Option<Arc<StorageClass>> {
         self.classes.get(&ObjectRef::new(name))
     }
+    fn volumes(&self) -> Vec<Arc<PersistentVolume>> {
+        self.volumes.state()
+    }
 }
 
 /// What resolving a pod's claims found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolved {
-    /// The needs the volume filters check.
-    Needs(VolumeNeeds),
-    /// Claims Loadstar cannot honour yet, by field: the pod is refused.
-    Unsupported(Vec<String>),
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolution {
+    /// What the volume filters check.
+    pub needs: VolumeNeeds,
+    /// The claims' volumes that take attachment slots.
+    pub attachable: Vec<AttachableVolume>,
 }
 
-fn unschedulable(reason: String) -> Resolved {
-    Resolved::Needs(VolumeNeeds {
-        unschedulable: Some(reason),
-        ..Default::default()
-    })
+fn unschedulable(reason: String) -> Resolution {
+    Resolution {
+        needs: VolumeNeeds {
+            unschedulable: Some(reason),
+            ..Default::default()
+        },
+        attachable: Vec::new(),
+    }
+}
+
+fn annotation<'a>(meta: &'a kube::api::ObjectMeta, key: &str) -> Option<&'a String> {
+    meta.annotations.as_ref().and_then(|a| a.get(key))
+}
+
+/// `GetPersistentVolumeClaimClass`: the beta annotation first, then `storageClassName`.
+pub fn claim_class(claim: &PersistentVolumeClaim) -> String {
+    annotation(&claim.metadata, BETA_CLASS)
+        .cloned()
+        .or_else(|| {
+            claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.clone())
+        })
+        .unwrap_or_default()
+}
+
+/// `GetPersistentVolumeClass`: the beta annotation first, then `storageClassName`.
+fn volume_class(pv: &PersistentVolume) -> String {
+    annotation(&pv.metadata, BETA_CLASS)
+        .cloned()
+        .or_else(|| pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
+        .unwrap_or_default()
+}
+
+/// Whether the claim is fully bound (a volume named and the binding completed).
+pub fn fully_bound(claim: &PersistentVolumeClaim) -> bool {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty())
+        && annotation(&claim.metadata, BIND_COMPLETED).is_some()
 }
 
 /// Resolves the claims `claims` of a pod in `namespace`.
-pub fn resolve(namespace: &str, claims: &[String], lookup: &impl VolumeLookup) -> Resolved {
-    let mut needs = VolumeNeeds::default();
-    let mut unsupported = Vec::new();
+pub fn resolve(namespace: &str, claims: &[String], lookup: &impl VolumeLookup) -> Resolution {
+    let mut out = Resolution::default();
     let mut unbound_immediate = false;
     for name in claims {
         let Some(claim) = lookup.claim(namespace, name) else {
@@ -107,104 +132,234 @@ pub fn resolve(namespace: &str, claims: &[String], lookup: &impl VolumeLookup) -
         if claim.metadata.deletion_timestamp.is_some() {
             return unschedulable(format!("persistentvolumeclaim \"{name}\" is being deleted"));
         }
-        let spec = claim.spec.as_ref();
-        let volume_name = spec
-            .and_then(|s| s.volume_name.as_deref())
-            .filter(|v| !v.is_empty());
-        let completed = claim
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(BIND_COMPLETED));
-        let Some(volume_name) = volume_name.filter(|_| completed) else {
-            let class = claim
-                .metadata
-                .annotations
+        out.attachable
+            .extend(attach::of_claim(namespace, name, lookup));
+        if !fully_bound(&claim) {
+            let class_name = claim_class(&claim);
+            let class = (!class_name.is_empty())
+                .then(|| lookup.class(&class_name))
+                .flatten();
+            let named = claim
+                .spec
                 .as_ref()
-                .and_then(|a| a.get(BETA_CLASS).cloned())
-                .or_else(|| spec.and_then(|s| s.storage_class_name.clone()))
-                .unwrap_or_default();
-            if class.is_empty() {
-                unbound_immediate = true;
-                continue;
-            }
-            let Some(sc) = lookup.class(&class) else {
-                return unschedulable(format!("storageclass.storage.k8s.io \"{class}\" not found"));
-            };
-            if sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") {
-                unsupported.push(format!(
-                    "persistentVolumeClaim {name:?} (unbound, WaitForFirstConsumer: Loadstar \
-                     does not bind or provision volumes yet)"
-                ));
-            } else {
-                unbound_immediate = true;
+                .and_then(|s| s.volume_name.as_deref())
+                .is_some_and(|v| !v.is_empty());
+            match class {
+                Some(sc)
+                    if sc.volume_binding_mode.as_deref() == Some(WAIT_FOR_FIRST_CONSUMER)
+                        && !named =>
+                {
+                    match claim_to_bind(namespace, name, &claim, &class_name, &sc, lookup) {
+                        Ok(c) => out.needs.to_bind.push(c),
+                        Err(reason) => return unschedulable(reason),
+                    }
+                }
+                _ => unbound_immediate = true,
             }
             continue;
-        };
-        let Some(pv) = lookup.volume(volume_name) else {
-            return unschedulable(format!("persistentvolume \"{volume_name}\" not found"));
-        };
-        if let Ok(serde_json::Value::Object(spec)) = serde_json::to_value(&pv.spec) {
-            for kind in LIMITED_KINDS {
-                if spec.contains_key(*kind) {
-                    unsupported.push(format!(
-                        "persistentVolumeClaim {name:?} (volume {volume_name} is {kind}: \
-                         NodeVolumeLimits is not implemented yet)"
-                    ));
-                }
-            }
         }
-        if let Some(required) = pv
+        let volume_name = claim
             .spec
             .as_ref()
-            .and_then(|s| s.node_affinity.as_ref())
-            .and_then(|a| a.required.as_ref())
-        {
-            let mut terms = Vec::new();
-            for (i, t) in required.node_selector_terms.iter().enumerate() {
-                match node_term(
-                    &format!("persistentvolume {volume_name} nodeAffinity term {i}"),
-                    t,
-                ) {
-                    Ok(term) => terms.push(term),
-                    Err(e) => return unschedulable(e.to_string()),
-                }
-            }
-            needs.node_affinity.push(terms);
+            .and_then(|s| s.volume_name.clone())
+            .unwrap_or_default();
+        let Some(pv) = lookup.volume(&volume_name) else {
+            return unschedulable(PV_NOT_EXIST.to_string());
+        };
+        match volume_affinity(&pv) {
+            Ok(Some(terms)) => out.needs.node_affinity.push(terms),
+            Ok(None) => {}
+            Err(e) => return unschedulable(e),
         }
-        for (k, v) in pv.metadata.labels.iter().flatten() {
-            if !ZONE_LABELS.contains(&k.as_str()) {
-                continue;
-            }
-            // `LabelZonesToSet`: an empty element makes the label unreadable, and upstream
-            // then ignores it.
-            let zones: Vec<String> = v.split("__").map(|z| z.trim().to_string()).collect();
-            if zones.iter().any(String::is_empty) {
-                continue;
-            }
-            needs.zones.push((k.clone(), zones));
-        }
-    }
-    if !unsupported.is_empty() {
-        return Resolved::Unsupported(unsupported);
+        out.needs.zones.extend(volume_zones(&pv));
     }
     if unbound_immediate {
-        needs.unschedulable = Some(UNBOUND_IMMEDIATE.to_string());
+        out.needs.unschedulable = Some(UNBOUND_IMMEDIATE.to_string());
     }
-    Resolved::Needs(needs)
+    out
+}
+
+/// A volume's required node affinity terms (`None`: any node).
+fn volume_affinity(
+    pv: &PersistentVolume,
+) -> Result<Option<Vec<loadstar_framework::snapshot::NodeSelectorTerm>>, String> {
+    let name = pv.metadata.name.as_deref().unwrap_or_default();
+    let Some(required) = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+    else {
+        return Ok(None);
+    };
+    let mut terms = Vec::new();
+    for (i, t) in required.node_selector_terms.iter().enumerate() {
+        let term = node_term(&format!("persistentvolume {name} nodeAffinity term {i}"), t)
+            .map_err(|e| e.to_string())?;
+        terms.push(term);
+    }
+    Ok(Some(terms))
+}
+
+/// A volume's zone and region labels, for `VolumeZone`.
+fn volume_zones(pv: &PersistentVolume) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for (k, v) in pv.metadata.labels.iter().flatten() {
+        if !ZONE_LABELS.contains(&k.as_str()) {
+            continue;
+        }
+        // `LabelZonesToSet`: an empty element makes the label unreadable, and upstream then
+        // ignores it.
+        let zones: Vec<String> = v.split("__").map(|z| z.trim().to_string()).collect();
+        if zones.iter().any(String::is_empty) {
+            continue;
+        }
+        out.push((k.clone(), zones));
+    }
+    out
+}
+
+/// An unbound `WaitForFirstConsumer` claim with its candidate volumes and provisioning.
+fn claim_to_bind(
+    namespace: &str,
+    name: &str,
+    claim: &PersistentVolumeClaim,
+    class_name: &str,
+    class: &StorageClass,
+    lookup: &impl VolumeLookup,
+) -> Result<ClaimToBind, String> {
+    let spec = claim.spec.as_ref();
+    let request_bytes = spec
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| parse_units(&q.0))
+        .transpose()
+        .map_err(|e| format!("persistentvolumeclaim {name:?}: storage request: {e}"))?
+        .unwrap_or(0);
+    let selector = label_selector(
+        &format!("persistentvolumeclaim {name:?} selector"),
+        spec.and_then(|s| s.selector.as_ref()),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut candidates: Vec<CandidateVolume> = lookup
+        .volumes()
+        .iter()
+        .filter(|pv| volume_class(pv) == class_name)
+        .filter_map(|pv| candidate(pv, lookup))
+        .collect();
+    // Upstream walks its cache in no particular order; by name is at least repeatable.
+    candidates.sort_by(|a, b| a.name.cmp(&b.name));
+    let provisioning = Ok(Provisioning {
+        provisioner: class.provisioner.clone(),
+        allowed_topologies: class
+            .allowed_topologies
+            .iter()
+            .flatten()
+            .map(|term| {
+                term.match_label_expressions
+                    .iter()
+                    .flatten()
+                    .map(|r| (r.key.clone(), r.values.clone()))
+                    .collect()
+            })
+            .collect(),
+    });
+    Ok(ClaimToBind {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid: claim.metadata.uid.clone().unwrap_or_default(),
+        resource_version: claim.metadata.resource_version.clone().unwrap_or_default(),
+        request_bytes,
+        access_modes: spec
+            .and_then(|s| s.access_modes.clone())
+            .unwrap_or_default(),
+        volume_mode: spec
+            .and_then(|s| s.volume_mode.clone())
+            .unwrap_or_else(|| "Filesystem".into()),
+        selector,
+        class: class_name.to_string(),
+        selected_node: annotation(&claim.metadata, SELECTED_NODE)
+            .cloned()
+            .or_else(|| lookup.selected(namespace, name)),
+        candidates: Arc::new(candidates),
+        provisioning,
+    })
+}
+
+/// A volume as a candidate (`None` when its node affinity does not convert: such a volume
+/// admits no node anyway).
+fn candidate(pv: &PersistentVolume, lookup: &impl VolumeLookup) -> Option<CandidateVolume> {
+    let name = pv.metadata.name.clone().unwrap_or_default();
+    let spec = pv.spec.as_ref();
+    let capacity_bytes = spec
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"))
+        .and_then(|q| parse_units(&q.0).ok())
+        .unwrap_or(0);
+    let claim_ref = spec
+        .and_then(|s| s.claim_ref.as_ref())
+        .map(|r| {
+            (
+                r.namespace.clone().unwrap_or_default(),
+                r.name.clone().unwrap_or_default(),
+                r.uid.clone().unwrap_or_default(),
+            )
+        })
+        .or_else(|| lookup.reserved(&name));
+    Some(CandidateVolume {
+        capacity_bytes,
+        volume_mode: spec
+            .and_then(|s| s.volume_mode.clone())
+            .unwrap_or_else(|| "Filesystem".into()),
+        access_modes: spec
+            .and_then(|s| s.access_modes.clone())
+            .unwrap_or_default(),
+        labels: pv.metadata.labels.clone().unwrap_or_default(),
+        node_affinity: volume_affinity(pv).ok()?,
+        available: pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available"),
+        deleting: pv.metadata.deletion_timestamp.is_some(),
+        claim_ref,
+        resource_version: pv.metadata.resource_version.clone().unwrap_or_default(),
+        name,
+    })
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
     use std::collections::HashMap;
 
+    /// An in-memory lookup for tests.
     #[derive(Default)]
-    struct Fake {
-        claims: HashMap<String, Arc<PersistentVolumeClaim>>,
-        volumes: HashMap<String, Arc<PersistentVolume>>,
-        classes: HashMap<String, Arc<StorageClass>>,
+    pub(crate) struct Fake {
+        pub claims: HashMap<String, Arc<PersistentVolumeClaim>>,
+        pub volumes: HashMap<String, Arc<PersistentVolume>>,
+        pub classes: HashMap<String, Arc<StorageClass>>,
+        pub reserved: HashMap<String, (String, String, String)>,
+    }
+
+    impl Fake {
+        pub fn add_claim(&mut self, v: serde_json::Value) {
+            let c: PersistentVolumeClaim = serde_json::from_value(v).expect("pvc");
+            let key = format!(
+                "{}/{}",
+                c.metadata.namespace.clone().unwrap_or_default(),
+                c.metadata.name.clone().unwrap_or_default()
+            );
+            self.claims.insert(key, Arc::new(c));
+        }
+        pub fn add_volume(&mut self, v: serde_json::Value) {
+            let pv: PersistentVolume = serde_json::from_value(v).expect("pv");
+            self.volumes
+                .insert(pv.metadata.name.clone().unwrap_or_default(), Arc::new(pv));
+        }
+        pub fn add_class(&mut self, v: serde_json::Value) {
+            let sc: StorageClass = serde_json::from_value(v).expect("sc");
+            self.classes
+                .insert(sc.metadata.name.clone().unwrap_or_default(), Arc::new(sc));
+        }
     }
 
     impl VolumeLookup for Fake {
@@ -217,63 +372,67 @@ mod tests {
         fn class(&self, name: &str) -> Option<Arc<StorageClass>> {
             self.classes.get(name).cloned()
         }
+        fn volumes(&self) -> Vec<Arc<PersistentVolume>> {
+            self.volumes.values().cloned().collect()
+        }
+        fn reserved(&self, volume: &str) -> Option<(String, String, String)> {
+            self.reserved.get(volume).cloned()
+        }
     }
 
     fn fake() -> Fake {
         let mut f = Fake::default();
-        let claim = |v: serde_json::Value| Arc::new(serde_json::from_value(v).expect("pvc"));
-        f.claims.insert(
-            "ns/bound".into(),
-            claim(json!({"metadata": {"name": "bound", "namespace": "ns",
-                "annotations": {BIND_COMPLETED: "yes"}},
-                "spec": {"volumeName": "pv-a"}})),
+        f.add_claim(json!({"metadata": {"name": "bound", "namespace": "ns",
+            "annotations": {BIND_COMPLETED: "yes"}},
+            "spec": {"volumeName": "pv-a"}}));
+        f.add_claim(
+            json!({"metadata": {"name": "waiting", "namespace": "ns", "uid": "u-w",
+            "resourceVersion": "7"},
+            "spec": {"storageClassName": "late", "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}},
+                     "selector": {"matchLabels": {"tier": "fast"}}}}),
         );
-        f.claims.insert(
-            "ns/waiting".into(),
-            claim(json!({"metadata": {"name": "waiting", "namespace": "ns"},
-                "spec": {"storageClassName": "late"}})),
-        );
-        f.claims.insert(
-            "ns/pending".into(),
-            claim(json!({"metadata": {"name": "pending", "namespace": "ns"}, "spec": {}})),
-        );
-        f.claims.insert(
-            "ns/cloud".into(),
-            claim(json!({"metadata": {"name": "cloud", "namespace": "ns",
-                "annotations": {BIND_COMPLETED: "yes"}},
-                "spec": {"volumeName": "pv-csi"}})),
-        );
-        f.volumes.insert(
-            "pv-a".into(),
-            Arc::new(
-                serde_json::from_value(json!({
-                    "metadata": {"name": "pv-a",
-                        "labels": {"topology.kubernetes.io/zone": "a__b", "other": "x",
-                                   "topology.kubernetes.io/region": "r1__"}},
-                    "spec": {"hostPath": {"path": "/d"}, "nodeAffinity": {"required": {
-                        "nodeSelectorTerms": [{"matchExpressions": [
-                            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}
-                        ]}]}}}
-                }))
-                .expect("pv"),
-            ),
-        );
-        f.volumes.insert(
-            "pv-csi".into(),
-            Arc::new(
-                serde_json::from_value(json!({"metadata": {"name": "pv-csi"},
-                    "spec": {"csi": {"driver": "d", "volumeHandle": "h"}}}))
-                .expect("pv"),
-            ),
-        );
-        f.classes.insert(
-            "late".into(),
-            Arc::new(
-                serde_json::from_value(json!({"metadata": {"name": "late"},
-                    "provisioner": "p", "volumeBindingMode": "WaitForFirstConsumer"}))
-                .expect("sc"),
-            ),
-        );
+        f.add_claim(json!({"metadata": {"name": "pending", "namespace": "ns"}, "spec": {}}));
+        f.add_claim(json!({"metadata": {"name": "no-class", "namespace": "ns"},
+            "spec": {"storageClassName": "missing"}}));
+        f.add_claim(json!({"metadata": {"name": "named", "namespace": "ns"},
+            "spec": {"storageClassName": "late", "volumeName": "pv-a"}}));
+        f.add_claim(json!({"metadata": {"name": "dangling", "namespace": "ns",
+            "annotations": {BIND_COMPLETED: "yes"}},
+            "spec": {"volumeName": "gone"}}));
+        f.add_volume(json!({
+            "metadata": {"name": "pv-a",
+                "labels": {"topology.kubernetes.io/zone": "a__b", "other": "x",
+                           "topology.kubernetes.io/region": "r1__"}},
+            "spec": {"hostPath": {"path": "/d"}, "nodeAffinity": {"required": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}
+                ]}]}}}
+        }));
+        f.add_volume(json!({
+            "metadata": {"name": "local-2", "labels": {"tier": "fast"}, "resourceVersion": "3"},
+            "spec": {"storageClassName": "late", "capacity": {"storage": "2Gi"},
+                     "accessModes": ["ReadWriteOnce"], "local": {"path": "/mnt"},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]}]}}},
+            "status": {"phase": "Available"}
+        }));
+        f.add_volume(json!({
+            "metadata": {"name": "local-1", "annotations": {BETA_CLASS: "late"}},
+            "spec": {"capacity": {"storage": "1Gi"}, "hostPath": {"path": "/x"},
+                     "claimRef": {"namespace": "ns", "name": "other", "uid": "u-o"}},
+            "status": {"phase": "Bound"}
+        }));
+        f.add_volume(json!({
+            "metadata": {"name": "elsewhere"},
+            "spec": {"storageClassName": "other", "capacity": {"storage": "1Gi"}},
+            "status": {"phase": "Available"}
+        }));
+        f.add_class(json!({"metadata": {"name": "late"},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowedTopologies": [{"matchLabelExpressions": [
+                {"key": "zone", "values": ["a", "b"]}]}]}));
         f
     }
 
@@ -283,9 +442,7 @@ mod tests {
 
     #[test]
     fn bound_claims_bring_their_volumes_node_affinity_and_zones() {
-        let Resolved::Needs(n) = resolve("ns", &names(&["bound"]), &fake()) else {
-            panic!("resolves");
-        };
+        let n = resolve("ns", &names(&["bound"]), &fake()).needs;
         assert_eq!(n.unschedulable, None);
         assert_eq!(n.node_affinity.len(), 1);
         assert!(n.node_affinity[0][0].matches(
@@ -302,23 +459,63 @@ mod tests {
     }
 
     #[test]
-    fn unbound_missing_and_unsupported_claims_say_why() {
+    fn unbound_and_missing_claims_say_why_in_upstreams_words() {
         let f = fake();
+        let why = |claims: &[&str]| resolve("ns", &names(claims), &f).needs.unschedulable;
+        assert_eq!(why(&["pending"]).as_deref(), Some(UNBOUND_IMMEDIATE));
+        // A class that does not exist binds "immediately" (`IsDelayBindingMode`).
+        assert_eq!(why(&["no-class"]).as_deref(), Some(UNBOUND_IMMEDIATE));
+        // A volume named but the binding not complete: not a claim to bind.
+        assert_eq!(why(&["named"]).as_deref(), Some(UNBOUND_IMMEDIATE));
         assert_eq!(
-            resolve("ns", &names(&["pending"]), &f),
-            unschedulable(UNBOUND_IMMEDIATE.into())
+            why(&["nope"]),
+            Some("persistentvolumeclaim \"nope\" not found".into())
+        );
+        assert_eq!(why(&["dangling"]).as_deref(), Some(PV_NOT_EXIST));
+    }
+
+    #[test]
+    fn wait_for_first_consumer_claims_carry_their_classs_volumes_and_provisioning() {
+        let mut f = fake();
+        let r = resolve("ns", &names(&["bound", "waiting"]), &f);
+        assert_eq!(r.needs.unschedulable, None);
+        let [c] = r.needs.to_bind.as_slice() else {
+            panic!("one claim to bind: {:?}", r.needs.to_bind);
+        };
+        assert_eq!((c.uid.as_str(), c.resource_version.as_str()), ("u-w", "7"));
+        assert_eq!(c.request_bytes, 1 << 30);
+        assert_eq!(c.volume_mode, "Filesystem");
+        assert!(c.selector.is_some());
+        // Volumes of class `late` (one by its beta annotation), by name; not `elsewhere`.
+        let vols: Vec<(&str, i64, bool)> = c
+            .candidates
+            .iter()
+            .map(|v| (v.name.as_str(), v.capacity_bytes, v.available))
+            .collect();
+        assert_eq!(
+            vols,
+            vec![("local-1", 1 << 30, false), ("local-2", 2 << 30, true)]
         );
         assert_eq!(
-            resolve("ns", &names(&["nope"]), &f),
-            unschedulable("persistentvolumeclaim \"nope\" not found".into())
+            c.candidates[0].claim_ref,
+            Some(("ns".into(), "other".into(), "u-o".into()))
         );
-        let Resolved::Unsupported(u) = resolve("ns", &names(&["bound", "waiting"]), &f) else {
-            panic!("WaitForFirstConsumer is refused");
-        };
-        assert!(u[0].contains("WaitForFirstConsumer"), "{u:?}");
-        let Resolved::Unsupported(u) = resolve("ns", &names(&["cloud"]), &f) else {
-            panic!("CSI volumes are refused");
-        };
-        assert!(u[0].contains("NodeVolumeLimits"), "{u:?}");
+        assert!(c.candidates[1].node_affinity.is_some());
+        let p = c.provisioning.clone().expect("class");
+        assert_eq!(p.provisioner, "kubernetes.io/no-provisioner");
+        assert_eq!(
+            p.allowed_topologies,
+            vec![vec![("zone".to_string(), names(&["a", "b"]))]]
+        );
+        // This scheduler's reservation shows as a claim reference.
+        f.reserved.insert(
+            "local-2".into(),
+            ("ns".into(), "waiting".into(), "u-w".into()),
+        );
+        let r = resolve("ns", &names(&["waiting"]), &f);
+        assert_eq!(
+            r.needs.to_bind[0].candidates[1].claim_ref,
+            Some(("ns".into(), "waiting".into(), "u-w".into()))
+        );
     }
 }

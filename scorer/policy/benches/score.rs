@@ -66,6 +66,7 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                 taints,
                 unschedulable: false,
                 ready: true,
+                volume_limits: Default::default(),
             };
             let mut load = loadstar_common::model::LoadSummary::default();
             for kind in [

@@ -26,6 +26,7 @@ pub mod node_affinity;
 pub mod node_ports;
 pub mod node_ready;
 pub mod node_resources_fit;
+pub mod node_volume_limits;
 pub mod pod_topology_spread;
 pub mod profiles;
 pub mod registry;

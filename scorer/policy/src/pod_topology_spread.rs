@@ -20,10 +20,15 @@
 //! normalised score is `100 × (max + min − raw) / max` (100 everywhere when `max` is 0).
 //! A pod without soft constraints scores 100 on every node.
 //!
-//! `defaultConstraints` are rejected at configuration time: upstream builds their selector
-//! from the Services, ReplicaSets, StatefulSets and ReplicationControllers selecting the
-//! pod, which Loadstar does not watch, and applying them with a guessed selector would
-//! mislead. `SelectorSpread` spreads by controller instead.
+//! Pods that declare no constraints get the profile's default constraints, as upstream's
+//! `defaultConstraints` with `defaultingType`: `List` uses the listed ones, `System` (the
+//! default when none are listed, as in 1.20 with `DefaultPodTopologySpread` on) the system
+//! defaults — `kubernetes.io/hostname` with maxSkew 3 and `topology.kubernetes.io/zone`
+//! with maxSkew 5, both `ScheduleAnyway`. Their selector is the pod's
+//! [`default_spread_selector`](loadstar_framework::snapshot::PodInfo::default_spread_selector),
+//! what the Services, ReplicationControllers, ReplicaSets and StatefulSets selecting the pod
+//! select, which the Kubernetes layer computes; a pod nothing selects gets none.
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use loadstar_framework::snapshot::{
@@ -47,15 +52,18 @@ pub const REASON_MISSING_LABEL: &str =
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Args {
-    /// Constraints for pods that declare none: rejected when non-empty (see the module
-    /// docs); the key exists so the error says why instead of "unknown field".
+    /// Constraints for pods that declare none (with `defaultingType: List`).
     #[serde(default)]
     pub default_constraints: Vec<DefaultConstraint>,
+    /// `System` or `List`; unset: `List` when constraints are listed, else `System`.
+    #[serde(default)]
+    pub defaulting_type: Option<String>,
 }
 
-/// One default constraint, as upstream spells it (accepted only to be refused clearly).
+/// One default constraint, as upstream spells it (without a selector: it is derived per
+/// pod).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DefaultConstraint {
     /// Largest allowed skew.
     pub max_skew: i32,
@@ -63,6 +71,91 @@ pub struct DefaultConstraint {
     pub topology_key: String,
     /// `DoNotSchedule` or `ScheduleAnyway`.
     pub when_unsatisfiable: String,
+    /// Forbidden (accepted only to be refused with upstream's message).
+    #[serde(default)]
+    pub label_selector: Option<serde_norway::Value>,
+}
+
+/// Upstream's system default constraints (`systemDefaultConstraints`).
+pub fn system_defaults() -> Vec<SpreadConstraint> {
+    [(HOSTNAME_LABEL, 3), ("topology.kubernetes.io/zone", 5)]
+        .into_iter()
+        .map(|(key, skew)| SpreadConstraint {
+            max_skew: skew,
+            topology_key: key.into(),
+            when_unsatisfiable: WhenUnsatisfiable::ScheduleAnyway,
+            selector: None,
+        })
+        .collect()
+}
+
+/// Validates `args` as `ValidatePodTopologySpreadArgs` does and returns the effective
+/// default constraints (selectors left `None`).
+fn default_constraints(a: &Args) -> Result<Vec<SpreadConstraint>, PluginError> {
+    let invalid = |path: String, msg: &str| PluginError::invalid(NAME, path, msg);
+    let listed = !a.default_constraints.is_empty();
+    let system = match a.defaulting_type.as_deref() {
+        None => !listed,
+        Some("System") if listed => {
+            return Err(invalid(
+                "defaultingType".into(),
+                "must be List when .defaultConstraints are not empty",
+            ));
+        }
+        Some("System") => true,
+        Some("List") => false,
+        Some(_) => {
+            return Err(invalid(
+                "defaultingType".into(),
+                "must be one of {\"System\", \"List\"}",
+            ));
+        }
+    };
+    if system {
+        return Ok(system_defaults());
+    }
+    let mut out: Vec<SpreadConstraint> = Vec::new();
+    for (i, c) in a.default_constraints.iter().enumerate() {
+        let at = |field: &str| format!("defaultConstraints[{i}].{field}");
+        if c.max_skew <= 0 {
+            return Err(invalid(at("maxSkew"), "must be greater than zero"));
+        }
+        if c.topology_key.is_empty() {
+            return Err(invalid(at("topologyKey"), "can not be empty"));
+        }
+        let when = match c.when_unsatisfiable.as_str() {
+            "DoNotSchedule" => WhenUnsatisfiable::DoNotSchedule,
+            "ScheduleAnyway" => WhenUnsatisfiable::ScheduleAnyway,
+            _ => {
+                return Err(invalid(
+                    at("whenUnsatisfiable"),
+                    "must be DoNotSchedule or ScheduleAnyway",
+                ));
+            }
+        };
+        if c.label_selector.is_some() {
+            return Err(invalid(
+                at("labelSelector"),
+                "constraint must not define a selector, as they deduced for each pod",
+            ));
+        }
+        if out
+            .iter()
+            .any(|o| o.topology_key == c.topology_key && o.when_unsatisfiable == when)
+        {
+            return Err(invalid(
+                format!("defaultConstraints[{i}]"),
+                "duplicate topologyKey and whenUnsatisfiable",
+            ));
+        }
+        out.push(SpreadConstraint {
+            max_skew: c.max_skew,
+            topology_key: c.topology_key.clone(),
+            when_unsatisfiable: when,
+            selector: None,
+        });
+    }
+    Ok(out)
 }
 
 /// The PreFilter state: per constraint, matching pods per domain value and the minimum.
@@ -81,17 +174,22 @@ pub struct ConstraintCounts {
     pub min: i32,
 }
 
-/// The pod's hard constraints.
-pub fn hard_constraints(pod: &PodInfo) -> Vec<&SpreadConstraint> {
-    pod.spread_constraints
+/// The hard ones among a pod's effective constraints.
+pub fn hard_constraints(constraints: &[SpreadConstraint]) -> Vec<&SpreadConstraint> {
+    constraints
         .iter()
         .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
         .collect()
 }
 
-/// Computes the PreFilter counts for `pod` over every node of the snapshot.
-pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> SpreadState {
-    let hard = hard_constraints(pod);
+/// Computes the PreFilter counts for `pod` with its effective `constraints` over every node
+/// of the snapshot.
+pub fn prefilter_state(
+    nodes: &[NodeView],
+    pod: &PodInfo,
+    constraints: &[SpreadConstraint],
+) -> SpreadState {
+    let hard = hard_constraints(constraints);
     if hard.is_empty() {
         return SpreadState::default();
     }
@@ -143,6 +241,7 @@ pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> SpreadState {
 pub fn update_with_pod(
     state: &mut SpreadState,
     pod: &PodInfo,
+    constraints: &[SpreadConstraint],
     existing: &PodOnNode,
     node: &NodeView,
     delta: i64,
@@ -151,7 +250,7 @@ pub fn update_with_pod(
         return;
     }
     let l = node.labels_or_empty();
-    let hard = hard_constraints(pod);
+    let hard = hard_constraints(constraints);
     if !hard.iter().all(|c| l.contains_key(&c.topology_key)) {
         return;
     }
@@ -171,9 +270,13 @@ pub fn update_with_pod(
 }
 
 /// The filter verdict for one node given the PreFilter state.
-pub fn check(state: &SpreadState, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
-    let hard = pod
-        .spread_constraints
+pub fn check(
+    state: &SpreadState,
+    pod: &PodInfo,
+    constraints: &[SpreadConstraint],
+    node: &NodeView,
+) -> Result<(), String> {
+    let hard = constraints
         .iter()
         .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule);
     let l = node.labels_or_empty();
@@ -191,24 +294,40 @@ pub fn check(state: &SpreadState, pod: &PodInfo, node: &NodeView) -> Result<(), 
     Ok(())
 }
 
-/// The topology spread filter.
+/// The topology spread filter and score.
 #[derive(Debug, Clone, Default)]
-pub struct PodTopologySpread;
+pub struct PodTopologySpread {
+    /// Constraints for pods that declare none (selectors filled in per pod).
+    defaults: Vec<SpreadConstraint>,
+}
 
 impl PodTopologySpread {
-    /// Builds it from [`Args`]; any default constraint is an error (see the module docs).
+    /// Builds it from [`Args`], validated as upstream does.
     pub fn from_args(args: &serde_norway::Value) -> Result<Self, PluginError> {
         let a: Args = parse_args(NAME, args)?;
-        if !a.default_constraints.is_empty() {
-            return Err(PluginError::invalid(
-                NAME,
-                "defaultConstraints",
-                "not supported: upstream derives their selector from the Services and \
-                 controllers selecting the pod, which Loadstar does not watch; put the \
-                 constraints in the pod spec, or score with SelectorSpread (by controller)",
-            ));
+        Ok(PodTopologySpread {
+            defaults: default_constraints(&a)?,
+        })
+    }
+
+    /// The pod's effective constraints: its own, else the defaults with the pod's default
+    /// selector (none when nothing selects the pod).
+    pub fn constraints<'a>(&'a self, pod: &'a PodInfo) -> Cow<'a, [SpreadConstraint]> {
+        if !pod.spread_constraints.is_empty() {
+            return Cow::Borrowed(&pod.spread_constraints);
         }
-        Ok(PodTopologySpread)
+        match &pod.default_spread_selector {
+            Some(sel) if !self.defaults.is_empty() => Cow::Owned(
+                self.defaults
+                    .iter()
+                    .map(|c| SpreadConstraint {
+                        selector: Some(sel.clone()),
+                        ..c.clone()
+                    })
+                    .collect(),
+            ),
+            _ => Cow::Borrowed(&[]),
+        }
     }
 }
 
@@ -218,10 +337,11 @@ impl FilterPlugin for PodTopologySpread {
     }
 
     fn prefilter(&self, ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<PreFilterState> {
-        if hard_constraints(pod).is_empty() {
+        let cs = self.constraints(pod);
+        if hard_constraints(&cs).is_empty() {
             return None;
         }
-        Some(Box::new(prefilter_state(&ctx.snapshot.nodes, pod)))
+        Some(Box::new(prefilter_state(&ctx.snapshot.nodes, pod, &cs)))
     }
 
     fn filter_prepared(
@@ -232,7 +352,7 @@ impl FilterPlugin for PodTopologySpread {
         node: &NodeView,
     ) -> Result<(), String> {
         match state.and_then(|s| s.downcast_ref::<SpreadState>()) {
-            Some(s) => check(s, pod, node),
+            Some(s) => check(s, pod, &self.constraints(pod), node),
             None => self.filter(ctx, pod, node),
         }
     }
@@ -246,7 +366,7 @@ impl FilterPlugin for PodTopologySpread {
         delta: i64,
     ) {
         if let Some(s) = state.downcast_mut::<SpreadState>() {
-            update_with_pod(s, pod, existing, node, delta);
+            update_with_pod(s, pod, &self.constraints(pod), existing, node, delta);
         }
     }
 
@@ -258,10 +378,16 @@ impl FilterPlugin for PodTopologySpread {
 
     /// Without a PreFilter state (a single-node check), computes it on the spot.
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
-        if hard_constraints(pod).is_empty() {
+        let cs = self.constraints(pod);
+        if hard_constraints(&cs).is_empty() {
             return Ok(());
         }
-        check(&prefilter_state(&ctx.snapshot.nodes, pod), pod, node)
+        check(
+            &prefilter_state(&ctx.snapshot.nodes, pod, &cs),
+            pod,
+            &cs,
+            node,
+        )
     }
 }
 
@@ -288,8 +414,8 @@ impl ScorePlugin for PodTopologySpread {
     }
 
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
-        let soft: Vec<&SpreadConstraint> = pod
-            .spread_constraints
+        let cs = self.constraints(pod);
+        let soft: Vec<&SpreadConstraint> = cs
             .iter()
             .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::ScheduleAnyway)
             .collect();
@@ -448,7 +574,7 @@ mod tests {
         feasible_names(
             vec![
                 Box::new(crate::node_affinity::NodeAffinity),
-                Box::new(PodTopologySpread),
+                Box::new(PodTopologySpread::default()),
             ],
             nodes,
             p,
@@ -473,7 +599,7 @@ mod tests {
         );
         let snap = snapshot(nodes());
         assert_eq!(
-            PodTopologySpread.filter(&ctx(&snap), &spread(1, "zone"), &snap.nodes[3]),
+            PodTopologySpread::default().filter(&ctx(&snap), &spread(1, "zone"), &snap.nodes[3]),
             Err(REASON_MISSING_LABEL.into())
         );
     }
@@ -499,7 +625,7 @@ mod tests {
         assert_eq!(feasible(nodes.clone(), &p), vec!["b1"]);
         let snap = snapshot(nodes.clone());
         assert_eq!(
-            PodTopologySpread.filter(&ctx(&snap), &p, &snap.nodes[0]),
+            PodTopologySpread::default().filter(&ctx(&snap), &p, &snap.nodes[0]),
             Ok(()),
             "a node outside the eligible domains adds nothing and passes this filter"
         );
@@ -526,15 +652,102 @@ mod tests {
         assert_eq!(feasible(nodes, &spread(1, "zone")).len(), 2);
     }
 
+    fn y(s: &str) -> serde_norway::Value {
+        serde_norway::from_str::<serde_norway::Value>(s).expect("yaml")
+    }
+
     #[test]
-    fn default_constraints_are_refused_at_configuration() {
-        let y = |s: &str| serde_norway::from_str::<serde_norway::Value>(s).expect("yaml");
-        assert!(PodTopologySpread::from_args(&y("defaultConstraints: []")).is_ok());
-        let err = PodTopologySpread::from_args(&y(
-            "defaultConstraints: [{maxSkew: 3, topologyKey: zone, whenUnsatisfiable: ScheduleAnyway}]",
+    fn default_constraints_are_validated_as_upstream_does() {
+        let built = |s: &str| PodTopologySpread::from_args(&y(s));
+        // Unset: System defaults; listed: List.
+        assert_eq!(built("{}").expect("ok").defaults, system_defaults());
+        assert_eq!(
+            built("defaultConstraints: []").expect("ok").defaults,
+            system_defaults()
+        );
+        assert!(
+            built("defaultingType: List")
+                .expect("ok")
+                .defaults
+                .is_empty()
+        );
+        let listed = built(
+            "defaultConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]",
+        )
+        .expect("ok");
+        assert_eq!(listed.defaults.len(), 1);
+        for (bad, path) in [
+            (
+                "{defaultingType: System, defaultConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]}",
+                "defaultingType",
+            ),
+            ("defaultingType: Sometimes", "defaultingType"),
+            (
+                "defaultConstraints: [{maxSkew: 0, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]",
+                "defaultConstraints[0].maxSkew",
+            ),
+            (
+                "defaultConstraints: [{maxSkew: 1, topologyKey: '', whenUnsatisfiable: DoNotSchedule}]",
+                "defaultConstraints[0].topologyKey",
+            ),
+            (
+                "defaultConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: Never}]",
+                "defaultConstraints[0].whenUnsatisfiable",
+            ),
+            (
+                "defaultConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {}}]",
+                "defaultConstraints[0].labelSelector",
+            ),
+            (
+                "defaultConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}, {maxSkew: 2, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]",
+                "defaultConstraints[1]",
+            ),
+        ] {
+            let err = built(bad).expect_err(bad).to_string();
+            assert!(err.contains(path), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn pods_without_constraints_get_the_defaults_with_their_default_selector() {
+        // Zone a: 2 web pods, b: 0. A hard default of maxSkew 1 by zone.
+        let nodes = vec![
+            node("a1", Some("a"), 2),
+            node("b1", Some("b"), 0),
+            node("x", None, 0),
+        ];
+        let plugin = PodTopologySpread::from_args(&y(
+            "defaultConstraints: [{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}]",
         ))
-        .expect_err("defaults need selectors we cannot build");
-        assert!(err.to_string().contains("defaultConstraints"), "{err}");
+        .expect("ok");
+        let snap = snapshot(nodes);
+        let verdicts = |p: &PodInfo| -> Vec<Result<(), String>> {
+            snap.nodes
+                .iter()
+                .map(|n| plugin.filter(&ctx(&snap), p, n))
+                .collect()
+        };
+        let mut p = pod(100, MIB);
+        p.namespace = "ns".into();
+        p.labels = l(&[("app", "web")]);
+        // Nothing selects it: no default constraints.
+        assert_eq!(verdicts(&p), vec![Ok(()), Ok(()), Ok(())]);
+        p.default_spread_selector = Some(LabelSelector {
+            match_labels: l(&[("app", "web")]),
+            ..Default::default()
+        });
+        assert_eq!(
+            verdicts(&p),
+            vec![
+                Err(REASON_CONSTRAINTS.into()),
+                Ok(()),
+                Err(REASON_MISSING_LABEL.into())
+            ]
+        );
+        // Its own constraints win over the defaults.
+        let mut own = spread(5, "zone");
+        own.default_spread_selector = p.default_spread_selector.clone();
+        assert_eq!(verdicts(&own)[0], Ok(()));
     }
 
     #[test]
@@ -551,11 +764,23 @@ mod tests {
         let snap = snapshot(nodes);
         let refs: Vec<&NodeView> = snap.nodes.iter().collect();
         let mut out = vec![0; 4];
-        ScorePlugin::score(&PodTopologySpread, &ctx(&snap), &p, &refs, &mut out);
+        ScorePlugin::score(
+            &PodTopologySpread::default(),
+            &ctx(&snap),
+            &p,
+            &refs,
+            &mut out,
+        );
         // Raw = count × ln(3 + 2): a 4.83 → 4, b 1.61 → 1, c 0; 100 × (4 + 0 − raw) / 4.
         assert_eq!(out, vec![0, 75, 100, 0]);
         let plain = pod(100, MIB);
-        ScorePlugin::score(&PodTopologySpread, &ctx(&snap), &plain, &refs, &mut out);
+        ScorePlugin::score(
+            &PodTopologySpread::default(),
+            &ctx(&snap),
+            &plain,
+            &refs,
+            &mut out,
+        );
         assert_eq!(out, vec![100; 4]);
     }
 
@@ -568,7 +793,8 @@ mod tests {
             node("c1", Some("c"), 3),
         ];
         let p = spread(1, "zone");
-        let full = prefilter_state(&nodes, &p);
+        let cs = p.spread_constraints.clone();
+        let full = prefilter_state(&nodes, &p, &cs);
         for (i, n) in nodes.iter().enumerate() {
             for victim in &n.alloc.pods {
                 let mut fewer = nodes.clone();
@@ -576,9 +802,14 @@ mod tests {
                 alloc.remove_pod(&victim.uid);
                 fewer[i].alloc = Arc::new(alloc);
                 let mut s = full.clone();
-                update_with_pod(&mut s, &p, victim, n, -1);
-                assert_eq!(s, prefilter_state(&fewer, &p), "without {}", victim.uid);
-                update_with_pod(&mut s, &p, victim, n, 1);
+                update_with_pod(&mut s, &p, &cs, victim, n, -1);
+                assert_eq!(
+                    s,
+                    prefilter_state(&fewer, &p, &cs),
+                    "without {}",
+                    victim.uid
+                );
+                update_with_pod(&mut s, &p, &cs, victim, n, 1);
                 assert_eq!(s, full, "and back with {}", victim.uid);
             }
         }

@@ -5,8 +5,9 @@ use crate::args::PluginError;
 use crate::{
     balanced_allocation, eviction, gpu_bin_pack, inter_pod_affinity, least_allocated, load_ratio,
     load_variation_risk_balancing, min_variance, most_allocated, node_affinity, node_ports,
-    node_ready, node_resources_fit, pod_topology_spread, selector_spread, taint_toleration,
-    target_load_packing, usage_threshold, volume_binding, volume_restrictions, volume_zone,
+    node_ready, node_resources_fit, node_volume_limits, pod_topology_spread, selector_spread,
+    taint_toleration, target_load_packing, usage_threshold, volume_binding, volume_restrictions,
+    volume_zone,
 };
 
 /// Names of the filter plugins [`build_filter`] knows, in the order a profile usually runs
@@ -18,6 +19,11 @@ pub const FILTER_NAMES: &[&str] = &[
     node_resources_fit::NAME,
     node_ports::NAME,
     volume_restrictions::NAME,
+    node_volume_limits::EBS_NAME,
+    node_volume_limits::GCE_PD_NAME,
+    node_volume_limits::CSI_NAME,
+    node_volume_limits::AZURE_DISK_NAME,
+    node_volume_limits::CINDER_NAME,
     volume_binding::NAME,
     volume_zone::NAME,
     pod_topology_spread::NAME,
@@ -79,6 +85,15 @@ pub fn build_filter(
         volume_restrictions::NAME => {
             Box::new(volume_restrictions::VolumeRestrictions::from_args(args)?)
         }
+        node_volume_limits::CSI_NAME => {
+            Box::new(node_volume_limits::NodeVolumeLimits::from_args(args)?)
+        }
+        node_volume_limits::EBS_NAME => in_tree_limits(node_volume_limits::EBS_NAME, args)?,
+        node_volume_limits::GCE_PD_NAME => in_tree_limits(node_volume_limits::GCE_PD_NAME, args)?,
+        node_volume_limits::AZURE_DISK_NAME => {
+            in_tree_limits(node_volume_limits::AZURE_DISK_NAME, args)?
+        }
+        node_volume_limits::CINDER_NAME => in_tree_limits(node_volume_limits::CINDER_NAME, args)?,
         volume_binding::NAME => Box::new(volume_binding::VolumeBinding::from_args(args)?),
         volume_zone::NAME => Box::new(volume_zone::VolumeZone::from_args(args)?),
         eviction::NAME => Box::new(eviction::EvictionPressure::from_args(args)?),
@@ -91,6 +106,15 @@ pub fn build_filter(
             });
         }
     })
+}
+
+fn in_tree_limits(
+    name: &'static str,
+    args: &serde_norway::Value,
+) -> Result<Box<dyn FilterPlugin>, PluginError> {
+    Ok(Box::new(node_volume_limits::InTreeVolumeLimits::from_args(
+        name, args,
+    )?))
 }
 
 /// Builds the score plugin `name` with `args` (null = defaults).

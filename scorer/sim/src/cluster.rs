@@ -198,6 +198,7 @@ impl NodeSpec {
             taints: Vec::new(),
             unschedulable: false,
             ready: true,
+            volume_limits: Default::default(),
         }
     }
 }

@@ -102,6 +102,11 @@ pub struct ServeArgs {
     /// Bindings in flight at most.
     #[arg(long, default_value_t = 64)]
     pub bind_concurrency: usize,
+    /// How long a pod's WaitForFirstConsumer claims may take to be bound (by the PV
+    /// controller or a provisioner) before the pod is retried; kube-scheduler's
+    /// `bindTimeoutSeconds`.
+    #[arg(long, default_value_t = 600.0)]
+    pub volume_bind_timeout_seconds: f64,
     /// Who may call what.
     #[command(flatten)]
     pub auth: crate::app::security::AuthArgs,
@@ -189,6 +194,10 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
             scheduler: SchedulerConfig {
                 bind_concurrency: args.bind_concurrency.max(1),
                 drain_timeout: DRAIN_TIMEOUT,
+                volume_bind_timeout: secs(
+                    args.volume_bind_timeout_seconds,
+                    "volume-bind-timeout-seconds",
+                )?,
                 ..SchedulerConfig::default()
             },
             readiness: readiness.clone(),

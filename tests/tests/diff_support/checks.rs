@@ -73,17 +73,20 @@ fn generated_objects_are_kubernetes_objects_the_probe_can_rely_on() -> Result<()
                 "scenario {index}: namespace {ns}"
             );
             // Claims, each one of the scenario's (the incoming pod may name a missing one),
-            // and inline disks: iSCSI and RBD only on the incoming pod (Loadstar refuses
-            // GCE and EBS disks on purpose).
+            // and inline disks: iSCSI, RBD, GCE and EBS.
             let volumes = spec.volumes.unwrap_or_default();
-            let incoming = std::ptr::eq(p, &sc.incoming);
             ensure!(volumes.iter().all(|v| {
                 v.persistent_volume_claim.is_some()
                     || v.iscsi.is_some()
                     || v.rbd.is_some()
-                    || (!incoming
-                        && (v.gce_persistent_disk.is_some() || v.aws_elastic_block_store.is_some()))
+                    || v.gce_persistent_disk.is_some()
+                    || v.aws_elastic_block_store.is_some()
             }));
+            let names: BTreeSet<String> = volumes.iter().map(|v| v.name.clone()).collect();
+            ensure!(
+                names.len() == volumes.len(),
+                "scenario {index}: volume names repeat"
+            );
             for c in claim_names(p) {
                 let known = sc.claims.iter().any(|k| {
                     str_at(k, "/metadata/name") == c && str_at(k, "/metadata/namespace") == ns
@@ -127,11 +130,32 @@ fn check_storage(sc: &Scenario) -> Result<()> {
             "volume {name}: named after the prefix"
         );
         let spec = pv.spec.clone().context("volume spec")?;
+        let sources = [
+            spec.host_path.is_some(),
+            spec.local.is_some(),
+            spec.csi.is_some(),
+        ];
         ensure!(
-            spec.host_path.is_some() != spec.local.is_some(),
-            "{name}: hostPath or local"
+            sources.iter().filter(|s| **s).count() == 1,
+            "{name}: hostPath, local or csi"
         );
-        ensure!(spec.csi.is_none() && spec.storage_class_name.is_none());
+        if let Some(c) = &spec.csi {
+            ensure!(c.driver == crate::diff_support::generator::attach::DRIVER);
+        }
+        let class = pv
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class").cloned())
+            .or(spec.storage_class_name.clone());
+        if let Some(class) = class {
+            ensure!(
+                sc.classes
+                    .iter()
+                    .any(|c| str_at(c, "/metadata/name") == class),
+                "{name}: class {class} is the scenario's"
+            );
+        }
         if spec.local.is_some() {
             ensure!(
                 spec.node_affinity.is_some(),
@@ -153,9 +177,17 @@ fn check_storage(sc: &Scenario) -> Result<()> {
             );
         }
         let spec = pvc.spec.context("claim spec")?;
-        // No class at all: kube-scheduler fails (rather than filters) on a missing one, and
-        // Loadstar refuses WaitForFirstConsumer.
-        ensure!(spec.storage_class_name.as_deref().unwrap_or("").is_empty());
+        // No class, or one of the scenario's (kube-scheduler fails, rather than filters, on
+        // a claim to bind whose class is missing).
+        let class = spec.storage_class_name.clone().unwrap_or_default();
+        ensure!(
+            class.is_empty()
+                || sc
+                    .classes
+                    .iter()
+                    .any(|c| str_at(c, "/metadata/name") == class),
+            "claim {name}: class {class:?}"
+        );
         let completed = pvc
             .metadata
             .annotations
@@ -204,21 +236,30 @@ fn generator_output_is_what_the_regression_cases_were_found_with() {
 
 #[test]
 fn the_regression_cases_carry_no_volumes_and_a_share_of_scenarios_does() {
-    // Volumes come from their own random stream (`generator::VOLUME_STREAM`): the cases
-    // stay the scenarios their comments describe.
+    // Volumes, disks, attach limits, claims to bind and default spreading come from their
+    // own random streams (`generator::VOLUME_STREAM`, …): the cases stay the scenarios their
+    // comments describe.
     for &(name, seed, index) in REGRESSIONS {
         let sc = generate(seed, index, "p");
         assert!(!sc.has_storage(), "regression {name:?} now has volumes");
-        assert!(
-            !sc.features.contains(&Feature::InlineDisks),
-            "regression {name:?} now has inline disks"
-        );
+        for f in [
+            Feature::InlineDisks,
+            Feature::AttachLimits,
+            Feature::ClaimsToBind,
+            Feature::DefaultSpread,
+        ] {
+            assert!(
+                !sc.features.contains(&f),
+                "regression {name:?} now has {f:?}"
+            );
+        }
+        assert!(sc.classes.is_empty() && sc.csinodes.is_empty() && sc.selectors.is_empty());
     }
     let with = (0..DEFAULT_SCENARIOS)
         .filter(|&i| generate(DEFAULT_SEED, i, "p").has_storage())
         .count();
     assert!(
-        (15..=45).contains(&with),
+        (30..=75).contains(&with),
         "{with} of 100 scenarios have volumes"
     );
 }

@@ -6,9 +6,12 @@
 //!
 //! Names are the only input besides `(seed, index)`: a `prefix` that makes this run's
 //! namespaces, nodes and volumes unique, and changes nothing else.
+pub mod attach;
+mod binding;
 mod constraints;
 mod disks;
 pub mod preemption;
+pub mod spreading;
 mod volumes;
 
 pub use preemption::generate_preemption;
@@ -28,6 +31,23 @@ fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// Which scenario a stream draws for, and how it names its objects.
+pub(super) struct DrawFor<'a> {
+    pub seed: u64,
+    pub index: usize,
+    /// Names cluster-scoped objects.
+    pub prefix: &'a str,
+    /// The incoming pod's namespace.
+    pub namespace: &'a str,
+}
+
+impl DrawFor<'_> {
+    /// The stream salted with `salt`.
+    pub fn rng(&self, salt: u64) -> StdRng {
+        StdRng::seed_from_u64(mix(self.seed ^ mix(self.index as u64) ^ salt))
+    }
 }
 
 /// Salt of the volumes' random stream (see [`generate`]). Chosen so that none of
@@ -56,7 +76,7 @@ pub fn generate(seed: u64, index: usize, prefix: &str) -> Scenario {
     // filters must get exactly right.
     let inter_pod = g.rng.random_bool(0.6);
     let few_pod_slots = g.rng.random_bool(0.3);
-    let nodes: Vec<Value> = (0..node_count)
+    let mut nodes: Vec<Value> = (0..node_count)
         .map(|i| g.node(i, few_pod_slots && i < 2))
         .collect();
     let pod_count = g.rng.random_range(0..=10);
@@ -88,6 +108,29 @@ pub fn generate(seed: u64, index: usize, prefix: &str) -> Scenario {
     g.features.extend(v.features);
     // Inline disks: a third stream, drawn last.
     disks::draw(seed, index, &mut pods, &mut incoming, &mut g.features);
+    // Attach limits, claims to bind and default spreading: three more streams, each drawn
+    // after the ones before.
+    let ns = g.namespaces[0].clone();
+    let at = DrawFor {
+        seed,
+        index,
+        prefix,
+        namespace: &ns,
+    };
+    let attach = attach::draw(&at, &mut nodes, &mut pods, &mut incoming, &mut g.features);
+    let binding = binding::draw(&at, &nodes, &g.zones, &mut incoming, &mut g.features);
+    let selectors = spreading::draw(&at, &incoming, &mut g.features);
+    let mut volumes = storage.volumes;
+    volumes.extend(attach.volumes);
+    volumes.extend(binding.volumes);
+    let mut claims = storage.claims;
+    claims.extend(attach.claims);
+    claims.extend(binding.claims);
+    if !volumes.is_empty() || !claims.is_empty() {
+        g.features.insert(Feature::Volumes);
+    }
+    let mut classes = attach.classes;
+    classes.extend(binding.classes);
     Scenario {
         seed,
         index,
@@ -96,11 +139,14 @@ pub fn generate(seed: u64, index: usize, prefix: &str) -> Scenario {
         history,
         pods,
         incoming,
-        volumes: storage.volumes,
-        claims: storage.claims,
+        volumes,
+        claims,
         budgets: Vec::new(),
         priority_classes: BTreeMap::new(),
         features: g.features,
+        classes,
+        csinodes: attach.csinodes,
+        selectors,
     }
 }
 

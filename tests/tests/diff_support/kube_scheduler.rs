@@ -1,5 +1,6 @@
 //! A dedicated real kube-scheduler v1.20.2 for the differential test: one profile
-//! (`diff-kube`, kube-scheduler's default plugins), no leader election, every node evaluated
+//! (`diff-kube`, kube-scheduler's default plugins, PodTopologySpread with the diff's hard
+//! default constraints), no leader election, every node evaluated
 //! (`percentageOfNodesToScore: 100`), one-second backoffs, and the recording extender
 //! ([`super::extender`]) as its filter extender. It runs under the admin kubeconfig and binds
 //! nothing: the extender rejects every node.
@@ -10,6 +11,7 @@ use anyhow::Result;
 pub use crate::e2e_support::kube_scheduler::KubeScheduler;
 
 use super::extender::FILTER_VERB;
+use super::generator::spreading::DEFAULT_CONSTRAINTS;
 use super::scenario::SCHEDULER_NAME;
 
 /// The `KubeSchedulerConfiguration` it runs with.
@@ -28,6 +30,11 @@ podInitialBackoffSeconds: 1
 podMaxBackoffSeconds: 1
 profiles:
 - schedulerName: {SCHEDULER_NAME}
+  pluginConfig:
+  - name: PodTopologySpread
+    args:
+      defaultingType: List
+      defaultConstraints: {DEFAULT_CONSTRAINTS}
 extenders:
 - urlPrefix: {extender_url}
   filterVerb: {FILTER_VERB}

@@ -19,6 +19,12 @@
 //! watch per kind, so a cache that lets the probe through (a claim or volume it has not seen
 //! fails the probe everywhere) holds every claim and volume of the scenario too.
 //!
+//! A scenario with CSINodes gives every node one, and the probe a CSI volume that only a
+//! node's CSINode lets on (`generator::attach`): a cache that lets the probe onto a node
+//! holds that node's CSINode. StorageClasses and the Services and controllers that select
+//! pods (read through watches of their own, with no such proof) are created before
+//! everything else.
+//!
 //! Loadstar may also list entries with neither a Node object nor an agent behind them (a
 //! node deleted before its pods leaves one: see the regression cases); they have no labels,
 //! are never candidates here and cannot change a feasible set, so the barrier ignores them
@@ -195,6 +201,40 @@ async fn create_node(client: &Client, node: &Value) -> Result<()> {
     api.create(&PostParams::default(), &n)
         .await
         .with_context(|| format!("creating node {name}"))?;
+    Ok(())
+}
+
+/// The API of a namespaced object given with its `apiVersion` and `kind`.
+fn dynamic_api(client: &Client, object: &Value) -> Api<DynamicObject> {
+    let api_version = str_at(object, "/apiVersion");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        group,
+        version,
+        &str_at(object, "/kind"),
+    ));
+    Api::namespaced_with(
+        client.clone(),
+        &str_at(object, "/metadata/namespace"),
+        &resource,
+    )
+}
+
+/// Creates the Services and controllers that select pods.
+async fn create_selectors(client: &Client, sc: &Scenario) -> Result<()> {
+    for o in &sc.selectors {
+        let obj: DynamicObject = serde_json::from_value(o.clone())?;
+        dynamic_api(client, o)
+            .create(&PostParams::default(), &obj)
+            .await
+            .with_context(|| {
+                format!(
+                    "creating {} {}",
+                    str_at(o, "/kind"),
+                    str_at(o, "/metadata/name")
+                )
+            })?;
+    }
     Ok(())
 }
 
@@ -694,6 +734,7 @@ impl Harness {
         for ns in &sc.namespaces {
             create_namespace(&self.client, ns).await?;
         }
+        create_selectors(&self.client, sc).await?;
         storage::create_scenario_storage(&self.client, sc, &self.probe_ns, tag).await?;
         create_budgets(&self.client, sc).await?;
         self.play_history(sc).await?;
@@ -704,6 +745,9 @@ impl Harness {
             .collect()
             .await;
         created.into_iter().collect::<Result<Vec<()>>>()?;
+        for c in &sc.csinodes {
+            storage::create_csinode(client, c).await?;
+        }
         let created: Vec<Result<Pod>> = futures::stream::iter(&sc.pods)
             .map(|p| create_pod(client, p))
             .buffer_unordered(8)
@@ -844,6 +888,17 @@ impl Harness {
                 .await;
         }
         storage::delete_scenario_storage(&self.client, sc, &self.probe_ns, tag).await;
+        let csinodes: Vec<String> = sc
+            .csinodes
+            .iter()
+            .map(|c| str_at(c, "/metadata/name"))
+            .collect();
+        storage::delete_csinodes(&self.client, &csinodes).await;
+        for o in &sc.selectors {
+            let _ = dynamic_api(&self.client, o)
+                .delete(&str_at(o, "/metadata/name"), &DeleteParams::default())
+                .await;
+        }
         for b in &sc.budgets {
             let api = budgets_api(&self.client, &str_at(b, "/metadata/namespace"));
             let _ = api

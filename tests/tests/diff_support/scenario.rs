@@ -115,6 +115,15 @@ pub enum Feature {
     DisruptionBudgets,
     /// The incoming pod has `preemptionPolicy: Never`.
     PreemptionNever,
+    /// CSI or in-tree volumes against per-node attach limits.
+    AttachLimits,
+    /// CSINodes override nodes' CSI attach limits.
+    CsiNodes,
+    /// The incoming pod mounts `WaitForFirstConsumer` claims the scheduler binds.
+    ClaimsToBind,
+    /// Services and controllers select the incoming pod, which has no spread constraints
+    /// of its own: the profiles' default constraints apply.
+    DefaultSpread,
 }
 
 impl Feature {
@@ -148,6 +157,10 @@ impl Feature {
         Feature::Preemption,
         Feature::DisruptionBudgets,
         Feature::PreemptionNever,
+        Feature::AttachLimits,
+        Feature::CsiNodes,
+        Feature::ClaimsToBind,
+        Feature::DefaultSpread,
     ];
 
     /// A short name, with the kube-scheduler plugin it exercises.
@@ -181,6 +194,10 @@ impl Feature {
             Feature::Preemption => "DefaultPreemption: nominated node and victims",
             Feature::DisruptionBudgets => "DefaultPreemption: PodDisruptionBudgets",
             Feature::PreemptionNever => "DefaultPreemption: preemptionPolicy Never",
+            Feature::AttachLimits => "NodeVolumeLimits/EBSLimits/GCEPDLimits: attach limits",
+            Feature::CsiNodes => "NodeVolumeLimits: CSINode limits",
+            Feature::ClaimsToBind => "VolumeBinding: WaitForFirstConsumer claims to bind",
+            Feature::DefaultSpread => "PodTopologySpread: defaultConstraints",
         }
     }
 
@@ -229,6 +246,14 @@ pub struct Scenario {
     /// PriorityClass name → (value, `preemptionPolicy`), of the classes the scenario's pods
     /// name (the runner creates them once; admission copies both into each pod's spec).
     pub priority_classes: BTreeMap<String, (i32, String)>,
+    /// StorageClasses (cluster-scoped; named after the prefix), created first. Usually
+    /// empty.
+    pub classes: Vec<Value>,
+    /// CSINodes, one per node when there are any (see `generator::attach`). Usually empty.
+    pub csinodes: Vec<Value>,
+    /// Services and controllers (with `apiVersion` and `kind`) in the incoming pod's
+    /// namespace whose selectors make its default spreading selector. Usually empty.
+    pub selectors: Vec<Value>,
     /// What it exercises.
     pub features: BTreeSet<Feature>,
 }
@@ -272,6 +297,12 @@ impl Scenario {
         !self.volumes.is_empty() || !self.claims.is_empty()
     }
 
+    /// Whether the probe must mount a volume of the probe's CSI driver (the scenario has
+    /// CSINodes: see `generator::attach`).
+    pub fn probe_needs_csi(&self) -> bool {
+        !self.csinodes.is_empty()
+    }
+
     /// Whether the scenario uses a filter Loadstar does not implement yet.
     pub fn needs_inter_pod_filters(&self) -> bool {
         self.features.iter().any(|f| f.needs_inter_pod_filters())
@@ -290,6 +321,13 @@ impl Scenario {
         for n in &self.nodes {
             docs.push(with_kind(n, "Node"));
         }
+        for c in &self.classes {
+            docs.push(with_api(c, "storage.k8s.io/v1", "StorageClass"));
+        }
+        for c in &self.csinodes {
+            docs.push(with_api(c, "storage.k8s.io/v1", "CSINode"));
+        }
+        docs.extend(self.selectors.iter().cloned());
         for v in &self.volumes {
             docs.push(with_kind(v, "PersistentVolume"));
         }
@@ -320,8 +358,12 @@ impl Scenario {
 }
 
 fn with_kind(v: &Value, kind: &str) -> Value {
+    with_api(v, "v1", kind)
+}
+
+fn with_api(v: &Value, api_version: &str, kind: &str) -> Value {
     let mut out = Map::new();
-    out.insert("apiVersion".into(), json!("v1"));
+    out.insert("apiVersion".into(), json!(api_version));
     out.insert("kind".into(), json!(kind));
     if let Some(m) = v.as_object() {
         out.extend(m.clone());

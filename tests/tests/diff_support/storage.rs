@@ -1,6 +1,6 @@
 //! Storage objects of the differential test on the API server: creating a scenario's
-//! PersistentVolumes and claims (and the refusal test's StorageClasses), the probe's own
-//! volume and claim, and deleting them all again.
+//! StorageClasses, PersistentVolumes (with the status the PV controller would write) and
+//! claims, its CSINodes, the probe's own volume and claim, and deleting them all again.
 //!
 //! Deleting needs care without a kube-controller-manager: the StorageObjectInUseProtection
 //! admission plugin gives every claim and volume a protection finalizer that only the
@@ -11,13 +11,14 @@ use std::fmt::Debug;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::generator::attach::PROBE_DRIVER;
 use super::scenario::{BIND_COMPLETED, DELETE_GRACEFULLY, Scenario, after_create, str_at};
 
 async fn create<K>(api: Api<K>, object: &Value, kind: &str) -> Result<()>
@@ -33,9 +34,39 @@ where
     Ok(())
 }
 
-/// Creates a PersistentVolume.
+/// Creates a PersistentVolume, then writes its `status` if it has one (the PV controller
+/// that would does not run here; without it a new volume stays `Pending`).
 pub async fn create_volume(client: &Client, volume: &Value) -> Result<()> {
-    create::<PersistentVolume>(Api::all(client.clone()), volume, "PersistentVolume").await
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    create::<PersistentVolume>(api.clone(), volume, "PersistentVolume").await?;
+    if let Some(status) = volume.get("status") {
+        let name = str_at(volume, "/metadata/name");
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await
+        .with_context(|| format!("writing the status of PersistentVolume {name}"))?;
+    }
+    Ok(())
+}
+
+/// Creates a CSINode.
+pub async fn create_csinode(client: &Client, csinode: &Value) -> Result<()> {
+    create::<CSINode>(Api::all(client.clone()), csinode, "CSINode").await
+}
+
+/// Deletes CSINodes by name (best effort).
+pub async fn delete_csinodes(client: &Client, names: &[String]) {
+    let api: Api<CSINode> = Api::all(client.clone());
+    futures::future::join_all(names.iter().map(|n| {
+        let api = api.clone();
+        async move {
+            let _ = api.delete(n, &DeleteParams::default()).await;
+        }
+    }))
+    .await;
 }
 
 /// Creates a claim (in its `metadata.namespace`).
@@ -120,6 +151,25 @@ pub fn neutral_volume_and_claim(volume: &str, namespace: &str, claim: &str) -> (
     (pv, pvc)
 }
 
+/// [`neutral_volume_and_claim`] as a CSI volume of `driver`: it counts against that
+/// driver's attach limit and nothing else.
+pub fn csi_volume_and_claim(
+    volume: &str,
+    namespace: &str,
+    claim: &str,
+    driver: &str,
+) -> (Value, Value) {
+    let (mut pv, pvc) = neutral_volume_and_claim(volume, namespace, claim);
+    if let Some(spec) = pv["spec"].as_object_mut() {
+        spec.remove("hostPath");
+        spec.insert(
+            "csi".into(),
+            json!({"driver": driver, "volumeHandle": format!("{volume}-handle")}),
+        );
+    }
+    (pv, pvc)
+}
+
 /// The probe's volume and claim (in the probes' namespace) for the scenario `tag`.
 pub fn probe_storage_names(tag: &str) -> (String, String) {
     (format!("{tag}-probe-pv"), format!("{tag}-probe"))
@@ -136,6 +186,9 @@ pub async fn create_scenario_storage(
 ) -> Result<()> {
     if !sc.has_storage() {
         return Ok(());
+    }
+    for c in &sc.classes {
+        create_class(client, c).await?;
     }
     let created: Vec<Result<()>> = futures::stream::iter(&sc.volumes)
         .map(|v| create_volume(client, v))
@@ -161,10 +214,20 @@ pub async fn create_scenario_storage(
             .await
             .with_context(|| format!("deleting claim {name} (it stays, Terminating)"))?;
     }
-    let (volume, claim) = probe_storage_names(tag);
-    let (volume, claim) = neutral_volume_and_claim(&volume, probe_ns, &claim);
+    let (volume, claim) = probe_storage(sc, probe_ns, tag);
     create_volume(client, &volume).await?;
     create_claim(client, &claim).await
+}
+
+/// The probe's volume and claim: a CSI volume of the probe's driver when the scenario has
+/// CSINodes (then the probe proves both schedulers have them), else a neutral one.
+fn probe_storage(sc: &Scenario, probe_ns: &str, tag: &str) -> (Value, Value) {
+    let (volume, claim) = probe_storage_names(tag);
+    if sc.probe_needs_csi() {
+        csi_volume_and_claim(&volume, probe_ns, &claim, PROBE_DRIVER)
+    } else {
+        neutral_volume_and_claim(&volume, probe_ns, &claim)
+    }
 }
 
 /// Deletes what [`create_scenario_storage`] created (best effort).
@@ -172,14 +235,16 @@ pub async fn delete_scenario_storage(client: &Client, sc: &Scenario, probe_ns: &
     if !sc.has_storage() {
         return;
     }
-    let (volume, claim) = probe_storage_names(tag);
-    let (_, probe_claim) = neutral_volume_and_claim(&volume, probe_ns, &claim);
+    let (probe_volume, probe_claim) = probe_storage(sc, probe_ns, tag);
     let claims: Vec<Value> = sc.claims.iter().cloned().chain([probe_claim]).collect();
     let volumes: Vec<String> = sc
         .volumes
         .iter()
+        .chain([&probe_volume])
         .map(|v| str_at(v, "/metadata/name"))
-        .chain([volume])
         .collect();
     delete_storage(client, &claims, &volumes).await;
+    for c in &sc.classes {
+        delete_class(client, &str_at(c, "/metadata/name")).await;
+    }
 }

@@ -249,6 +249,9 @@ pub fn generate_preemption(seed: u64, index: usize, prefix: &str) -> Scenario {
             .map(|(n, v, policy)| (n.to_string(), (*v, policy.to_string())))
             .collect::<BTreeMap<_, _>>(),
         features: g.features,
+        classes: Vec::new(),
+        csinodes: Vec::new(),
+        selectors: Vec::new(),
     }
 }
 
