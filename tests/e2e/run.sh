@@ -109,6 +109,7 @@ export LOADSTAR_E2E_LOGS="$WORK/logs"
 # The authentication tests sign an expired token with the cluster's own service-account key.
 export LOADSTAR_E2E_SA_SIGNING_KEY="$WORK/cluster/pki/sa.key"
 export LOADSTAR_E2E_KUBE_SCHEDULER_BIN="$K8S_BIN/kube-scheduler"
+export LOADSTAR_E2E_KUBE_CONTROLLER_MANAGER_BIN="$K8S_BIN/kube-controller-manager"
 # e2e_install: the scorer image, and where its pod would find the API server.
 export LOADSTAR_E2E_SCORER_IMAGE="${LOADSTAR_E2E_SCORER_IMAGE:-}"
 export LOADSTAR_E2E_API_URL="$KUBE_API_URL"

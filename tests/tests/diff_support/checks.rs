@@ -98,6 +98,11 @@ fn generated_objects_are_kubernetes_objects_the_probe_can_rely_on() -> Result<()
             }
         }
         check_storage(&sc).with_context(|| format!("scenario {index}"))?;
+        for o in &sc.selectors {
+            check_selector_object(o).with_context(|| {
+                format!("scenario {index}: {}", str_at(o, "/metadata/name"))
+            })?;
+        }
         for p in sc.pods.iter().chain(&sc.history) {
             ensure!(names.contains(&str_at(p, "/spec/nodeName")));
         }
@@ -111,6 +116,34 @@ fn generated_objects_are_kubernetes_objects_the_probe_can_rely_on() -> Result<()
         );
         if sc.nodes_with_a_free_pod_slot().is_empty() {
             bail!("scenario {index}: the probe would have no feasible node to wait for");
+        }
+    }
+    Ok(())
+}
+
+/// A Service, or a controller whose template the API server accepts: its selector (labels,
+/// or labels and `Exists`/`DoesNotExist` expressions) selects its template's labels.
+fn check_selector_object(o: &Value) -> Result<()> {
+    let Some(template) = o.pointer("/spec/template/metadata/labels") else {
+        ensure!(str_at(o, "/kind") == "Service", "a controller without a template");
+        return Ok(());
+    };
+    let template = template.as_object().context("template labels")?;
+    let selector = o.pointer("/spec/selector").context("selector")?;
+    let (labels, expressions) = match selector.get("matchLabels") {
+        Some(l) => (l, selector.get("matchExpressions")),
+        None => (selector, None),
+    };
+    for (k, v) in labels.as_object().context("selector labels")? {
+        ensure!(template.get(k) == Some(v), "selector {k}={v} vs template {template:?}");
+    }
+    for e in expressions.and_then(Value::as_array).into_iter().flatten() {
+        let key = str_at(e, "/key");
+        let present = template.contains_key(&key);
+        match str_at(e, "/operator").as_str() {
+            "Exists" => ensure!(present, "{key} must exist in {template:?}"),
+            "DoesNotExist" => ensure!(!present, "{key} must not exist in {template:?}"),
+            op => bail!("operator {op}"),
         }
     }
     Ok(())

@@ -1,11 +1,13 @@
-//! A real kube-scheduler v1.20.2 process for the end-to-end suite, run with a given
-//! `KubeSchedulerConfiguration` (no serving ports), its log kept for failure reports.
+//! Real Kubernetes v1.20.2 control-plane processes for the end-to-end suite: a
+//! kube-scheduler run with a given `KubeSchedulerConfiguration`, or a kube-controller-manager
+//! running chosen controllers (no serving ports, no leader election), each with its log kept
+//! for failure reports.
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result};
 
-/// The running kube-scheduler.
+/// A running kube-scheduler or kube-controller-manager.
 pub struct KubeScheduler {
     child: Option<Child>,
     /// Its stdout and stderr.
@@ -18,11 +20,51 @@ impl KubeScheduler {
     pub fn start_with(bin: &Path, config: &str, dir: &Path, name: &str) -> Result<KubeScheduler> {
         let cfg = dir.join(format!("{name}.yaml"));
         std::fs::write(&cfg, config).with_context(|| format!("writing {}", cfg.display()))?;
+        Self::spawn(
+            bin,
+            &[
+                format!("--config={}", cfg.display()),
+                "--port=0".into(),
+                "--secure-port=0".into(),
+                "--logtostderr=true".into(),
+                "--v=2".into(),
+            ],
+            dir,
+            name,
+        )
+    }
+
+    /// Starts kube-controller-manager `bin` with only `controllers` (e.g.
+    /// `persistentvolume-binder`), as the admin of `kubeconfig`, logging to `dir/{name}.log`.
+    pub fn controller_manager(
+        bin: &Path,
+        kubeconfig: &Path,
+        controllers: &str,
+        dir: &Path,
+        name: &str,
+    ) -> Result<KubeScheduler> {
+        Self::spawn(
+            bin,
+            &[
+                format!("--kubeconfig={}", kubeconfig.display()),
+                format!("--controllers={controllers}"),
+                "--leader-elect=false".into(),
+                "--use-service-account-credentials=false".into(),
+                "--port=0".into(),
+                "--secure-port=0".into(),
+                "--logtostderr=true".into(),
+                "--v=2".into(),
+            ],
+            dir,
+            name,
+        )
+    }
+
+    fn spawn(bin: &Path, args: &[String], dir: &Path, name: &str) -> Result<KubeScheduler> {
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log)?;
         let child = Command::new(bin)
-            .arg(format!("--config={}", cfg.display()))
-            .args(["--port=0", "--secure-port=0", "--logtostderr=true", "--v=2"])
+            .args(args)
             .stdout(out.try_clone()?)
             .stderr(out)
             .stdin(Stdio::null())

@@ -47,6 +47,14 @@ fn selector(rng: &mut StdRng, incoming_app: Option<&str>) -> (Map<String, Value>
     let expression = rng
         .random_bool(0.2)
         .then(|| json!({"key": "team", "operator": pick(rng, &["Exists", "DoesNotExist"])}));
+    // `team` required and absent at once would be a selector no template can match, which
+    // the API server refuses for the controllers.
+    if expression
+        .as_ref()
+        .is_some_and(|e| e["operator"] == "DoesNotExist")
+    {
+        labels.remove("team");
+    }
     (labels, expression)
 }
 
@@ -80,7 +88,7 @@ pub(super) fn draw(
             if let Some(e) = &expression
                 && e["operator"] == "Exists"
             {
-                t.insert("team".into(), json!("x"));
+                t.entry("team").or_insert_with(|| json!("x"));
             }
             if expression
                 .as_ref()
