@@ -2,7 +2,8 @@
 #! Starts a throwaway control plane on loopback — Debian's etcd plus kube-apiserver v1.20.2
 #! from the install-deps cache — with TLS, RBAC, a service-account signing key and static
 #! tokens for an admin. Source it, then `cluster_up DIR`; `cluster_down` stops it.
-#! After cluster_up: KUBE_API_URL, KUBE_ADMIN_KUBECONFIG, KUBE_CA, ETCD_PID, APISERVER_PID.
+#! After cluster_up: KUBE_API_URL, KUBE_ADMIN_KUBECONFIG, KUBE_CA, ETCD_PID, APISERVER_PID,
+#! CLUSTER_DIR (with each process's command line, pid file and etcd's URL, for the faults).
 #! With CLUSTER_NODE_IP set (tests/e2e/node.sh sets it), the API server also listens on that
 #! address and advertises it, so that pods reach it through the `kubernetes` Service, and the
 #! ServiceAccount admission plugin is on (a controller manager creates the accounts).
@@ -56,16 +57,15 @@ cluster_up() {
 
   local etcd_port etcd_peer api_port
   etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port)
-  etcd --name e2e --data-dir "$dir/etcd" \
+  local -a etcd_cmd api_cmd
+  etcd_cmd=(etcd --name e2e --data-dir "$dir/etcd" \
     --listen-client-urls "http://127.0.0.1:$etcd_port" \
     --advertise-client-urls "http://127.0.0.1:$etcd_port" \
     --listen-peer-urls "http://127.0.0.1:$etcd_peer" \
     --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
     --initial-cluster "e2e=http://127.0.0.1:$etcd_peer" \
-    --unsafe-no-fsync --quota-backend-bytes=4294967296 \
-    >"$dir/etcd.log" 2>&1 &
-  ETCD_PID=$!
-  "$K8S_BIN/kube-apiserver" \
+    --unsafe-no-fsync --quota-backend-bytes=4294967296)
+  api_cmd=("$K8S_BIN/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$etcd_port" \
     --bind-address="$bind" --advertise-address="$advertise" --secure-port="$api_port" \
     --insecure-port=0 \
@@ -79,14 +79,25 @@ cluster_up() {
     --service-cluster-ip-range=10.96.0.0/16 \
     --cert-dir="$dir/certs" "${kubelet_client[@]}" \
     --max-requests-inflight=2000 --max-mutating-requests-inflight=1000 \
-    --logtostderr=true --v=1 \
-    >"$dir/apiserver.log" 2>&1 &
+    --logtostderr=true --v=1)
+  # Each process's command line, pid and (etcd) client URL, for the fault scenarios
+  # (tests/e2e/faults/control-plane.sh kills and restarts them).
+  printf '%q ' "${etcd_cmd[@]}" >"$dir/etcd.cmd"
+  printf '%q ' "${api_cmd[@]}" >"$dir/apiserver.cmd"
+  echo "http://127.0.0.1:$etcd_port" >"$dir/etcd.url"
+  echo "https://127.0.0.1:$api_port" >"$dir/apiserver.url"
+  "${etcd_cmd[@]}" >"$dir/etcd.log" 2>&1 &
+  ETCD_PID=$!
+  echo "$ETCD_PID" >"$dir/etcd.pid"
+  "${api_cmd[@]}" >"$dir/apiserver.log" 2>&1 &
   APISERVER_PID=$!
+  echo "$APISERVER_PID" >"$dir/apiserver.pid"
+  CLUSTER_DIR=$dir
   KUBE_API_URL="https://127.0.0.1:$api_port"
   KUBE_CA="$pki/ca.crt"
   KUBE_ADMIN_KUBECONFIG="$dir/admin.kubeconfig"
   write_kubeconfig "$KUBE_ADMIN_KUBECONFIG" "$admin_token"
-  export KUBE_API_URL KUBE_CA KUBE_ADMIN_KUBECONFIG ETCD_PID APISERVER_PID
+  export KUBE_API_URL KUBE_CA KUBE_ADMIN_KUBECONFIG ETCD_PID APISERVER_PID CLUSTER_DIR
   local deadline=$((SECONDS + 90))
   until "$K8S_BIN/kubectl" --kubeconfig "$KUBE_ADMIN_KUBECONFIG" get --raw /readyz >/dev/null 2>&1; do
     if ((SECONDS > deadline)) || ! kill -0 "$APISERVER_PID" 2>/dev/null; then
@@ -133,11 +144,18 @@ sa_token() {
 }
 
 cluster_down() {
-  local pid
+  local pid name
   for pid in "${APISERVER_PID:-}" "${ETCD_PID:-}"; do
     [ -n "$pid" ] || continue
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
+  done
+  # A process a fault scenario restarted is not our child: its pid file names it.
+  for name in apiserver etcd; do
+    [ -n "${CLUSTER_DIR:-}" ] && [ -f "$CLUSTER_DIR/$name.pid" ] || continue
+    pid=$(cat "$CLUSTER_DIR/$name.pid")
+    kill "$pid" 2>/dev/null || continue
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   done
   APISERVER_PID=""; ETCD_PID=""
   return 0

@@ -106,6 +106,7 @@ export LOADSTAR_E2E_ADMIN_KUBECONFIG="$KUBE_ADMIN_KUBECONFIG"
 export LOADSTAR_E2E_SCORER_KUBECONFIG="$WORK/scorer.kubeconfig"
 export LOADSTAR_E2E_SCORER_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/loadstar-scorer"
 export LOADSTAR_E2E_LOGS="$WORK/logs"
+export LOADSTAR_E2E_CLUSTER_DIR="$CLUSTER_DIR"
 # The authentication tests sign an expired token with the cluster's own service-account key.
 export LOADSTAR_E2E_SA_SIGNING_KEY="$WORK/cluster/pki/sa.key"
 export LOADSTAR_E2E_KUBE_SCHEDULER_BIN="$K8S_BIN/kube-scheduler"

@@ -896,7 +896,12 @@ async fn wait_for_first_consumer_claims_are_bound_before_their_pod() -> Result<(
         let cache = cache.iter().find(|p| name_of(p) == "cache");
         assert_eq!(cache.and_then(node_of), None, "bound before its claim");
         // The provisioner's part: a volume on the selected node, pre-bound to the claim.
-        let uid = claims.get("scratch").await?.metadata.uid.unwrap_or_default();
+        let uid = claims
+            .get("scratch")
+            .await?
+            .metadata
+            .uid
+            .unwrap_or_default();
         let provisioned = format!("{ns}-pv-provisioned");
         volumes
             .create(

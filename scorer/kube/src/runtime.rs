@@ -27,7 +27,7 @@ use super::leader::{self, LeaderConfig, LeaderElector};
 use super::queue::SchedulingQueue;
 use super::scheduler::{Estimator, Scheduler, SchedulerConfig};
 use super::volumes::VolumeStores;
-use super::watch_health::WatchStatus;
+use super::watch_health::{WatchHealth, WatchStatus};
 use loadstar_policy::profiles::Profiles;
 use loadstar_store::NodeStore;
 use loadstar_store::metrics::{Metrics, Readiness};
@@ -75,8 +75,7 @@ impl KubeRuntime {
     }
 }
 
-async fn reflect_nodes(client: Client, cache: Arc<ClusterCache>, readiness: Arc<Readiness>) {
-    let mut status = WatchStatus::new("nodes watch", readiness);
+async fn reflect_nodes(client: Client, cache: Arc<ClusterCache>, mut status: WatchStatus) {
     let api: Api<Node> = Api::all(client);
     let stream = watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff();
     futures::pin_mut!(stream);
@@ -85,17 +84,26 @@ async fn reflect_nodes(client: Client, cache: Arc<ClusterCache>, readiness: Arc<
             status.ok();
         }
         match ev {
-            Ok(Event::Init) => cache.nodes_relist_started(),
-            Ok(Event::InitApply(n)) | Ok(Event::Apply(n)) => cache.apply_node(&n),
-            Ok(Event::InitDone) => cache.nodes_relist_done(),
+            Ok(Event::Init) => {
+                status.list_started();
+                cache.nodes_relist_started()
+            }
+            Ok(Event::InitApply(n)) => {
+                status.listed_one();
+                cache.apply_node(&n)
+            }
+            Ok(Event::Apply(n)) => cache.apply_node(&n),
+            Ok(Event::InitDone) => {
+                cache.nodes_relist_done();
+                status.list_done()
+            }
             Ok(Event::Delete(n)) => cache.delete_node(&n.name_any()),
             Err(e) => status.failed(&e),
         }
     }
 }
 
-async fn reflect_pods(client: Client, cache: Arc<ClusterCache>, readiness: Arc<Readiness>) {
-    let mut status = WatchStatus::new("pods watch", readiness);
+async fn reflect_pods(client: Client, cache: Arc<ClusterCache>, mut status: WatchStatus) {
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default()
         .any_semantic()
@@ -107,19 +115,28 @@ async fn reflect_pods(client: Client, cache: Arc<ClusterCache>, readiness: Arc<R
             status.ok();
         }
         match ev {
-            Ok(Event::Init) => cache.pods_relist_started(),
-            Ok(Event::InitApply(p)) | Ok(Event::Apply(p)) => cache.apply_pod(&p),
-            Ok(Event::InitDone) => cache.pods_relist_done(),
+            Ok(Event::Init) => {
+                status.list_started();
+                cache.pods_relist_started()
+            }
+            Ok(Event::InitApply(p)) => {
+                status.listed_one();
+                cache.apply_pod(&p)
+            }
+            Ok(Event::Apply(p)) => cache.apply_pod(&p),
+            Ok(Event::InitDone) => {
+                cache.pods_relist_done();
+                status.list_done()
+            }
             Ok(Event::Delete(p)) => cache.delete_pod(&p),
             Err(e) => status.failed(&e),
         }
     }
 }
 
-async fn reflect_csinodes(client: Client, cache: Arc<ClusterCache>, readiness: Arc<Readiness>) {
+async fn reflect_csinodes(client: Client, cache: Arc<ClusterCache>, mut status: WatchStatus) {
     use k8s_openapi::api::storage::v1::CSINode;
     use std::collections::HashSet;
-    let mut status = WatchStatus::new("csinodes watch", readiness);
     let api: Api<CSINode> = Api::all(client);
     let stream = watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff();
     futures::pin_mut!(stream);
@@ -130,8 +147,12 @@ async fn reflect_csinodes(client: Client, cache: Arc<ClusterCache>, readiness: A
             status.ok();
         }
         match ev {
-            Ok(Event::Init) => relist = Some(HashSet::new()),
+            Ok(Event::Init) => {
+                status.list_started();
+                relist = Some(HashSet::new())
+            }
             Ok(Event::InitApply(c)) | Ok(Event::Apply(c)) => {
+                status.listed_one();
                 let name = c.name_any();
                 if let Some(seen) = relist.as_mut() {
                     seen.insert(name.clone());
@@ -146,6 +167,7 @@ async fn reflect_csinodes(client: Client, cache: Arc<ClusterCache>, readiness: A
                     }
                     known = seen;
                 }
+                status.list_done()
             }
             Ok(Event::Delete(c)) => {
                 let name = c.name_any();
@@ -188,7 +210,12 @@ where
                 status.ok();
             }
             match ev {
-                Ok(Event::Init) | Ok(Event::InitApply(_)) => {}
+                Ok(Event::Init) => status.list_started(),
+                Ok(Event::InitApply(_)) => status.listed_one(),
+                Ok(Event::InitDone) => {
+                    status.list_done();
+                    changed()
+                }
                 Ok(_) => changed(),
                 Err(e) => status.failed(&e),
             }
@@ -204,7 +231,7 @@ fn untrimmed<K>(_: &mut K) {}
 fn reflect_volumes(
     client: Client,
     cache: Arc<ClusterCache>,
-    readiness: &Arc<Readiness>,
+    health: &WatchHealth,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
     use k8s_openapi::api::storage::v1::StorageClass;
@@ -224,21 +251,21 @@ fn reflect_volumes(
         reflect_into(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             claims_w,
-            WatchStatus::new("persistentvolumeclaims watch", readiness.clone()),
+            health.status("persistentvolumeclaims watch"),
             untrimmed,
             on_change(&cache),
         ),
         reflect_into(
             Api::<PersistentVolume>::all(client.clone()),
             volumes_w,
-            WatchStatus::new("persistentvolumes watch", readiness.clone()),
+            health.status("persistentvolumes watch"),
             untrimmed,
             on_change(&cache),
         ),
         reflect_into(
             Api::<StorageClass>::all(client),
             classes_w,
-            WatchStatus::new("storageclasses watch", readiness.clone()),
+            health.status("storageclasses watch"),
             untrimmed,
             on_change(&cache),
         ),
@@ -250,7 +277,7 @@ fn reflect_volumes(
 fn reflect_controllers(
     client: Client,
     cache: Arc<ClusterCache>,
-    readiness: &Arc<Readiness>,
+    health: &WatchHealth,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
     use k8s_openapi::api::core::v1::{ReplicationController, Service};
@@ -272,28 +299,28 @@ fn reflect_controllers(
         reflect_into(
             Api::<Service>::all(client.clone()),
             services_w,
-            WatchStatus::new("services watch", readiness.clone()),
+            health.status("services watch"),
             default_selector::trim_service,
             on_change(&cache),
         ),
         reflect_into(
             Api::<ReplicationController>::all(client.clone()),
             rcs_w,
-            WatchStatus::new("replicationcontrollers watch", readiness.clone()),
+            health.status("replicationcontrollers watch"),
             default_selector::trim_replication_controller,
             on_change(&cache),
         ),
         reflect_into(
             Api::<ReplicaSet>::all(client.clone()),
             rss_w,
-            WatchStatus::new("replicasets watch", readiness.clone()),
+            health.status("replicasets watch"),
             default_selector::trim_replica_set,
             on_change(&cache),
         ),
         reflect_into(
             Api::<StatefulSet>::all(client),
             sss_w,
-            WatchStatus::new("statefulsets watch", readiness.clone()),
+            health.status("statefulsets watch"),
             default_selector::trim_stateful_set,
             on_change(&cache),
         ),
@@ -324,20 +351,28 @@ pub async fn start(
         queue.clone(),
         profiles.clone(),
     ));
-    let ready = &options.readiness;
-    let nodes = tokio::spawn(reflect_nodes(main.clone(), cache.clone(), ready.clone()));
-    let pods = tokio::spawn(reflect_pods(main.clone(), cache.clone(), ready.clone()));
-    let mut volume_tasks = reflect_volumes(main.clone(), cache.clone(), ready);
-    volume_tasks.extend(reflect_controllers(main.clone(), cache.clone(), ready));
+    let health = &WatchHealth::new(options.readiness.clone(), metrics.clone());
+    let nodes = tokio::spawn(reflect_nodes(
+        main.clone(),
+        cache.clone(),
+        health.status("nodes watch"),
+    ));
+    let pods = tokio::spawn(reflect_pods(
+        main.clone(),
+        cache.clone(),
+        health.status("pods watch"),
+    ));
+    let mut volume_tasks = reflect_volumes(main.clone(), cache.clone(), health);
+    volume_tasks.extend(reflect_controllers(main.clone(), cache.clone(), health));
     volume_tasks.push(tokio::spawn(reflect_csinodes(
         main.clone(),
         cache.clone(),
-        ready.clone(),
+        health.status("csinodes watch"),
     )));
     let budgets = tokio::spawn(super::disruption::reflect(
         main.clone(),
         cache.budgets().clone(),
-        WatchStatus::new("poddisruptionbudgets watch", ready.clone()),
+        health.status("poddisruptionbudgets watch"),
     ));
     let (stop_elector, elector_stopped) = watch::channel(false);
     let (leadership, elector) = match &options.leader {

@@ -664,11 +664,17 @@ impl Scheduler {
                 self.scheduled(&facts.namespace, &facts.name, &facts.uid, node);
                 Outcome::Bound
             }
+            // A conflict usually means another scheduler bound the pod, but the API server
+            // also answers 409 when etcd fails under the binding ("Operation cannot be
+            // fulfilled on pods/binding …: rpc error: code = Unavailable", seen when etcd was
+            // killed mid-burst): the pod may well be unbound. Retry with backoff, as
+            // kube-scheduler does for every binding error; once the watch shows the pod
+            // bound, the queue drops it and the retry never happens.
             Err(ApiError::Conflict { message, .. }) => {
                 self.count(CONFLICT);
-                debug!(node, %message, "already bound elsewhere; dropping");
+                info!(node, %message, "binding conflict; will retry unless the pod is bound meanwhile");
                 self.cache.forget(&facts.uid);
-                Outcome::Bound
+                Outcome::Requeue
             }
             Err(ApiError::NotFound { .. }) => {
                 self.count(GONE);
@@ -1155,7 +1161,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn binds_fitting_pods_reports_unschedulable_ones_and_drops_conflicts() {
+    async fn binds_fitting_pods_reports_unschedulable_ones_and_retries_conflicts() {
         let (scheduler, cache, log) = setup(&["taken"], always_leader("test-1"));
         cache.nodes_relist_started();
         cache.apply_node(&node("n1", "4"));
@@ -1203,11 +1209,35 @@ mod tests {
             .expect("status patch");
         assert_eq!(patch.0, "PATCH");
         assert!(patch.2.contains("Unschedulable") && patch.2.contains(summary));
-        // The conflicting pod was dropped quietly: no Scheduled event, assumption forgotten.
-        wait_for(&log, "conflict handled", |_| {
-            cache.placement("uid-taken").is_none()
+        // The conflicting pod: no Scheduled event, assumption forgotten, and retried (a 409
+        // may come from etcd failing under the binding) until the watch shows it bound.
+        let attempts = |log: &Log| {
+            log.lock()
+                .expect("log")
+                .iter()
+                .filter(|e| e.1.ends_with("/pods/taken/binding"))
+                .count()
+        };
+        wait_for(&log, "a second binding attempt after the conflict", |l| {
+            l.iter()
+                .filter(|e| e.1.ends_with("/pods/taken/binding"))
+                .count()
+                >= 2
         })
         .await;
+        let mut bound: serde_json::Value =
+            serde_json::to_value(pod("taken", "100m")).expect("json");
+        bound["spec"]["nodeName"] = json!("elsewhere");
+        cache.apply_pod(&serde_json::from_value(bound).expect("pod"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let settled = attempts(&log);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            attempts(&log),
+            settled,
+            "retried after the watch showed it bound"
+        );
+        let entries = log.lock().expect("log").clone();
         assert!(
             !entries
                 .iter()

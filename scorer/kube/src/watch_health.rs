@@ -1,27 +1,86 @@
-//! How a failing watch reaches the operator: one log line with the reason (a hint at RBAC
-//! when the API server forbids it) and a line on `/readyz` until the watch works again.
+//! How a watch's health reaches the operator: a failure is one log line with the reason (a
+//! hint at RBAC when the API server forbids it), a count in `loadstar_scorer_watch_failures`
+//! and a line on `/readyz` until the watch works again; every full list (at start, and after
+//! the watch could not resume, e.g. `410 Gone` once etcd compacted past it) is logged with its
+//! duration and object count and recorded in `loadstar_scorer_watch_relists` and
+//! `loadstar_scorer_watch_relist_duration_seconds`.
 use std::sync::Arc;
+use std::time::Instant;
 
 use ::kube::runtime::watcher;
-use loadstar_store::metrics::Readiness;
+use loadstar_store::metrics::{Metrics, Readiness, WatchLabel};
 use tracing::{info, warn};
 
-/// What one watch tells `/readyz` and the log: a failure (with a hint when the scorer's RBAC
-/// forbids it) until the watch works again.
+/// Where watches report: `/readyz` and the metrics.
+#[derive(Clone)]
+pub struct WatchHealth {
+    readiness: Arc<Readiness>,
+    metrics: Arc<Metrics>,
+}
+
+impl WatchHealth {
+    /// Watches reporting to `readiness` and `metrics`.
+    pub fn new(readiness: Arc<Readiness>, metrics: Arc<Metrics>) -> WatchHealth {
+        WatchHealth { readiness, metrics }
+    }
+
+    /// The status of the watch named `what` (e.g. `pods watch`).
+    pub fn status(&self, what: &'static str) -> WatchStatus {
+        WatchStatus {
+            what,
+            label: WatchLabel {
+                watch: what.trim_end_matches(" watch").to_string(),
+            },
+            readiness: self.readiness.clone(),
+            metrics: self.metrics.clone(),
+            failing: false,
+            listing: None,
+        }
+    }
+}
+
+/// What one watch tells `/readyz`, the metrics and the log: a failure (with a hint when the
+/// scorer's RBAC forbids it) until the watch works again, and each full list.
 pub struct WatchStatus {
     what: &'static str,
+    label: WatchLabel,
     readiness: Arc<Readiness>,
+    metrics: Arc<Metrics>,
     failing: bool,
+    /// A full list in progress: when it started and the objects so far.
+    listing: Option<(Instant, usize)>,
 }
 
 impl WatchStatus {
-    /// A watch named `what` (e.g. `pods watch`) reporting to `readiness`.
-    pub fn new(what: &'static str, readiness: Arc<Readiness>) -> WatchStatus {
-        WatchStatus {
-            what,
-            readiness,
-            failing: false,
+    /// A full list started (`Event::Init`).
+    pub fn list_started(&mut self) {
+        self.listing = Some((Instant::now(), 0));
+    }
+
+    /// One object of the full list arrived (`Event::InitApply`).
+    pub fn listed_one(&mut self) {
+        if let Some((_, n)) = &mut self.listing {
+            *n += 1;
         }
+    }
+
+    /// The full list is complete (`Event::InitDone`).
+    pub fn list_done(&mut self) {
+        let Some((started, objects)) = self.listing.take() else {
+            return;
+        };
+        let took = started.elapsed();
+        self.metrics.watch_relists.get_or_create(&self.label).inc();
+        self.metrics
+            .watch_relist_duration
+            .get_or_create(&self.label)
+            .observe(took.as_secs_f64());
+        info!(
+            watch = self.what,
+            objects,
+            seconds = took.as_secs_f64(),
+            "listed"
+        );
     }
 
     /// The watch delivered an event: clear an earlier failure.
@@ -36,6 +95,7 @@ impl WatchStatus {
     /// The watch failed; the watcher retries with backoff.
     pub fn failed(&mut self, e: &watcher::Error) {
         self.failing = true;
+        self.metrics.watch_failures.get_or_create(&self.label).inc();
         let why = describe_watch_error(e);
         warn!(watch = self.what, error = %why, "watch failed; retrying with backoff");
         self.readiness.block(self.what, why);

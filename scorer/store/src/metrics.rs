@@ -66,6 +66,13 @@ pub const ACCESS_REVIEWS: &str = "loadstar_scorer_access_reviews";
 pub const TLS_RELOADS: &str = "loadstar_scorer_tls_reloads";
 /// The serving certificate's notAfter, Unix seconds.
 pub const TLS_NOT_AFTER: &str = "loadstar_scorer_tls_certificate_expiry_timestamp_seconds";
+/// Kubernetes watch failures (each retried with backoff), by watch (`pods`, `nodes`, …).
+pub const WATCH_FAILURES: &str = "loadstar_scorer_watch_failures";
+/// Full lists of a Kubernetes watch (the first at start, then after a failure the watch
+/// cannot resume from, e.g. `410 Gone` after etcd compaction), by watch.
+pub const WATCH_RELISTS: &str = "loadstar_scorer_watch_relists";
+/// How long a full list took, from its start to the last object applied, by watch.
+pub const WATCH_RELIST_DURATION: &str = "loadstar_scorer_watch_relist_duration_seconds";
 
 /// Label set of authentication failures.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -88,6 +95,18 @@ pub struct ReasonLabel {
 pub struct ResultLabel {
     /// The result, e.g. `bound`, `conflict`, `error`.
     pub result: String,
+}
+
+/// Buckets of relist durations: 1 ms to ~65 s.
+fn relist_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// Label set of Kubernetes watches.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabel {
+    /// The watched kind, e.g. `pods`, `nodes`, `persistentvolumeclaims`.
+    pub watch: String,
 }
 
 /// Label set of extender calls.
@@ -159,6 +178,12 @@ pub struct Metrics {
     pub tls_reloads: Family<ResultLabel, Counter>,
     /// See [`TLS_NOT_AFTER`].
     pub tls_not_after: Gauge,
+    /// See [`WATCH_FAILURES`].
+    pub watch_failures: Family<WatchLabel, Counter>,
+    /// See [`WATCH_RELISTS`].
+    pub watch_relists: Family<WatchLabel, Counter>,
+    /// See [`WATCH_RELIST_DURATION`].
+    pub watch_relist_duration: Family<WatchLabel, Histogram>,
     registry: Registry,
 }
 
@@ -272,6 +297,25 @@ impl Metrics {
         let access_reviews = Family::<ResultLabel, Counter>::default();
         let tls_reloads = Family::<ResultLabel, Counter>::default();
         let tls_not_after = Gauge::default();
+        let watch_failures = Family::<WatchLabel, Counter>::default();
+        let watch_relists = Family::<WatchLabel, Counter>::default();
+        let watch_relist_duration =
+            Family::<WatchLabel, Histogram>::new_with_constructor(relist_histogram as fn() -> _);
+        registry.register(
+            WATCH_FAILURES,
+            "Kubernetes watch failures, by watch",
+            watch_failures.clone(),
+        );
+        registry.register(
+            WATCH_RELISTS,
+            "Full lists of a Kubernetes watch, by watch",
+            watch_relists.clone(),
+        );
+        registry.register(
+            WATCH_RELIST_DURATION,
+            "Duration of a watch's full list, by watch",
+            watch_relist_duration.clone(),
+        );
         registry.register(
             AUTH_FAILURES,
             "Callers refused by authentication or authorisation, by service and reason",
@@ -303,6 +347,9 @@ impl Metrics {
             tls_not_after.clone(),
         );
         Arc::new(Metrics {
+            watch_failures,
+            watch_relists,
+            watch_relist_duration,
             auth_failures,
             token_reviews,
             token_cache_entries,

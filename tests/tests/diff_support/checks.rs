@@ -99,9 +99,8 @@ fn generated_objects_are_kubernetes_objects_the_probe_can_rely_on() -> Result<()
         }
         check_storage(&sc).with_context(|| format!("scenario {index}"))?;
         for o in &sc.selectors {
-            check_selector_object(o).with_context(|| {
-                format!("scenario {index}: {}", str_at(o, "/metadata/name"))
-            })?;
+            check_selector_object(o)
+                .with_context(|| format!("scenario {index}: {}", str_at(o, "/metadata/name")))?;
         }
         for p in sc.pods.iter().chain(&sc.history) {
             ensure!(names.contains(&str_at(p, "/spec/nodeName")));
@@ -125,7 +124,10 @@ fn generated_objects_are_kubernetes_objects_the_probe_can_rely_on() -> Result<()
 /// or labels and `Exists`/`DoesNotExist` expressions) selects its template's labels.
 fn check_selector_object(o: &Value) -> Result<()> {
     let Some(template) = o.pointer("/spec/template/metadata/labels") else {
-        ensure!(str_at(o, "/kind") == "Service", "a controller without a template");
+        ensure!(
+            str_at(o, "/kind") == "Service",
+            "a controller without a template"
+        );
         return Ok(());
     };
     let template = template.as_object().context("template labels")?;
@@ -135,7 +137,10 @@ fn check_selector_object(o: &Value) -> Result<()> {
         None => (selector, None),
     };
     for (k, v) in labels.as_object().context("selector labels")? {
-        ensure!(template.get(k) == Some(v), "selector {k}={v} vs template {template:?}");
+        ensure!(
+            template.get(k) == Some(v),
+            "selector {k}={v} vs template {template:?}"
+        );
     }
     for e in expressions.and_then(Value::as_array).into_iter().flatten() {
         let key = str_at(e, "/key");

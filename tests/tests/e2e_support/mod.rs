@@ -384,6 +384,13 @@ impl Scorer {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// `Some(status)` once the process has exited by itself.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// SIGKILL: no chance to release the lease.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
