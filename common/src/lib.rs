@@ -1,6 +1,7 @@
 //! Shared core of Loadstar with no I/O and no RPC stack: sliding-window statistics, Kubernetes
-//! quantities and the domain types the agent, scorer and simulator share. The wire protocol
+//! quantities, the retry backoff and the domain types the agent, scorer and simulator share. The wire protocol
 //! lives in `loadstar-proto`.
+pub mod backoff;
 pub mod model;
 pub mod quantity;
 pub mod rate;

@@ -4,10 +4,13 @@
 #! (lint; the kustomize base and the rendered chart through a server-side dry run) and
 #! `helm install`s it for real; every test then runs under the chart's ServiceAccount and RBAC
 #! (missing RBAC fails a test). Suites (LOADSTAR_E2E_SUITES, default "e2e_scheduler
-#! e2e_extender e2e_auth e2e_install e2e_diff"): e2e_install runs the scorer *image* under
+#! e2e_extender e2e_auth e2e_install e2e_diff e2e_faults"): e2e_install runs the scorer *image* under
 #! podman with the chart's credentials (built by deploy/images/build.sh unless
 #! LOADSTAR_E2E_SCORER_IMAGE names one); e2e_diff is the short differential run against
-#! kube-scheduler (LOADSTAR_DIFF_SCENARIOS, default 100; the long run is tests/e2e/diff.sh).
+#! kube-scheduler (LOADSTAR_DIFF_SCENARIOS, default 100; the long run is tests/e2e/diff.sh);
+#! e2e_faults kills the leader, kube-apiserver and etcd mid-burst at 200 nodes / 1 000 pods
+#! (the full size is tests/e2e/faults/run.sh --full) and runs last, as it restarts the
+#! control plane.
 #! Everything is torn down on exit. Extra arguments go to each test binary (e.g. a test name).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,7 +41,7 @@ trap cleanup EXIT INT TERM
 mkdir -p "$WORK/logs"
 
 log "building the scorer and the e2e tests"
-SUITES=${LOADSTAR_E2E_SUITES:-e2e_scheduler e2e_extender e2e_auth e2e_install e2e_diff}
+SUITES=${LOADSTAR_E2E_SUITES:-e2e_scheduler e2e_extender e2e_auth e2e_install e2e_diff e2e_faults}
 cargo build -q -p loadstar-scorer --bin loadstar-scorer
 for suite in $SUITES; do cargo test -q -p loadstar-tests --test "$suite" --no-run; done
 HELM="$CACHE/bin/helm"
@@ -119,7 +122,7 @@ for suite in $SUITES; do
   log "running $suite"
   case "$suite" in
     # Its progress, disagreements and "N/N scenarios identical" belong in the log.
-    e2e_diff) cargo test -p loadstar-tests --test e2e_diff -- --ignored --test-threads=1 --nocapture "$@" ;;
+    e2e_diff|e2e_faults) cargo test -p loadstar-tests --test "$suite" -- --ignored --test-threads=1 --nocapture "$@" ;;
     *) cargo test -p loadstar-tests --test "$suite" -- --ignored --test-threads=1 "$@" ;;
   esac
 done

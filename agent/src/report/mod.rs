@@ -14,7 +14,7 @@
 //!   same address already acknowledged is not sent again after a reconnect.
 //!
 //! One file per concept: [`ScorerTarget`] parsing (`target.rs`), name resolution and one
-//! task per address (`resolve.rs`), the backoff (`backoff.rs`), rate-limited failure logs
+//! task per address (`resolve.rs`), the backoff (`loadstar_common::backoff`), rate-limited failure logs
 //! (`throttle.rs`), the connect–stream–reconnect loop of one address (`session.rs`), what
 //! those tasks share (`shared.rs`) and the errors (`error.rs`). This file only starts them.
 //! - Optional bearer token (re-read from its file at each connect, so rotation works) and
@@ -31,7 +31,6 @@ use tracing::{Instrument, info_span};
 
 use crate::metrics::AgentMetrics;
 
-mod backoff;
 mod error;
 mod resolve;
 mod session;
@@ -39,8 +38,10 @@ mod shared;
 mod target;
 mod throttle;
 
-pub use backoff::{Backoff, BackoffConfig, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX};
 pub use error::ReportError;
+pub use loadstar_common::backoff::{
+    Backoff, BackoffConfig, DEFAULT_BACKOFF_INITIAL, DEFAULT_BACKOFF_MAX,
+};
 pub use resolve::{Resolve, SystemResolver};
 pub use session::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
 use shared::Shared;

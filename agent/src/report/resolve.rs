@@ -12,12 +12,12 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span};
 
-use super::backoff::Backoff;
 use super::error::ReportError;
 use super::session::connection;
 use super::shared::{ReportReceiver, Shared, closed};
 use super::target::ScorerTarget;
 use super::throttle::Throttle;
+use loadstar_common::backoff::Backoff;
 
 /// Resolves scorer host names to addresses (injectable for tests).
 pub trait Resolve: Send + Sync + 'static {

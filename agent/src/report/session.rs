@@ -19,11 +19,11 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{ClientTlsConfig, Endpoint, Uri};
 use tracing::{debug, info};
 
-use super::backoff::Backoff;
 use super::error::ReportError;
 use super::shared::{ReportReceiver, Shared, closed};
 use super::target::ScorerTarget;
 use super::throttle::Throttle;
+use loadstar_common::backoff::Backoff;
 
 /// HTTP/2 keepalive ping interval: detects a scorer that vanished without closing.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);

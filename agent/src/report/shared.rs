@@ -8,8 +8,8 @@ use loadstar_proto::pb;
 use tokio::sync::watch;
 use tonic::transport::Certificate;
 
-use super::backoff::BackoffConfig;
 use crate::metrics::AgentMetrics;
+use loadstar_common::backoff::BackoffConfig;
 
 /// The channel the sampler publishes into; `None` until the first sample.
 pub type ReportSender = watch::Sender<Option<Arc<pb::NodeReport>>>;

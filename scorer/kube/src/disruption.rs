@@ -166,7 +166,8 @@ pub(crate) async fn reflect(
     let resource = served(&client).await;
     info!(api_version = %resource.api_version, "watching PodDisruptionBudgets");
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
-    let stream = watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff();
+    let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
+        .backoff(super::watch_health::watch_backoff());
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
         match ev {

@@ -77,7 +77,8 @@ impl KubeRuntime {
 
 async fn reflect_nodes(client: Client, cache: Arc<ClusterCache>, mut status: WatchStatus) {
     let api: Api<Node> = Api::all(client);
-    let stream = watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff();
+    let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
+        .backoff(super::watch_health::watch_backoff());
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
         if ev.is_ok() {
@@ -108,7 +109,7 @@ async fn reflect_pods(client: Client, cache: Arc<ClusterCache>, mut status: Watc
     let config = watcher::Config::default()
         .any_semantic()
         .fields(ACTIVE_PODS);
-    let stream = watcher::watcher(api, config).default_backoff();
+    let stream = watcher::watcher(api, config).backoff(super::watch_health::watch_backoff());
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
         if ev.is_ok() {
@@ -138,7 +139,8 @@ async fn reflect_csinodes(client: Client, cache: Arc<ClusterCache>, mut status: 
     use k8s_openapi::api::storage::v1::CSINode;
     use std::collections::HashSet;
     let api: Api<CSINode> = Api::all(client);
-    let stream = watcher::watcher(api, watcher::Config::default().any_semantic()).default_backoff();
+    let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
+        .backoff(super::watch_health::watch_backoff());
     futures::pin_mut!(stream);
     let mut known: HashSet<String> = HashSet::new();
     let mut relist: Option<HashSet<String>> = None;
@@ -203,7 +205,7 @@ where
             writer,
             watcher::watcher(api, watcher::Config::default().any_semantic()).modify(trim),
         )
-        .default_backoff();
+        .backoff(super::watch_health::watch_backoff());
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
             if ev.is_ok() {

@@ -5,11 +5,51 @@
 //! duration and object count and recorded in `loadstar_scorer_watch_relists` and
 //! `loadstar_scorer_watch_relist_duration_seconds`.
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ::kube::runtime::watcher;
+use loadstar_common::backoff::{Backoff, BackoffConfig};
 use loadstar_store::metrics::{Metrics, Readiness, WatchLabel};
 use tracing::{info, warn};
+
+/// The longest wait between retries of a failed watch.
+///
+/// kube-runtime's default (as client-go's reflectors) doubles from 0.8 s to 30 s. Measured
+/// with `tests/e2e/faults/run.sh`: after kube-apiserver was down for ~13 s, the pods watch
+/// came back 14.6 s after the API server served again — new pods went unseen that long. A
+/// 5 s cap bounds that wait; a scorer runs a dozen watches, so even a struggling API server
+/// sees at most a few requests per second from it.
+pub const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// The retry policy of every watch: 0.8 s doubling to [`WATCH_BACKOFF_MAX`], each delay
+/// uniform in its upper half (the agent's backoff, `loadstar_common::backoff`: kube-runtime's
+/// own `ExponentialBackoff` cannot be built with other bounds, and `backon`'s jitter would add
+/// on top of the cap). kube-runtime resets it after a successful event.
+pub struct WatchBackoff(Backoff);
+
+/// A fresh [`WatchBackoff`].
+pub fn watch_backoff() -> WatchBackoff {
+    WatchBackoff(Backoff::new(BackoffConfig {
+        initial: Duration::from_millis(800),
+        max: WATCH_BACKOFF_MAX,
+        multiplier: 2.0,
+        jitter: 0.5,
+    }))
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.0.next_delay(rand::random::<f64>()))
+    }
+}
+
+impl ::kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.0.reset();
+    }
+}
 
 /// Where watches report: `/readyz` and the metrics.
 #[derive(Clone)]
@@ -122,5 +162,30 @@ pub fn describe_watch_error(e: &watcher::Error) -> String {
             s.message
         ),
         _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ::kube::runtime::utils::Backoff as _;
+
+    #[test]
+    fn watch_retries_grow_to_the_cap_and_reset() {
+        let mut b = watch_backoff();
+        let delays: Vec<Duration> = (0..12).map(|_| b.next().expect("endless")).collect();
+        // Each delay lies in the upper half of 0.8 s × 2ⁿ, capped at 5 s.
+        for (n, d) in delays.iter().enumerate() {
+            let full = (0.8 * 2f64.powi(n as i32)).min(5.0);
+            let s = d.as_secs_f64();
+            assert!(
+                s >= full / 2.0 - 1e-9 && s <= full + 1e-9,
+                "retry {n}: {s} s"
+            );
+        }
+        assert!(delays.iter().all(|d| *d <= WATCH_BACKOFF_MAX));
+        assert!(delays[6..].iter().all(|d| *d >= WATCH_BACKOFF_MAX / 2));
+        b.reset();
+        assert!(b.next().expect("endless") <= Duration::from_millis(800));
     }
 }

@@ -1,5 +1,6 @@
-//! How long to wait before reconnecting to a scorer or resolving its name again: a capped
-//! exponential backoff with jitter, pure so that its bounds are property-tested.
+//! How long to wait before retrying — the agent reconnecting to a scorer or resolving its
+//! name again, the scorer re-opening a failed Kubernetes watch: a capped exponential backoff
+//! with jitter, pure so that its bounds are property-tested.
 //!
 //! Why not a crate. The candidates were checked against what this must do:
 //! - `backon`'s `ExponentialBuilder` adds its jitter *on top of* the capped delay, so a delay
