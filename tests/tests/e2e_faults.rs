@@ -1,21 +1,30 @@
 //! Fault scenarios on the real control plane (issue #17), each printing its figures as
 //! `[faults] …` lines: the leader killed with SIGKILL mid-burst, kube-apiserver killed and
-//! restarted mid-burst, etcd killed and restarted mid-burst, and watches expired by an etcd
+//! restarted mid-burst, etcd killed and restarted mid-burst, watches expired by an etcd
 //! compaction (then an API server restart, so that every watch must resume from a
-//! `resourceVersion` that no longer exists).
+//! `resourceVersion` that no longer exists), agents partitioned from the scorer and healed,
+//! and the scorer killed and replaced under connected agents.
 //!
-//! Each scenario creates its nodes and its pending pods first, then starts the scorer(s) and
-//! simulated agents, so the burst is the scheduler's alone and no pod creation races the
-//! fault. What every scenario checks: every pod ends bound (0 lost), no pod has more than one
+//! The burst scenarios create their nodes and pending pods first, then start the scorer(s)
+//! and simulated agents, so the burst is the scheduler's alone and no pod creation races the
+//! fault. What each checks: every pod ends bound (0 lost), no pod has more than one
 //! `Scheduled` Event, and where a pod has one it names the node the pod is bound to (0 bound
 //! twice; the API server refuses a second binding of a pod, so a double bind would show as an
 //! Event naming another node, or as a `conflict` in the survivors' bind metrics, reported).
 //!
-//! Sizes: `LOADSTAR_FAULTS_NODES` (default 200) and `LOADSTAR_FAULTS_PODS` (default 1000) —
-//! the CI size; `tests/e2e/faults/run.sh --full` runs 1 000 nodes and 5 000 pods.
-//! `LOADSTAR_FAULTS_APISERVER_DOWN` (seconds, default 10) is how long the API server stays
-//! down. The scenarios run one at a time (they stop the shared control plane). Run by
-//! `tests/e2e/run.sh` (suite `e2e_faults`), which sets `LOADSTAR_E2E_CLUSTER_DIR`.
+//! The agent scenarios run the agent's own reporting code ([`Herd`]: reconnects with its
+//! backoff and jitter) for many nodes in this process. The partition is an `iptables` rule
+//! (`raw` table, so root) dropping every packet the agents send to the scorer's port on
+//! 127.0.0.2, while the test reads the scorer on 127.0.0.1: open streams stall until HTTP/2
+//! keepalive gives up (10 s + 5 s), new connections time out.
+//!
+//! Sizes: `LOADSTAR_FAULTS_NODES` (default 200), `LOADSTAR_FAULTS_PODS` (default 1000),
+//! `LOADSTAR_FAULTS_AGENTS` (default 500) — the CI size; `tests/e2e/faults/run.sh --full`
+//! runs 1 000 nodes, 5 000 pods and 5 000 agents. `LOADSTAR_FAULTS_APISERVER_DOWN` (seconds,
+//! default 10) is how long the API server stays down, `LOADSTAR_FAULTS_PARTITION` (seconds,
+//! default 20) how long the agents are cut off. The scenarios run one at a time (they stop
+//! the shared control plane). Run by `tests/e2e/run.sh` (suite `e2e_faults`), which sets
+//! `LOADSTAR_E2E_CLUSTER_DIR`.
 mod e2e_support;
 
 use std::collections::BTreeMap;
@@ -576,5 +585,364 @@ async fn etcd_restart_and_compacted_watches_relist_without_binding_twice() -> Re
     );
     ensure!(pods_after > pods_before, "no relist after the compaction");
     burst.clean_up(&client).await;
+    Ok(())
+}
+
+/// Simulated agents driven by the real agent's reporting code (`loadstar_agent::report`:
+/// one stream per node, reconnecting with its capped exponential backoff and jitter), each
+/// publishing a synthetic report every second, as the agent's sampler would.
+struct Herd {
+    metrics: loadstar_agent::metrics::AgentMetrics,
+    _publisher: tokio::task::JoinHandle<()>,
+    reporters: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Herd {
+    fn start(target: &str, nodes: &[String]) -> Result<Herd> {
+        use loadstar_agent::report::{self, ReportConfig, SystemResolver};
+        use loadstar_testkit::agent as simagent;
+        let metrics = loadstar_agent::metrics::AgentMetrics::new();
+        let mut senders = Vec::new();
+        let mut reporters = Vec::new();
+        for node in nodes {
+            let (tx, rx) = tokio::sync::watch::channel(None);
+            let config = ReportConfig {
+                scorers: vec![target.to_string()],
+                ..ReportConfig::default()
+            };
+            reporters.push(report::spawn(
+                config,
+                rx,
+                std::sync::Arc::new(SystemResolver),
+                metrics.clone(),
+            )?);
+            senders.push((node.clone(), format!("herd-{node}-{:x}", rand_u32()), tx));
+        }
+        let publisher = tokio::spawn(async move {
+            let capacity = simagent::capacity(8, 32);
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            for seq in 1u64.. {
+                tick.tick().await;
+                for (node, instance, tx) in &senders {
+                    let r = simagent::report(node, instance, seq, &capacity, load(0.3, 0.4));
+                    tx.send_replace(Some(std::sync::Arc::new(r)));
+                }
+            }
+        });
+        Ok(Herd {
+            metrics,
+            _publisher: publisher,
+            reporters,
+        })
+    }
+}
+
+impl Herd {
+    /// Failed connections or streams so far, over every agent of the herd.
+    fn errors(&self) -> f64 {
+        let name = format!("{}_total", loadstar_agent::metrics::REPORT_ERRORS);
+        self.metrics
+            .encode()
+            .lines()
+            .filter(|l| l.starts_with(&name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for Herd {
+    fn drop(&mut self) {
+        self._publisher.abort();
+        for r in &self.reporters {
+            r.abort();
+        }
+    }
+}
+
+/// Which of `nodes` the scorer lists as fresh (reported within its stale threshold).
+async fn fresh_nodes(
+    scorer: &Scorer,
+    nodes: &std::collections::BTreeSet<String>,
+) -> Result<std::collections::BTreeSet<String>> {
+    use loadstar_proto::pb;
+    let mut c = loadstar_proto::pb::scorer_client::ScorerClient::connect(scorer.endpoint())
+        .await?
+        .max_decoding_message_size(1 << 30);
+    let listed = c
+        .list_nodes(pb::ListNodesRequest::default())
+        .await?
+        .into_inner();
+    Ok(listed
+        .nodes
+        .into_iter()
+        .filter(|n| !n.stale && n.last_report.is_some() && nodes.contains(&n.node_name))
+        .map(|n| n.node_name)
+        .collect())
+}
+
+/// CPU seconds (user + system) process `pid` has used, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command's closing parenthesis; utime and stime are the 14th and 15th.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Samples a process's CPU every 250 ms; [`CpuPeak::peak`] is the highest 1 s average in
+/// cores.
+struct CpuPeak {
+    task: tokio::task::JoinHandle<()>,
+    peak: std::sync::Arc<std::sync::Mutex<f64>>,
+}
+
+impl CpuPeak {
+    fn watch(pid: u32) -> CpuPeak {
+        let peak = std::sync::Arc::new(std::sync::Mutex::new(0.0_f64));
+        let p = peak.clone();
+        let task = tokio::spawn(async move {
+            let mut samples: std::collections::VecDeque<(Instant, f64)> = Default::default();
+            loop {
+                if let Some(cpu) = cpu_seconds(pid) {
+                    let now = Instant::now();
+                    samples.push_back((now, cpu));
+                    while samples.len() > 1 && now - samples[0].0 > Duration::from_millis(1100) {
+                        samples.pop_front();
+                    }
+                    let (t0, c0) = samples[0];
+                    let dt = (now - t0).as_secs_f64();
+                    if dt >= 0.9 {
+                        let cores = (cpu - c0) / dt;
+                        let mut g = p.lock().expect("peak");
+                        *g = f64::max(*g, cores);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        CpuPeak { task, peak }
+    }
+
+    fn peak(&self) -> f64 {
+        *self.peak.lock().expect("peak")
+    }
+}
+
+impl Drop for CpuPeak {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Polls until every node in `nodes` is fresh; the time each one first turned fresh
+/// (relative to `since`), sorted, or an error naming how many never did.
+async fn until_all_fresh(
+    scorer: &Scorer,
+    nodes: &std::collections::BTreeSet<String>,
+    since: Instant,
+    limit: Duration,
+) -> Result<Vec<f64>> {
+    let mut first: BTreeMap<String, f64> = BTreeMap::new();
+    while first.len() < nodes.len() {
+        ensure!(
+            since.elapsed() < limit,
+            "{} of {} nodes still not fresh after {limit:?}",
+            nodes.len() - first.len(),
+            nodes.len()
+        );
+        if let Ok(fresh) = fresh_nodes(scorer, nodes).await {
+            let at = since.elapsed().as_secs_f64();
+            for n in fresh {
+                first.entry(n).or_insert(at);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let mut times: Vec<f64> = first.into_values().collect();
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}
+
+/// `p`-quantile of sorted `v`.
+fn quantile(v: &[f64], p: f64) -> f64 {
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// A rule in the `raw` table dropping every packet to `127.0.0.2:port`: agents dialling that
+/// address are cut off (connections stall, new ones time out) while the test still reaches
+/// the scorer on 127.0.0.1. Removed on drop.
+struct Partition {
+    rule: Vec<String>,
+}
+
+impl Partition {
+    fn cut(port: u16) -> Result<Partition> {
+        let rule: Vec<String> = [
+            "OUTPUT",
+            "-d",
+            "127.0.0.2",
+            "-p",
+            "tcp",
+            "--dport",
+            &port.to_string(),
+            "-j",
+            "DROP",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let status = std::process::Command::new("iptables")
+            .args(["-t", "raw", "-I"])
+            .args(&rule)
+            .status()
+            .context("running iptables (root and iptables are needed)")?;
+        ensure!(status.success(), "iptables -I failed: {status}");
+        Ok(Partition { rule })
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("iptables")
+            .args(["-t", "raw", "-D"])
+            .args(&self.rule)
+            .status();
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server and root (iptables): run tests/e2e/run.sh"]
+async fn agents_partitioned_go_stale_then_reconnect_with_backoff_and_jitter() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let _serial = SERIAL.lock().await;
+    let n = size("LOADSTAR_FAULTS_AGENTS", 500);
+    let partition = Duration::from_secs(size("LOADSTAR_FAULTS_PARTITION", 20) as u64);
+    let port = free_port()?;
+    let listen: std::net::SocketAddr = format!("0.0.0.0:{port}").parse()?;
+    let scorer = Scorer::start_at(
+        &env,
+        &env.scorer_kubeconfig,
+        "herd-1",
+        "lease-faults-herd",
+        Some(listen),
+        &["--insecure-allow-unauthenticated"],
+    )
+    .await?;
+    let names: std::collections::BTreeSet<String> =
+        (0..n).map(|i| format!("herd-{i:05}")).collect();
+    let list: Vec<String> = names.iter().cloned().collect();
+    let started = Instant::now();
+    let herd = Herd::start(&format!("http://127.0.0.2:{port}"), &list)?;
+    let cpu = CpuPeak::watch(scorer.pid().context("scorer pid")?);
+    let joined = until_all_fresh(&scorer, &names, started, Duration::from_secs(120))
+        .await
+        .with_context(|| scorer.log_tail())?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let join_peak = cpu.peak();
+    drop(cpu);
+    // The partition: every node stale within 3 sampling intervals (+ one poll).
+    let errors_before = herd.errors();
+    let cut = Partition::cut(port)?;
+    let cut_at = Instant::now();
+    let all_stale = eventually("every node stale", Duration::from_secs(30), || async {
+        let fresh = fresh_nodes(&scorer, &names).await?;
+        Ok(if fresh.is_empty() {
+            Ok(cut_at.elapsed())
+        } else {
+            Err(format!("{} fresh", fresh.len()))
+        })
+    })
+    .await?;
+    tokio::time::sleep(partition.saturating_sub(cut_at.elapsed())).await;
+    let cpu = CpuPeak::watch(scorer.pid().context("scorer pid")?);
+    let errors_cut = herd.errors() - errors_before;
+    drop(cut);
+    let healed = Instant::now();
+    let back = until_all_fresh(&scorer, &names, healed, Duration::from_secs(180))
+        .await
+        .with_context(|| scorer.log_tail())?;
+    // The CPU peak needs whole 1 s windows: keep sampling a little past the last node.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let heal_peak = cpu.peak();
+    eprintln!(
+        "[faults] {n} agents (the agent's own reporter, 1 s reports) joined: all fresh {:.1} s \
+         after they started, scorer CPU peak {join_peak:.2} cores",
+        joined.last().copied().unwrap_or(0.0),
+    );
+    eprintln!(
+        "[faults] partitioned for {:.0} s (packets to the scorer dropped): every node stale \
+         {:.1} s after the cut; healed: fresh again first {:.1} s, median {:.1} s, p90 {:.1} s, \
+         all {:.1} s after the heal; {errors_cut} failed connections or streams during the cut \
+         (each retried after the agent's backoff); scorer CPU peak {heal_peak:.2} cores; no \
+         agent gave up",
+        partition.as_secs_f64(),
+        all_stale.as_secs_f64(),
+        back[0],
+        quantile(&back, 0.5),
+        quantile(&back, 0.9),
+        back[back.len() - 1],
+    );
+    ensure!(
+        all_stale <= Duration::from_secs(3 + 2),
+        "nodes took {all_stale:?} to turn stale (3 intervals of 1 s, plus a poll)"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn scorer_restarted_under_connected_agents_has_every_node_fresh_again() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let _serial = SERIAL.lock().await;
+    let n = size("LOADSTAR_FAULTS_AGENTS", 500);
+    let port = free_port()?;
+    let listen: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let start = |identity: &'static str| {
+        Scorer::start_at(
+            &env,
+            &env.scorer_kubeconfig,
+            identity,
+            "lease-faults-restart",
+            Some(listen),
+            &["--insecure-allow-unauthenticated"],
+        )
+    };
+    let mut first = start("restart-1").await?;
+    let names: std::collections::BTreeSet<String> =
+        (0..n).map(|i| format!("restart-{i:05}")).collect();
+    let list: Vec<String> = names.iter().cloned().collect();
+    let herd = Herd::start(&format!("http://127.0.0.1:{port}"), &list)?;
+    until_all_fresh(&first, &names, Instant::now(), Duration::from_secs(120))
+        .await
+        .with_context(|| first.log_tail())?;
+    // A crash: SIGKILL, then the replacement on the same address.
+    let errors_before = herd.errors();
+    first.kill();
+    let killed = Instant::now();
+    let second = start("restart-2").await?;
+    let serving = killed.elapsed();
+    let cpu = CpuPeak::watch(second.pid().context("scorer pid")?);
+    let back = until_all_fresh(&second, &names, killed, Duration::from_secs(180))
+        .await
+        .with_context(|| second.log_tail())?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    eprintln!(
+        "[faults] scorer SIGKILLed under {n} connected agents, its replacement serving {:.1} s \
+         later: nodes fresh again first {:.1} s, median {:.1} s, p90 {:.1} s, all {:.1} s after \
+         the kill ({} failed connections or streams meanwhile); the new scorer's CPU peak \
+         {:.2} cores; no agent gave up",
+        serving.as_secs_f64(),
+        back[0],
+        quantile(&back, 0.5),
+        quantile(&back, 0.9),
+        back[back.len() - 1],
+        herd.errors() - errors_before,
+        cpu.peak(),
+    );
     Ok(())
 }

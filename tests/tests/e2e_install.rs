@@ -51,7 +51,7 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<(u16, String
 }
 
 fn free_addr() -> Result<std::net::SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    Ok(format!("127.0.0.1:{}", e2e_support::free_port()?).parse()?)
 }
 
 /// podman flags for what the kubelet would apply from the pod's and container's security

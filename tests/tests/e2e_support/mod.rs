@@ -297,7 +297,7 @@ pub struct Scorer {
     pub log: PathBuf,
 }
 
-fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
 }
@@ -337,7 +337,25 @@ impl Scorer {
         lease: &str,
         extra: &[&str],
     ) -> Result<Scorer> {
-        let grpc: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        Self::start_at(env, kubeconfig, identity, lease, None, extra).await
+    }
+
+    /// As [`Scorer::start_as`], with gRPC listening on `listen` (e.g. `0.0.0.0:port`, to be
+    /// reached on other loopback addresses, or a dead scorer's port) instead of a free
+    /// port on 127.0.0.1. [`Scorer::endpoint`] stays on 127.0.0.1.
+    pub async fn start_at(
+        env: &E2eEnv,
+        kubeconfig: &std::path::Path,
+        identity: &str,
+        lease: &str,
+        listen: Option<SocketAddr>,
+        extra: &[&str],
+    ) -> Result<Scorer> {
+        let listen = match listen {
+            Some(a) => a,
+            None => format!("127.0.0.1:{}", free_port()?).parse()?,
+        };
+        let grpc: SocketAddr = format!("127.0.0.1:{}", listen.port()).parse()?;
         let http: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let log = env.logs.join(format!("scorer-{identity}.log"));
         let out = std::fs::File::create(&log)?;
@@ -347,7 +365,7 @@ impl Scorer {
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .arg("--listen")
-            .arg(grpc.to_string())
+            .arg(listen.to_string())
             .arg(format!("--metrics-listen={http}"))
             .arg("--leader-elect-namespace=loadstar")
             .arg(format!("--leader-elect-name={lease}"))
