@@ -96,6 +96,7 @@ fn kube(labels: &[(&str, &str)], taints: Vec<Taint>, gpus: i64) -> Arc<KubeNode>
         taints,
         unschedulable: false,
         ready: true,
+        volume_limits: BTreeMap::new(),
     })
 }
 

@@ -122,7 +122,7 @@ for suite in $SUITES; do
   log "running $suite"
   case "$suite" in
     # Its progress, disagreements and "N/N scenarios identical" belong in the log.
-    e2e_diff|e2e_faults) cargo test -p loadstar-tests --test "$suite" -- --ignored --test-threads=1 --nocapture "$@" ;;
+    e2e_diff|e2e_faults|e2e_soak) cargo test -p loadstar-tests --test "$suite" -- --ignored --test-threads=1 --nocapture "$@" ;;
     *) cargo test -p loadstar-tests --test "$suite" -- --ignored --test-threads=1 "$@" ;;
   esac
 done

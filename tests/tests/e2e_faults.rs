@@ -32,6 +32,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use e2e_support::faults::*;
 use e2e_support::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -246,42 +247,6 @@ struct Verdict {
     without_event: usize,
     /// `FailedScheduling` Events in the namespace.
     failed_events: usize,
-}
-
-/// A counter or gauge from the scorer's `/metrics` (summed over label sets matching
-/// `labels`, e.g. `result="bound"`); `None` when the scorer does not answer.
-async fn metric(scorer: &Scorer, name: &str, labels: &str) -> Option<f64> {
-    let text = reqwest_get(&format!("http://{}/metrics", scorer.http))
-        .await
-        .ok()?;
-    let mut sum = None;
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
-        };
-        if !(rest.starts_with('{') || rest.starts_with(' ')) || !rest.contains(labels) {
-            continue;
-        }
-        let v: f64 = rest.rsplit(' ').next()?.parse().ok()?;
-        *sum.get_or_insert(0.0) += v;
-    }
-    sum
-}
-
-/// A plain HTTP GET on loopback (no TLS): the body.
-async fn reqwest_get(url: &str) -> Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://").context("http only")?;
-    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let mut s = tokio::net::TcpStream::connect(host).await?;
-    s.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
-        .await?;
-    let mut body = String::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut body)).await??;
-    Ok(body
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default())
 }
 
 const BINDS: &str = "loadstar_scorer_binds_total";
@@ -588,187 +553,6 @@ async fn etcd_restart_and_compacted_watches_relist_without_binding_twice() -> Re
     Ok(())
 }
 
-/// Simulated agents driven by the real agent's reporting code (`loadstar_agent::report`:
-/// one stream per node, reconnecting with its capped exponential backoff and jitter), each
-/// publishing a synthetic report every second, as the agent's sampler would.
-struct Herd {
-    metrics: loadstar_agent::metrics::AgentMetrics,
-    _publisher: tokio::task::JoinHandle<()>,
-    reporters: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Herd {
-    fn start(target: &str, nodes: &[String]) -> Result<Herd> {
-        use loadstar_agent::report::{self, ReportConfig, SystemResolver};
-        use loadstar_testkit::agent as simagent;
-        let metrics = loadstar_agent::metrics::AgentMetrics::new();
-        let mut senders = Vec::new();
-        let mut reporters = Vec::new();
-        for node in nodes {
-            let (tx, rx) = tokio::sync::watch::channel(None);
-            let config = ReportConfig {
-                scorers: vec![target.to_string()],
-                ..ReportConfig::default()
-            };
-            reporters.push(report::spawn(
-                config,
-                rx,
-                std::sync::Arc::new(SystemResolver),
-                metrics.clone(),
-            )?);
-            senders.push((node.clone(), format!("herd-{node}-{:x}", rand_u32()), tx));
-        }
-        let publisher = tokio::spawn(async move {
-            let capacity = simagent::capacity(8, 32);
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            for seq in 1u64.. {
-                tick.tick().await;
-                for (node, instance, tx) in &senders {
-                    let r = simagent::report(node, instance, seq, &capacity, load(0.3, 0.4));
-                    tx.send_replace(Some(std::sync::Arc::new(r)));
-                }
-            }
-        });
-        Ok(Herd {
-            metrics,
-            _publisher: publisher,
-            reporters,
-        })
-    }
-}
-
-impl Herd {
-    /// Failed connections or streams so far, over every agent of the herd.
-    fn errors(&self) -> f64 {
-        let name = format!("{}_total", loadstar_agent::metrics::REPORT_ERRORS);
-        self.metrics
-            .encode()
-            .lines()
-            .filter(|l| l.starts_with(&name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-}
-
-impl Drop for Herd {
-    fn drop(&mut self) {
-        self._publisher.abort();
-        for r in &self.reporters {
-            r.abort();
-        }
-    }
-}
-
-/// Which of `nodes` the scorer lists as fresh (reported within its stale threshold).
-async fn fresh_nodes(
-    scorer: &Scorer,
-    nodes: &std::collections::BTreeSet<String>,
-) -> Result<std::collections::BTreeSet<String>> {
-    use loadstar_proto::pb;
-    let mut c = loadstar_proto::pb::scorer_client::ScorerClient::connect(scorer.endpoint())
-        .await?
-        .max_decoding_message_size(1 << 30);
-    let listed = c
-        .list_nodes(pb::ListNodesRequest::default())
-        .await?
-        .into_inner();
-    Ok(listed
-        .nodes
-        .into_iter()
-        .filter(|n| !n.stale && n.last_report.is_some() && nodes.contains(&n.node_name))
-        .map(|n| n.node_name)
-        .collect())
-}
-
-/// CPU seconds (user + system) process `pid` has used, from `/proc/<pid>/stat`.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command's closing parenthesis; utime and stime are the 14th and 15th.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
-}
-
-/// Samples a process's CPU every 250 ms; [`CpuPeak::peak`] is the highest 1 s average in
-/// cores.
-struct CpuPeak {
-    task: tokio::task::JoinHandle<()>,
-    peak: std::sync::Arc<std::sync::Mutex<f64>>,
-}
-
-impl CpuPeak {
-    fn watch(pid: u32) -> CpuPeak {
-        let peak = std::sync::Arc::new(std::sync::Mutex::new(0.0_f64));
-        let p = peak.clone();
-        let task = tokio::spawn(async move {
-            let mut samples: std::collections::VecDeque<(Instant, f64)> = Default::default();
-            loop {
-                if let Some(cpu) = cpu_seconds(pid) {
-                    let now = Instant::now();
-                    samples.push_back((now, cpu));
-                    while samples.len() > 1 && now - samples[0].0 > Duration::from_millis(1100) {
-                        samples.pop_front();
-                    }
-                    let (t0, c0) = samples[0];
-                    let dt = (now - t0).as_secs_f64();
-                    if dt >= 0.9 {
-                        let cores = (cpu - c0) / dt;
-                        let mut g = p.lock().expect("peak");
-                        *g = f64::max(*g, cores);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        });
-        CpuPeak { task, peak }
-    }
-
-    fn peak(&self) -> f64 {
-        *self.peak.lock().expect("peak")
-    }
-}
-
-impl Drop for CpuPeak {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Polls until every node in `nodes` is fresh; the time each one first turned fresh
-/// (relative to `since`), sorted, or an error naming how many never did.
-async fn until_all_fresh(
-    scorer: &Scorer,
-    nodes: &std::collections::BTreeSet<String>,
-    since: Instant,
-    limit: Duration,
-) -> Result<Vec<f64>> {
-    let mut first: BTreeMap<String, f64> = BTreeMap::new();
-    while first.len() < nodes.len() {
-        ensure!(
-            since.elapsed() < limit,
-            "{} of {} nodes still not fresh after {limit:?}",
-            nodes.len() - first.len(),
-            nodes.len()
-        );
-        if let Ok(fresh) = fresh_nodes(scorer, nodes).await {
-            let at = since.elapsed().as_secs_f64();
-            for n in fresh {
-                first.entry(n).or_insert(at);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let mut times: Vec<f64> = first.into_values().collect();
-    times.sort_by(f64::total_cmp);
-    Ok(times)
-}
-
-/// `p`-quantile of sorted `v`.
-fn quantile(v: &[f64], p: f64) -> f64 {
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
 /// A rule in the `raw` table dropping every packet to `127.0.0.2:port`: agents dialling that
 /// address are cut off (connections stall, new ones time out) while the test still reaches
 /// the scorer on 127.0.0.1. Removed on drop.
@@ -835,7 +619,7 @@ async fn agents_partitioned_go_stale_then_reconnect_with_backoff_and_jitter() ->
         (0..n).map(|i| format!("herd-{i:05}")).collect();
     let list: Vec<String> = names.iter().cloned().collect();
     let started = Instant::now();
-    let herd = Herd::start(&format!("http://127.0.0.2:{port}"), &list)?;
+    let herd = Herd::start(&[format!("http://127.0.0.2:{port}")], &list)?;
     let cpu = CpuPeak::watch(scorer.pid().context("scorer pid")?);
     let joined = until_all_fresh(&scorer, &names, started, Duration::from_secs(120))
         .await
@@ -916,7 +700,7 @@ async fn scorer_restarted_under_connected_agents_has_every_node_fresh_again() ->
     let names: std::collections::BTreeSet<String> =
         (0..n).map(|i| format!("restart-{i:05}")).collect();
     let list: Vec<String> = names.iter().cloned().collect();
-    let herd = Herd::start(&format!("http://127.0.0.1:{port}"), &list)?;
+    let herd = Herd::start(&[format!("http://127.0.0.1:{port}")], &list)?;
     until_all_fresh(&first, &names, Instant::now(), Duration::from_secs(120))
         .await
         .with_context(|| first.log_tail())?;

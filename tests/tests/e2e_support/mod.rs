@@ -4,6 +4,7 @@
 //! "eventually" waits with deadlines.
 #![allow(dead_code, missing_docs)]
 
+pub mod faults;
 pub mod kube_scheduler;
 
 use std::collections::BTreeMap;
