@@ -858,14 +858,9 @@ async fn wait_for_first_consumer_claims_are_bound_before_their_pod() -> Result<(
         create_pod(&client, &ns, with_claim("cache", "scratch")).await?;
         // The static volume: the claim is bound by the PV controller, then the pod, to the
         // only node that can mount it.
-        wait_bound(&client, &ns, 1, Duration::from_secs(60))
+        let placed = wait_bound(&client, &ns, 1, Duration::from_secs(60))
             .await
             .with_context(|| scorer.log_tail())?;
-        let placed: BTreeMap<String, String> = pods(&client, &ns)
-            .await?
-            .iter()
-            .filter_map(|p| node_of(p).map(|n| (name_of(p), n)))
-            .collect();
         assert_eq!(placed.get("db"), Some(&nodes[1]), "{placed:?}");
         let data = claims.get("data").await?;
         let status = data.status.as_ref().and_then(|s| s.phase.clone());
@@ -914,14 +909,9 @@ async fn wait_for_first_consumer_claims_are_bound_before_their_pod() -> Result<(
                 ))?,
             )
             .await?;
-        wait_bound(&client, &ns, 2, Duration::from_secs(60))
+        let placed = wait_bound(&client, &ns, 2, Duration::from_secs(60))
             .await
             .with_context(|| scorer.log_tail())?;
-        let placed: BTreeMap<String, String> = pods(&client, &ns)
-            .await?
-            .iter()
-            .filter_map(|p| node_of(p).map(|n| (name_of(p), n)))
-            .collect();
         assert_eq!(placed.get("cache"), Some(&selected), "{placed:?}");
         eprintln!("placed {placed:?}; claim data on {pv_b}, scratch provisioned on {selected}");
         anyhow::Ok(provisioned)

@@ -86,6 +86,17 @@ fn show(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), |v| format!("{v}"))
 }
 
+/// The Lease's holder now (empty when unknown or unreadable).
+async fn holder(leases: &Api<Lease>, lease: &str) -> String {
+    leases
+        .get_opt(lease)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+        .unwrap_or_default()
+}
+
 /// One scorer replica slot: its name, port and the process now running in it (whose
 /// identity is the slot's name and a generation: a replacement is a new pod, as a
 /// Deployment's would be, so the standby must take the Lease over).
@@ -263,13 +274,7 @@ async fn soak_with_pod_churn_agent_churn_and_failovers() -> Result<()> {
         // The leader dies; a replacement takes its slot.
         if now - last_failover >= failover {
             last_failover = now;
-            let holder = leases
-                .get_opt(&lease)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|l| l.spec?.holder_identity)
-                .unwrap_or_default();
+            let holder = holder(&leases, &lease).await;
             if let Some(i) = replicas.iter().position(|r| r.identity == holder) {
                 let (slot, listen) = (replicas[i].slot, replicas[i].listen);
                 // Its latency counts up to the kill, not only to the last sample.
@@ -289,13 +294,7 @@ async fn soak_with_pod_churn_agent_churn_and_failovers() -> Result<()> {
         // Samples every 30 s, latency windows.
         if now - last_sample >= Duration::from_secs(30) {
             last_sample = now;
-            let holder = leases
-                .get_opt(&lease)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|l| l.spec?.holder_identity)
-                .unwrap_or_default();
+            let holder = holder(&leases, &lease).await;
             for r in replicas.iter_mut() {
                 if let Some(b) = latency_buckets(&r.scorer).await {
                     r.latest = b;

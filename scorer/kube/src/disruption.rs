@@ -170,12 +170,9 @@ pub(crate) async fn reflect(
         .backoff(super::watch_health::watch_backoff());
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(ev) => {
-                status.ok();
-                budgets.apply(ev);
-            }
-            Err(e) => status.failed(&e),
+        status.observe(&ev);
+        if let Ok(ev) = ev {
+            budgets.apply(ev);
         }
     }
 }

@@ -81,25 +81,13 @@ async fn reflect_nodes(client: Client, cache: Arc<ClusterCache>, mut status: Wat
         .backoff(super::watch_health::watch_backoff());
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
-        if ev.is_ok() {
-            status.ok();
-        }
+        status.observe(&ev);
         match ev {
-            Ok(Event::Init) => {
-                status.list_started();
-                cache.nodes_relist_started()
-            }
-            Ok(Event::InitApply(n)) => {
-                status.listed_one();
-                cache.apply_node(&n)
-            }
-            Ok(Event::Apply(n)) => cache.apply_node(&n),
-            Ok(Event::InitDone) => {
-                cache.nodes_relist_done();
-                status.list_done()
-            }
+            Ok(Event::Init) => cache.nodes_relist_started(),
+            Ok(Event::InitApply(n)) | Ok(Event::Apply(n)) => cache.apply_node(&n),
+            Ok(Event::InitDone) => cache.nodes_relist_done(),
             Ok(Event::Delete(n)) => cache.delete_node(&n.name_any()),
-            Err(e) => status.failed(&e),
+            Err(_) => {}
         }
     }
 }
@@ -112,25 +100,13 @@ async fn reflect_pods(client: Client, cache: Arc<ClusterCache>, mut status: Watc
     let stream = watcher::watcher(api, config).backoff(super::watch_health::watch_backoff());
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
-        if ev.is_ok() {
-            status.ok();
-        }
+        status.observe(&ev);
         match ev {
-            Ok(Event::Init) => {
-                status.list_started();
-                cache.pods_relist_started()
-            }
-            Ok(Event::InitApply(p)) => {
-                status.listed_one();
-                cache.apply_pod(&p)
-            }
-            Ok(Event::Apply(p)) => cache.apply_pod(&p),
-            Ok(Event::InitDone) => {
-                cache.pods_relist_done();
-                status.list_done()
-            }
+            Ok(Event::Init) => cache.pods_relist_started(),
+            Ok(Event::InitApply(p)) | Ok(Event::Apply(p)) => cache.apply_pod(&p),
+            Ok(Event::InitDone) => cache.pods_relist_done(),
             Ok(Event::Delete(p)) => cache.delete_pod(&p),
-            Err(e) => status.failed(&e),
+            Err(_) => {}
         }
     }
 }
@@ -145,16 +121,10 @@ async fn reflect_csinodes(client: Client, cache: Arc<ClusterCache>, mut status: 
     let mut known: HashSet<String> = HashSet::new();
     let mut relist: Option<HashSet<String>> = None;
     while let Some(ev) = stream.next().await {
-        if ev.is_ok() {
-            status.ok();
-        }
+        status.observe(&ev);
         match ev {
-            Ok(Event::Init) => {
-                status.list_started();
-                relist = Some(HashSet::new())
-            }
+            Ok(Event::Init) => relist = Some(HashSet::new()),
             Ok(Event::InitApply(c)) | Ok(Event::Apply(c)) => {
-                status.listed_one();
                 let name = c.name_any();
                 if let Some(seen) = relist.as_mut() {
                     seen.insert(name.clone());
@@ -169,14 +139,13 @@ async fn reflect_csinodes(client: Client, cache: Arc<ClusterCache>, mut status: 
                     }
                     known = seen;
                 }
-                status.list_done()
             }
             Ok(Event::Delete(c)) => {
                 let name = c.name_any();
                 cache.apply_csinode(&name, None);
                 known.remove(&name);
             }
-            Err(e) => status.failed(&e),
+            Err(_) => {}
         }
     }
 }
@@ -208,18 +177,10 @@ where
         .backoff(super::watch_health::watch_backoff());
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
-            if ev.is_ok() {
-                status.ok();
-            }
+            status.observe(&ev);
             match ev {
-                Ok(Event::Init) => status.list_started(),
-                Ok(Event::InitApply(_)) => status.listed_one(),
-                Ok(Event::InitDone) => {
-                    status.list_done();
-                    changed()
-                }
+                Ok(Event::Init) | Ok(Event::InitApply(_)) | Err(_) => {}
                 Ok(_) => changed(),
-                Err(e) => status.failed(&e),
             }
         }
     })

@@ -92,20 +92,37 @@ pub struct WatchStatus {
 }
 
 impl WatchStatus {
+    /// Records one item of the watch stream: a failure, or an event (which clears an earlier
+    /// failure) and, for the events of a full list, its start, objects and end.
+    pub fn observe<K>(&mut self, ev: &Result<watcher::Event<K>, watcher::Error>) {
+        match ev {
+            Ok(e) => {
+                self.ok();
+                match e {
+                    watcher::Event::Init => self.list_started(),
+                    watcher::Event::InitApply(_) => self.listed_one(),
+                    watcher::Event::InitDone => self.list_done(),
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) => {}
+                }
+            }
+            Err(e) => self.failed(e),
+        }
+    }
+
     /// A full list started (`Event::Init`).
-    pub fn list_started(&mut self) {
+    fn list_started(&mut self) {
         self.listing = Some((Instant::now(), 0));
     }
 
     /// One object of the full list arrived (`Event::InitApply`).
-    pub fn listed_one(&mut self) {
+    fn listed_one(&mut self) {
         if let Some((_, n)) = &mut self.listing {
             *n += 1;
         }
     }
 
     /// The full list is complete (`Event::InitDone`).
-    pub fn list_done(&mut self) {
+    fn list_done(&mut self) {
         let Some((started, objects)) = self.listing.take() else {
             return;
         };
@@ -124,7 +141,7 @@ impl WatchStatus {
     }
 
     /// The watch delivered an event: clear an earlier failure.
-    pub fn ok(&mut self) {
+    fn ok(&mut self) {
         if self.failing {
             self.failing = false;
             self.readiness.unblock(self.what);
@@ -133,7 +150,7 @@ impl WatchStatus {
     }
 
     /// The watch failed; the watcher retries with backoff.
-    pub fn failed(&mut self, e: &watcher::Error) {
+    fn failed(&mut self, e: &watcher::Error) {
         self.failing = true;
         self.metrics.watch_failures.get_or_create(&self.label).inc();
         let why = describe_watch_error(e);

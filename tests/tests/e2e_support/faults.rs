@@ -121,32 +121,13 @@ pub async fn fresh_nodes(
     scorer: &Scorer,
     nodes: &std::collections::BTreeSet<String>,
 ) -> Result<std::collections::BTreeSet<String>> {
-    use loadstar_proto::pb;
-    let mut c = loadstar_proto::pb::scorer_client::ScorerClient::connect(scorer.endpoint())
+    let c = loadstar_proto::pb::scorer_client::ScorerClient::connect(scorer.endpoint()).await?;
+    Ok(loadstar_testkit::client::all_nodes(c)
         .await?
-        .max_decoding_message_size(64 << 20);
-    let mut fresh = std::collections::BTreeSet::new();
-    let mut page_token = String::new();
-    // Every page (500 nodes by default).
-    loop {
-        let page = c
-            .list_nodes(pb::ListNodesRequest {
-                page_size: 5000,
-                page_token,
-            })
-            .await?
-            .into_inner();
-        fresh.extend(
-            page.nodes
-                .into_iter()
-                .filter(|n| !n.stale && n.last_report.is_some() && nodes.contains(&n.node_name))
-                .map(|n| n.node_name),
-        );
-        if page.next_page_token.is_empty() {
-            return Ok(fresh);
-        }
-        page_token = page.next_page_token;
-    }
+        .into_iter()
+        .filter(|n| !n.stale && n.last_report.is_some() && nodes.contains(&n.node_name))
+        .map(|n| n.node_name)
+        .collect())
 }
 
 /// CPU seconds (user + system) process `pid` has used, from `/proc/<pid>/stat`.

@@ -294,34 +294,12 @@ async fn agents(scorer: &str, count: usize, connections: usize) -> Result<()> {
     Ok(())
 }
 
-/// Every node the scorer knows, page by page.
-async fn all_nodes(
-    mut c: ScorerClient<tonic::transport::Channel>,
-) -> Result<Vec<pb::NodeStatus>, tonic::Status> {
-    let mut out = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = c
-            .list_nodes(pb::ListNodesRequest {
-                page_size: 5000,
-                page_token,
-            })
-            .await?
-            .into_inner();
-        out.extend(page.nodes);
-        if page.next_page_token.is_empty() {
-            return Ok(out);
-        }
-        page_token = page.next_page_token;
-    }
-}
-
 async fn ready(scorer: &str, count: usize, timeout: u64) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(timeout);
     let mut last = String::from("not connected");
     while Instant::now() < deadline {
         match ScorerClient::connect(scorer.to_string()).await {
-            Ok(c) => match all_nodes(c).await {
+            Ok(c) => match loadstar_testkit::client::all_nodes(c).await {
                 Ok(nodes) => {
                     let fresh = nodes
                         .iter()
