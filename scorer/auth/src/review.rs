@@ -81,6 +81,18 @@ impl ResourceAttributes {
         }
     }
 
+    /// `list pods` in every namespace: what reading every pod's decision takes.
+    pub fn list_pods() -> ResourceAttributes {
+        ResourceAttributes {
+            namespace: String::new(),
+            verb: "list".into(),
+            group: String::new(),
+            resource: "pods".into(),
+            subresource: String::new(),
+            name: String::new(),
+        }
+    }
+
     /// `verb resource[/subresource]` in `namespace`, for messages.
     pub fn describe(&self) -> String {
         let resource = if self.subresource.is_empty() {

@@ -333,6 +333,19 @@ pub struct Evaluation {
     pub filtered: Vec<FilteredNode>,
     /// Nodes considered.
     pub evaluated: usize,
+    /// Time spent in each extension point.
+    pub timings: PhaseTimings,
+}
+
+/// Where an evaluation spent its time, by extension point (for the scheduler's histograms).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PhaseTimings {
+    /// Every filter's PreFilter.
+    pub prefilter: std::time::Duration,
+    /// Filtering every node.
+    pub filter: std::time::Duration,
+    /// Scoring and normalising the feasible nodes, weighting and ranking them.
+    pub score: std::time::Duration,
 }
 
 impl Evaluation {
@@ -507,13 +520,16 @@ impl Profile {
                     })
                     .collect(),
                 evaluated: indices.len(),
+                timings: PhaseTimings::default(),
             };
         }
+        let started = std::time::Instant::now();
         let states: Vec<Option<PreFilterState>> = self
             .filters
             .iter()
             .map(|f| f.prefilter(&ctx, pod))
             .collect();
+        let prefiltered = std::time::Instant::now();
         'nodes: for &i in indices {
             let node = &snapshot.nodes[i];
             if node.stale && self.stale_policy == StalePolicy::Filter {
@@ -537,6 +553,7 @@ impl Profile {
             feasible.push(node);
             feasible_idx.push(i);
         }
+        let filtered_at = std::time::Instant::now();
         let n = feasible.len();
         let mut per_plugin: Vec<Vec<i64>> = Vec::with_capacity(self.scores.len());
         for (plugin, _) in &self.scores {
@@ -592,10 +609,16 @@ impl Profile {
                 stale: feasible[j].stale,
             })
             .collect();
+        let timings = PhaseTimings {
+            prefilter: prefiltered - started,
+            filter: filtered_at - prefiltered,
+            score: filtered_at.elapsed(),
+        };
         Evaluation {
             ranked,
             filtered,
             evaluated: indices.len(),
+            timings,
         }
     }
 }

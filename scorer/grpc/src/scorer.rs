@@ -18,6 +18,7 @@ use tracing::{Instrument, debug, info_span};
 use loadstar_framework::{Evaluation, Profile};
 use loadstar_policy::profiles::Profiles;
 use loadstar_store::cluster::{BudgetSource, PodDecoder, PodResolver};
+use loadstar_store::decisions::{Decision, DecisionLog, Outcome, Recorded, Source};
 use loadstar_store::metrics::Metrics;
 
 use crate::gate::{Gate, Service, peer};
@@ -132,6 +133,62 @@ pub struct ScorerService {
     hub: Arc<WatchHub>,
     limits: QueryLimits,
     gate: Gate,
+    decisions: Arc<DecisionLog>,
+}
+
+/// Most decisions one `ListDecisions` call returns, and how many when the caller asks for 0.
+const MAX_DECISIONS: usize = 1_000;
+const DEFAULT_DECISIONS: usize = 50;
+
+/// The wire form of a recorded decision.
+pub fn decision_record(r: &Recorded) -> pb::DecisionRecord {
+    let d = &r.decision;
+    pb::DecisionRecord {
+        pod: Some(pb::PodReference {
+            namespace: d.namespace.clone(),
+            name: d.name.clone(),
+        }),
+        uid: d.uid.clone(),
+        source: d.source.as_str().to_string(),
+        profile: d.profile.clone(),
+        decided_at_unix_ms: d.decided_at_ms,
+        attempt: d.attempt,
+        outcome: r.outcome.kind().to_string(),
+        node_name: r.outcome.node().unwrap_or_default().to_string(),
+        error: r.outcome.error().unwrap_or_default().to_string(),
+        summary: d.summary.clone(),
+        nodes_evaluated: u32::try_from(d.evaluated).unwrap_or(u32::MAX),
+        nodes_feasible: u32::try_from(d.feasible).unwrap_or(u32::MAX),
+        ranked: d
+            .ranked
+            .iter()
+            .map(|n| pb::NodeScore {
+                node_name: n.node.to_string(),
+                total_score: n.total,
+                plugins: n
+                    .plugins
+                    .iter()
+                    .map(|(name, score, weight)| pb::PluginScore {
+                        plugin: (*name).to_string(),
+                        score: *score,
+                        weight: *weight,
+                    })
+                    .collect(),
+                stale: n.stale,
+            })
+            .collect(),
+        filtered: d
+            .filtered
+            .iter()
+            .map(|g| pb::FilteredGroup {
+                plugin: g.plugin.to_string(),
+                reason: g.reason.clone(),
+                node_names: g.nodes.iter().map(|n| n.to_string()).collect(),
+                count: u32::try_from(g.count).unwrap_or(u32::MAX),
+            })
+            .collect(),
+        seq: r.seq,
+    }
 }
 
 /// Limits on the query calls; see [`QueryLimits::default`].
@@ -196,7 +253,15 @@ impl ScorerService {
             hub,
             limits,
             gate: Gate::open(),
+            decisions: Arc::new(DecisionLog::default()),
         }
+    }
+
+    /// Records `Score` calls in, and answers `ExplainPod`/`ListDecisions` from, `log` (the
+    /// scheduler's, when there is one).
+    pub fn with_decisions(mut self, log: Arc<DecisionLog>) -> Self {
+        self.decisions = log;
+        self
     }
 
     /// Checks callers at `gate` (queries need a caller when it says so; a pod by reference
@@ -331,6 +396,19 @@ impl ScorerService {
             .score_duration
             .observe(started.elapsed().as_secs_f64());
         debug!(summary = %ev.summary(), "scored");
+        let best = ev.best().map(|b| snap.nodes[b.index].name.to_string());
+        self.decisions.record(
+            Decision::of(
+                Source::Score,
+                pod,
+                &profile.name,
+                0,
+                &snap,
+                &ev,
+                self.decisions.limits(),
+            ),
+            Outcome::Scored { node: best },
+        );
         let mut response = to_response(profile, &snap, &ev);
         if preempt && ev.feasible() == 0 {
             let budgets = self
@@ -470,5 +548,67 @@ impl pb::scorer_server::Scorer for ScorerService {
             })
             .collect();
         Ok(Response::new(pb::ListProfilesResponse { profiles }))
+    }
+
+    async fn explain_pod(
+        &self,
+        request: Request<pb::ExplainPodRequest>,
+    ) -> Result<Response<pb::DecisionRecord>, Status> {
+        let caller = self.gate.query(&request).await?;
+        let peer = peer(&request);
+        let Some(pod) = request.into_inner().pod.filter(|p| !p.name.is_empty()) else {
+            return Err(Status::invalid_argument("pod.name is required"));
+        };
+        let ns = if pod.namespace.is_empty() {
+            "default"
+        } else {
+            &pod.namespace
+        };
+        if let Some(who) = &caller {
+            // A decision shows the pod's placement: only for callers who may read the pod.
+            self.gate
+                .authorize(
+                    Service::Query,
+                    who,
+                    &ResourceAttributes::get_pod(ns, &pod.name),
+                    peer,
+                )
+                .await?;
+        }
+        match self.decisions.get(ns, &pod.name) {
+            Some(r) => Ok(Response::new(decision_record(&r))),
+            None => Err(Status::not_found(format!(
+                "pod {ns}/{} was not scheduled or scored by Loadstar (or its record is older \
+                 than the {} most recent pods kept)",
+                pod.name,
+                self.decisions.limits().capacity
+            ))),
+        }
+    }
+
+    async fn list_decisions(
+        &self,
+        request: Request<pb::ListDecisionsRequest>,
+    ) -> Result<Response<pb::ListDecisionsResponse>, Status> {
+        let caller = self.gate.query(&request).await?;
+        let peer = peer(&request);
+        if let Some(who) = &caller {
+            // Decisions name pods of every namespace: only for callers who may list them.
+            self.gate
+                .authorize(Service::Query, who, &ResourceAttributes::list_pods(), peer)
+                .await?;
+        }
+        let req = request.into_inner();
+        let limit = match req.limit as usize {
+            0 => DEFAULT_DECISIONS,
+            n => n.min(MAX_DECISIONS),
+        };
+        let decisions = self
+            .decisions
+            .latest(limit, req.after_seq)
+            .iter()
+            .map(decision_record)
+            .collect();
+        Ok(Response::new(pb::ListDecisionsResponse { decisions }))
     }
 }

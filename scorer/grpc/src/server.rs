@@ -19,6 +19,7 @@ use loadstar_policy::profiles::Profiles;
 use loadstar_proto::limits;
 use loadstar_store::NodeStore;
 use loadstar_store::cluster::{Binder, BudgetSource, PodDecoder, PodResolver};
+use loadstar_store::decisions::DecisionLog;
 use loadstar_store::metrics::Metrics;
 
 /// Every limit the gRPC port enforces, by layer; see [`ServerLimits::default`] and
@@ -104,6 +105,9 @@ pub struct ServerParts {
     pub tls: Option<Arc<ServerTls>>,
     /// `Bind` takes pods of other schedulers too.
     pub bind_other_schedulers: bool,
+    /// The decision log `Score` calls are recorded in and `ExplainPod` reads (share the
+    /// scheduler's).
+    pub decisions: Arc<DecisionLog>,
 }
 
 impl ServerParts {
@@ -122,6 +126,7 @@ impl ServerParts {
             gate: Gate::open(),
             tls: None,
             bind_other_schedulers: false,
+            decisions: Arc::new(DecisionLog::default()),
         }
     }
 
@@ -137,6 +142,7 @@ impl ServerParts {
         .with_decoder(self.decoder.clone())
         .with_budgets(self.budgets.clone())
         .with_gate(self.gate.clone())
+        .with_decisions(self.decisions.clone())
     }
 }
 

@@ -81,6 +81,17 @@ struct Entry {
     retried_stale: bool,
 }
 
+/// Pods in each state of the queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueDepths {
+    /// Waiting to be popped.
+    pub active: usize,
+    /// Waiting out a backoff after a failure.
+    pub backoff: usize,
+    /// Handed to the scheduler, not yet done.
+    pub in_flight: usize,
+}
+
 /// The queue's state. All methods take the current time where it matters.
 #[derive(Debug, Default)]
 pub struct Queue {
@@ -105,6 +116,19 @@ impl Queue {
                 key: key.to_string(),
             });
         }
+    }
+
+    /// How many pods are in each state.
+    pub fn depths(&self) -> QueueDepths {
+        let mut d = QueueDepths::default();
+        for e in self.pods.values() {
+            match e.state {
+                State::Active(_) => d.active += 1,
+                State::Backoff(..) => d.backoff += 1,
+                State::InFlight(_) => d.in_flight += 1,
+            }
+        }
+        d
     }
 
     /// Adds a pending pod, or updates its priority if it is already known (a pod being

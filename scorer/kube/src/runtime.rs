@@ -52,6 +52,8 @@ pub struct KubeOptions {
     pub scheduler: SchedulerConfig,
     /// Where failing watches are reported (`/readyz`).
     pub readiness: Arc<Readiness>,
+    /// Where the scheduler records its decisions (shared with `ExplainPod` and the web view).
+    pub decisions: Arc<loadstar_store::decisions::DecisionLog>,
 }
 
 /// The running Kubernetes side.
@@ -351,17 +353,20 @@ pub async fn start(
         None => (leader::always_leader(&options.identity), None),
     };
     let api = KubeApi::new(main, events, &options.component, &options.identity);
-    let scheduler = Arc::new(Scheduler::new(
-        cache.clone(),
-        queue,
-        store,
-        profiles,
-        metrics,
-        api,
-        leadership,
-        estimate,
-        options.scheduler.clone(),
-    ));
+    let scheduler = Arc::new(
+        Scheduler::new(
+            cache.clone(),
+            queue,
+            store,
+            profiles,
+            metrics,
+            api,
+            leadership,
+            estimate,
+            options.scheduler.clone(),
+        )
+        .with_decisions(options.decisions.clone()),
+    );
     let run = scheduler.clone();
     let handle = tokio::spawn(async move {
         run.run(shutdown).await;

@@ -38,7 +38,10 @@ use loadstar_framework::{Evaluation, Profile};
 use loadstar_policy::profiles::{ProfileError, Profiles};
 use loadstar_store::NodeStore;
 use loadstar_store::cluster::{BindOutcome, BindRequest, Binder, ClusterError};
-use loadstar_store::metrics::{Metrics, ResultLabel};
+use loadstar_store::decisions::{Decision, DecisionLog, Outcome as Recorded, Source};
+use loadstar_store::metrics::{
+    ExtensionPointLabel, Metrics, ProfileResultLabel, QueueLabel, ResultLabel,
+};
 
 /// Estimates a placed pod's usage (CPU millicores, memory bytes) until the agent measures it.
 pub type Estimator = Arc<dyn Fn(&PodInfo) -> (i64, i64) + Send + Sync>;
@@ -112,6 +115,8 @@ pub struct Scheduler {
     write_rx: Mutex<Option<mpsc::Receiver<Write>>>,
     /// The last failure message reported per pod, so retries do not repeat Events.
     reported: Mutex<HashMap<String, String>>,
+    /// Where each pod went and why, for `explain` and the web view.
+    decisions: Arc<DecisionLog>,
 }
 
 /// Debug-printable wrapper of the estimator.
@@ -181,7 +186,73 @@ impl Scheduler {
             writes: tx,
             write_rx: Mutex::new(Some(rx)),
             reported: Mutex::new(HashMap::new()),
+            decisions: Arc::new(DecisionLog::default()),
         }
+    }
+
+    /// Records decisions in `log` (by default in a log of its own with default limits).
+    pub fn with_decisions(mut self, log: Arc<DecisionLog>) -> Scheduler {
+        self.decisions = log;
+        self
+    }
+
+    /// Counts a scheduling attempt of `profile` with `result`.
+    fn attempt(&self, profile: &str, result: &str) {
+        self.metrics
+            .schedule_attempts
+            .get_or_create(&ProfileResultLabel {
+                profile: profile.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// Observes where an evaluation spent its time.
+    fn observe_phases(&self, profile: &str, ev: &Evaluation) {
+        let t = ev.timings;
+        for (point, d) in [
+            ("PreFilter", t.prefilter),
+            ("Filter", t.filter),
+            ("Score", t.score),
+        ] {
+            self.metrics
+                .extension_point_duration
+                .get_or_create(&ExtensionPointLabel {
+                    extension_point: point.to_string(),
+                    profile: profile.to_string(),
+                })
+                .observe(d.as_secs_f64());
+        }
+    }
+
+    /// Publishes the queue's depths and this replica's leadership every second while the
+    /// scheduler lives.
+    fn spawn_gauges(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let Some(this) = weak.upgrade() else { return };
+                let d = this.queue.with(|q| q.depths());
+                for (queue, n) in [
+                    ("active", d.active),
+                    ("backoff", d.backoff),
+                    ("in_flight", d.in_flight),
+                ] {
+                    this.metrics
+                        .pending_pods
+                        .get_or_create(&QueueLabel {
+                            queue: queue.to_string(),
+                        })
+                        .set(i64::try_from(n).unwrap_or(i64::MAX));
+                }
+                this.metrics.leader.set(i64::from(this.is_leader()));
+                this.metrics
+                    .decisions
+                    .set(i64::try_from(this.decisions.len()).unwrap_or(i64::MAX));
+            }
+        });
     }
 
     fn is_leader(&self) -> bool {
@@ -311,6 +382,7 @@ impl Scheduler {
     pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         self.spawn_writer();
+        self.spawn_gauges();
         let mut synced = self.cache.synced();
         tokio::select! {
             _ = &mut shutdown => return,
@@ -385,6 +457,7 @@ impl Scheduler {
         let info = match &facts.info {
             Ok(i) => i,
             Err(e) => {
+                self.attempt(&facts.scheduler_name, "error");
                 self.failed(&facts, e.to_string());
                 self.queue
                     .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
@@ -425,10 +498,33 @@ impl Scheduler {
             held = with_nominated(&l.snap, &nominated);
             &held
         };
-        let ev = profile.evaluate(view, info, Some(&l.candidates), 1, rng);
+        let limits = self.decisions.limits();
+        let ev = profile.evaluate(view, info, Some(&l.candidates), limits.ranked.max(1), rng);
+        self.observe_phases(&profile.name, &ev);
+        let decision = |ev: &Evaluation| {
+            Decision::of(
+                Source::Scheduler,
+                info,
+                &profile.name,
+                pod.attempts.saturating_add(1),
+                view,
+                ev,
+                limits,
+            )
+        };
         let Some(best) = ev.best() else {
+            self.attempt(&profile.name, "unschedulable");
             self.failed(&facts, ev.summary());
-            self.preempt(&facts, info, profile, view, &ev, rng);
+            self.decisions
+                .record(decision(&ev), Recorded::Unschedulable);
+            if let Some(node) = self.preempt(&facts, info, profile, view, &ev, rng) {
+                self.decisions.set_outcome(
+                    &facts.namespace,
+                    &facts.name,
+                    &facts.uid,
+                    Recorded::Nominated { node },
+                );
+            }
             self.queue
                 .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
             return;
@@ -439,12 +535,21 @@ impl Scheduler {
         let writes = match volume_writes(info, &l.snap.nodes[index]) {
             Ok(w) => w,
             Err(reason) => {
+                self.attempt(&profile.name, "error");
+                self.decisions.record(
+                    decision(&ev),
+                    Recorded::BindFailed {
+                        node: node.to_string(),
+                        error: reason.clone(),
+                    },
+                );
                 self.failed(&facts, reason);
                 self.queue
                     .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
                 return;
             }
         };
+        let record = decision(&ev);
         let estimate = (self.estimate.0)(info);
         match self.cache.assume(info, &node, estimate) {
             Ok(alloc) => l.snap.nodes[index].alloc = alloc,
@@ -458,6 +563,13 @@ impl Scheduler {
         if let Some(w) = &writes {
             self.cache.reservations().reserve(w);
         }
+        self.attempt(&profile.name, "scheduled");
+        self.decisions.record(
+            record,
+            Recorded::Assumed {
+                node: node.to_string(),
+            },
+        );
         span.record("node", &*node);
         debug!(node = %node, score = total, "assumed");
         let this = self.clone();
@@ -492,7 +604,7 @@ impl Scheduler {
         snap: &ClusterSnapshot,
         ev: &Evaluation,
         rng: &mut SmallRng,
-    ) {
+    ) -> Option<String> {
         let budgets = self.cache.budgets().all();
         let result = |r: &str| ResultLabel {
             result: r.to_string(),
@@ -504,7 +616,7 @@ impl Scheduler {
                     .get_or_create(&result("ineligible"))
                     .inc();
                 debug!(%why, "not preempting");
-                return;
+                return None;
             }
             PreemptionOutcome::NoCandidates { potential } => {
                 self.metrics
@@ -526,13 +638,11 @@ impl Scheduler {
                         }
                     });
                 }
-                return;
+                return None;
             }
             PreemptionOutcome::Proposal(p) => p,
         };
-        let Some(chosen) = proposal.chosen() else {
-            return;
-        };
+        let chosen = proposal.chosen()?;
         let node = snap.nodes[chosen.index].name.to_string();
         self.metrics
             .preemptions
@@ -546,6 +656,7 @@ impl Scheduler {
             "preempting"
         );
         let key = facts.key();
+        let node_name = node.clone();
         self.cache.nominate(&key, &node, info);
         let displaced: Vec<Nomination> = self
             .cache
@@ -594,6 +705,7 @@ impl Scheduler {
             }
             .in_current_span(),
         );
+        Some(node_name)
     }
 
     /// Binds the claims of a pod assumed on `node` (their volumes already reserved), then
@@ -641,18 +753,60 @@ impl Scheduler {
             return Outcome::Requeue;
         }
         if let Some(w) = writes
-            && self.bind_pod_volumes(facts, node, w).await.is_err()
+            && let Err(e) = self.bind_pod_volumes(facts, node, w).await
         {
+            self.decisions.set_outcome(
+                &facts.namespace,
+                &facts.name,
+                &facts.uid,
+                Recorded::BindFailed {
+                    node: node.to_string(),
+                    error: e.to_string(),
+                },
+            );
             return Outcome::Requeue;
         }
+        let outcome = self.bind_api(facts, node, enqueued_at).await;
+        let recorded = match &outcome {
+            Ok(()) => Recorded::Bound {
+                node: node.to_string(),
+            },
+            Err(error) => Recorded::BindFailed {
+                node: node.to_string(),
+                error: error.clone(),
+            },
+        };
+        self.decisions
+            .set_outcome(&facts.namespace, &facts.name, &facts.uid, recorded);
+        match outcome {
+            Ok(()) => Outcome::Bound,
+            Err(_) => Outcome::Requeue,
+        }
+    }
+
+    /// The binding call itself: `Ok` when bound (or the pod is gone), else why it failed.
+    async fn bind_api(
+        &self,
+        facts: &PodFacts,
+        node: &str,
+        enqueued_at: Instant,
+    ) -> Result<(), String> {
+        let started = Instant::now();
         let bind = self
             .api
             .bind(&facts.namespace, &facts.name, &facts.uid, node);
-        let Ok(result) = tokio::time::timeout(self.config.bind_timeout, bind).await else {
+        let result = tokio::time::timeout(self.config.bind_timeout, bind).await;
+        self.metrics
+            .bind_duration
+            .observe(started.elapsed().as_secs_f64());
+        let Ok(result) = result else {
             self.count(ERROR);
             warn!(node, timeout = ?self.config.bind_timeout, "binding timed out; will retry");
             self.cache.forget(&facts.uid);
-            return Outcome::Requeue;
+            return Err(format!(
+                "binding timed out after {:?}",
+                self.config.bind_timeout
+            ));
         };
         match result {
             Ok(()) => {
@@ -662,7 +816,7 @@ impl Scheduler {
                     .observe(enqueued_at.elapsed().as_secs_f64());
                 debug!(node, "bound");
                 self.scheduled(&facts.namespace, &facts.name, &facts.uid, node);
-                Outcome::Bound
+                Ok(())
             }
             // A conflict usually means another scheduler bound the pod, but the API server
             // also answers 409 when etcd fails under the binding ("Operation cannot be
@@ -674,18 +828,18 @@ impl Scheduler {
                 self.count(CONFLICT);
                 info!(node, %message, "binding conflict; will retry unless the pod is bound meanwhile");
                 self.cache.forget(&facts.uid);
-                Outcome::Requeue
+                Err(format!("conflict: {message}"))
             }
             Err(ApiError::NotFound { .. }) => {
                 self.count(GONE);
                 self.cache.forget(&facts.uid);
-                Outcome::Bound
+                Ok(())
             }
             Err(e) => {
                 self.count(ERROR);
                 warn!(error = %e, node, "binding failed; will retry");
                 self.cache.forget(&facts.uid);
-                Outcome::Requeue
+                Err(e.to_string())
             }
         }
     }
@@ -808,11 +962,30 @@ impl Binder for Scheduler {
             };
             let mut rng = SmallRng::from_rng(&mut rand::rng());
             let ev = profile.evaluate(&snap, info, Some(&candidates), 0, &mut rng);
+            self.observe_phases(&profile.name, &ev);
+            let decision = Decision::of(
+                Source::Scheduler,
+                info,
+                &profile.name,
+                1,
+                &snap,
+                &ev,
+                self.decisions.limits(),
+            );
             let Some(best) = ev.best() else {
+                self.attempt(&profile.name, "unschedulable");
+                self.decisions.record(decision, Recorded::Unschedulable);
                 self.failed(&facts, ev.summary());
                 return Err(ClusterError::FailedPrecondition(ev.summary()));
             };
+            self.attempt(&profile.name, "scheduled");
             let node = snap.nodes[best.index].name.clone();
+            self.decisions.record(
+                decision,
+                Recorded::Assumed {
+                    node: node.to_string(),
+                },
+            );
             let writes = volume_writes(info, &snap.nodes[best.index])
                 .map_err(ClusterError::FailedPrecondition)?;
             self.cache
@@ -832,6 +1005,14 @@ impl Binder for Scheduler {
                     self.metrics
                         .scheduling_latency
                         .observe(started.elapsed().as_secs_f64());
+                    self.decisions.set_outcome(
+                        &ns,
+                        &facts.name,
+                        &facts.uid,
+                        Recorded::Bound {
+                            node: node.to_string(),
+                        },
+                    );
                     self.scheduled(&ns, &facts.name, &facts.uid, &node);
                     self.queue.with(|q| q.done(&key));
                     Ok(BindOutcome {
@@ -844,6 +1025,15 @@ impl Binder for Scheduler {
                 Err(e) => {
                     self.count(ERROR);
                     self.cache.forget(&facts.uid);
+                    self.decisions.set_outcome(
+                        &ns,
+                        &facts.name,
+                        &facts.uid,
+                        Recorded::BindFailed {
+                            node: node.to_string(),
+                            error: e.to_string(),
+                        },
+                    );
                     Err(cluster_error(e))
                 }
             }

@@ -218,6 +218,7 @@ mod tests {
                 },
             ],
             evaluated: 2,
+            ..Evaluation::default()
         };
         assert_eq!(
             e.summary(),

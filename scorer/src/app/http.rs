@@ -1,4 +1,5 @@
-//! The scorer's HTTP side port: `/metrics` (OpenMetrics text), `/healthz` and `/readyz`.
+//! The scorer's HTTP side port: `/metrics` (OpenMetrics text), `/healthz`, `/readyz` and
+//! the live web view under `/ui`.
 use std::sync::Arc;
 
 use axum::Router;
@@ -40,18 +41,21 @@ async fn ready_handler(State(s): State<HttpState>) -> impl IntoResponse {
     (code, body)
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` resolves.
+/// Serves `/metrics`, `/healthz`, `/readyz` and `/ui` on `listener` until `shutdown`
+/// resolves.
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     ready: Arc<Readiness>,
+    ui: loadstar_ui::UiState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready_handler))
-        .with_state(HttpState { metrics, ready });
+        .with_state(HttpState { metrics, ready })
+        .merge(loadstar_ui::router(ui));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -269,8 +269,14 @@ pub async fn run_servers(
     if let Some(http) = http {
         let wait = shutdown.wait();
         let ready = ready.clone();
+        let ui = loadstar_ui::UiState::new(
+            parts.store.clone(),
+            parts.profiles.clone(),
+            parts.decisions.clone(),
+            loadstar_ui::UiConfig::default(),
+        );
         tokio::spawn(async move {
-            if let Err(e) = http::serve_http(http, metrics, ready, wait).await {
+            if let Err(e) = http::serve_http(http, metrics, ready, ui, wait).await {
                 warn!(error = %e, "metrics server failed");
             }
         });
@@ -282,8 +288,9 @@ pub async fn run_servers(
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             loop {
                 tick.tick().await;
-                store.sweep(std::time::Instant::now());
+                let stale = store.sweep(std::time::Instant::now());
                 metrics.nodes.set(store.len() as i64);
+                metrics.stale_nodes.set(stale as i64);
             }
         })
     };

@@ -17,6 +17,7 @@ use loadstar_kube::leader::LeaderConfig;
 use loadstar_kube::runtime::{self, KubeOptions};
 use loadstar_kube::scheduler::SchedulerConfig;
 use loadstar_store::cluster::{Binder, BudgetSource, PodDecoder, PodResolver};
+use loadstar_store::decisions::{DecisionLimits, DecisionLog};
 use loadstar_store::metrics::{Metrics, Readiness};
 
 /// Whether to connect to Kubernetes.
@@ -66,6 +67,11 @@ pub struct ServeArgs {
     /// Interval asked of agents in acks, seconds (0: no preference).
     #[arg(long, default_value_t = 0.0)]
     pub desired_interval_seconds: f64,
+    /// Pods whose latest placement decision is kept for `kubectl loadstar explain`, the
+    /// `ExplainPod` call and the web view (each with its best 10 nodes' per-plugin scores and
+    /// every filter's rejections; 0 keeps none).
+    #[arg(long, default_value_t = 2000)]
+    pub decision_records: usize,
     /// Connect to Kubernetes and schedule pods.
     #[arg(long, value_enum, default_value = "auto", env = "LOADSTAR_KUBERNETES")]
     pub kubernetes: KubernetesMode,
@@ -155,6 +161,10 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         Some(Arc::new(loadstar_kube::convert::JsonPodDecoder));
     let mut binder: Option<Arc<dyn Binder>> = None;
     let mut kube = None;
+    let decisions = Arc::new(DecisionLog::new(DecisionLimits {
+        capacity: args.decision_records,
+        ..DecisionLimits::default()
+    }));
     if want_kube {
         let identity = args
             .leader_elect_identity
@@ -201,6 +211,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
                 ..SchedulerConfig::default()
             },
             readiness: readiness.clone(),
+            decisions: decisions.clone(),
         };
         let rt = runtime::start(
             options,
@@ -289,6 +300,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         gate,
         tls,
         bind_other_schedulers: args.auth.bind_other_schedulers,
+        decisions,
     };
     let grpc = bind(args.listen).await?;
     let http = bind(args.metrics_listen).await?;

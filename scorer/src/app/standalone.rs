@@ -13,6 +13,7 @@ use tracing::{info, warn};
 use crate::app::{AppError, Shutdown, bind, build_profiles, build_store, load_config, run_servers};
 use loadstar_grpc::server::ServerParts;
 use loadstar_policy::profiles::Profiles;
+use loadstar_store::decisions::{DecisionLimits, DecisionLog};
 use loadstar_store::metrics::{Metrics, Readiness};
 
 /// Flags of `standalone`.
@@ -62,6 +63,11 @@ pub struct StandaloneArgs {
     /// call every method).
     #[arg(long)]
     pub insecure_allow_unauthenticated: bool,
+    /// Pods whose latest placement decision is kept for `kubectl loadstar explain`, the
+    /// `ExplainPod` call and the web view (each with its best 10 nodes' per-plugin scores and
+    /// every filter's rejections; 0 keeps none).
+    #[arg(long, default_value_t = 2000)]
+    pub decision_records: usize,
 }
 
 /// Runs `standalone` until Ctrl-C (or `--exit-after-seconds`).
@@ -165,6 +171,10 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
         gate: loadstar_grpc::gate::Gate::open(),
         tls,
         bind_other_schedulers: false,
+        decisions: Arc::new(DecisionLog::new(DecisionLimits {
+            capacity: args.decision_records,
+            ..DecisionLimits::default()
+        })),
     };
     run_servers(
         grpc,

@@ -74,6 +74,47 @@ pub const WATCH_RELISTS: &str = "loadstar_scorer_watch_relists";
 /// How long a full list took, from its start to the last object applied, by watch.
 pub const WATCH_RELIST_DURATION: &str = "loadstar_scorer_watch_relist_duration_seconds";
 
+/// Scheduling attempts, by profile and result (`scheduled`, `unschedulable`, `error`).
+pub const SCHEDULE_ATTEMPTS: &str = "loadstar_scorer_schedule_attempts";
+/// Time one scheduling attempt spent in each extension point (`PreFilter`, `Filter`,
+/// `Score`), seconds, by profile.
+pub const EXTENSION_POINT_DURATION: &str = "loadstar_scorer_extension_point_duration_seconds";
+/// Pods waiting in the scheduling queue, by queue (`active`, `backoff`, `in_flight`).
+pub const PENDING_PODS: &str = "loadstar_scorer_pending_pods";
+/// Time from assuming a pod to the API server's answer to its binding, seconds.
+pub const BIND_DURATION: &str = "loadstar_scorer_bind_duration_seconds";
+/// 1 when this replica holds the scheduler's leader Lease, else 0.
+pub const LEADER: &str = "loadstar_scorer_leader";
+/// Nodes whose load is stale (no report within the store's staleness limit).
+pub const STALE_NODES: &str = "loadstar_scorer_stale_nodes";
+/// Decisions kept for `explain` and the web view.
+pub const DECISIONS: &str = "loadstar_scorer_decisions";
+
+/// Label set of scheduling attempts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProfileResultLabel {
+    /// The profile (schedulerName).
+    pub profile: String,
+    /// `scheduled`, `unschedulable` or `error`.
+    pub result: String,
+}
+
+/// Label set of extension-point durations.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExtensionPointLabel {
+    /// `PreFilter`, `Filter` or `Score`.
+    pub extension_point: String,
+    /// The profile.
+    pub profile: String,
+}
+
+/// Label set of queue depths.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    /// `active`, `backoff` or `in_flight`.
+    pub queue: String,
+}
+
 /// Label set of authentication failures.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServiceReasonLabel {
@@ -184,7 +225,26 @@ pub struct Metrics {
     pub watch_relists: Family<WatchLabel, Counter>,
     /// See [`WATCH_RELIST_DURATION`].
     pub watch_relist_duration: Family<WatchLabel, Histogram>,
+    /// See [`SCHEDULE_ATTEMPTS`].
+    pub schedule_attempts: Family<ProfileResultLabel, Counter>,
+    /// See [`EXTENSION_POINT_DURATION`].
+    pub extension_point_duration: Family<ExtensionPointLabel, Histogram>,
+    /// See [`PENDING_PODS`].
+    pub pending_pods: Family<QueueLabel, Gauge>,
+    /// See [`BIND_DURATION`].
+    pub bind_duration: Histogram,
+    /// See [`LEADER`].
+    pub leader: Gauge,
+    /// See [`STALE_NODES`].
+    pub stale_nodes: Gauge,
+    /// See [`DECISIONS`].
+    pub decisions: Gauge,
     registry: Registry,
+}
+
+/// Buckets of extension-point durations: 1 µs to ~0.5 s.
+fn extension_point_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_001, 2.0, 20))
 }
 
 impl Metrics {
@@ -346,7 +406,55 @@ impl Metrics {
             "The serving certificate's notAfter, Unix seconds",
             tls_not_after.clone(),
         );
+        let schedule_attempts = Family::<ProfileResultLabel, Counter>::default();
+        let extension_point_duration =
+            Family::<ExtensionPointLabel, Histogram>::new_with_constructor(
+                extension_point_histogram as fn() -> _,
+            );
+        let pending_pods = Family::<QueueLabel, Gauge>::default();
+        let bind_duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        let leader = Gauge::default();
+        let stale_nodes = Gauge::default();
+        let decisions = Gauge::default();
+        registry.register(
+            SCHEDULE_ATTEMPTS,
+            "Scheduling attempts, by profile and result",
+            schedule_attempts.clone(),
+        );
+        registry.register(
+            EXTENSION_POINT_DURATION,
+            "Time a scheduling attempt spent in each extension point, by profile",
+            extension_point_duration.clone(),
+        );
+        registry.register(
+            PENDING_PODS,
+            "Pods in the scheduling queue, by queue",
+            pending_pods.clone(),
+        );
+        registry.register(
+            BIND_DURATION,
+            "Assumption to the API server's binding answer",
+            bind_duration.clone(),
+        );
+        registry.register(
+            LEADER,
+            "1 when this replica holds the scheduler's leader Lease",
+            leader.clone(),
+        );
+        registry.register(STALE_NODES, "Nodes with stale load", stale_nodes.clone());
+        registry.register(
+            DECISIONS,
+            "Placement decisions kept for explain and the web view",
+            decisions.clone(),
+        );
         Arc::new(Metrics {
+            schedule_attempts,
+            extension_point_duration,
+            pending_pods,
+            bind_duration,
+            leader,
+            stale_nodes,
+            decisions,
             watch_failures,
             watch_relists,
             watch_relist_duration,

@@ -586,9 +586,11 @@ impl NodeStore {
     }
 
     /// Emits `Stale` once for each node that went stale, forgets agent-only nodes silent for
-    /// `forget_after`, and expires in-flight estimates. Call periodically.
-    pub fn sweep(&self, now: Instant) {
+    /// `forget_after`, and expires in-flight estimates. Call periodically. Returns how many
+    /// nodes with an agent are stale now.
+    pub fn sweep(&self, now: Instant) -> usize {
         let mut changes = Vec::new();
+        let mut stale = 0usize;
         for shard in &self.shards {
             let mut shard = lock_write(shard);
             let mut forget = Vec::new();
@@ -600,12 +602,15 @@ impl NodeStore {
                 let age = now.saturating_duration_since(at);
                 if e.kube.is_none() && age > self.config.forget_after {
                     forget.push(name.clone());
-                } else if age > self.stale_after(agent) && !e.stale_notified {
-                    e.stale_notified = true;
-                    changes.push(NodeChange {
-                        kind: ChangeKind::Stale,
-                        node: name.clone(),
-                    });
+                } else if age > self.stale_after(agent) {
+                    stale += 1;
+                    if !e.stale_notified {
+                        e.stale_notified = true;
+                        changes.push(NodeChange {
+                            kind: ChangeKind::Stale,
+                            node: name.clone(),
+                        });
+                    }
                 }
                 let mut inflight = e.alloc.inflight.clone();
                 if retire_inflight(
@@ -636,6 +641,7 @@ impl NodeStore {
         for c in changes {
             self.bump(c.kind, c.node);
         }
+        stale
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod faults;
 pub mod kube_scheduler;
+pub mod webdriver;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
