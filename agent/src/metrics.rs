@@ -33,6 +33,9 @@ pub const COLLECTOR_ERRORS: &str = "loadstar_agent_collector_errors";
 pub const REPORTS_SENT: &str = "loadstar_agent_reports_sent";
 /// Failed connections or streams, by scorer address (exposed with `_total`).
 pub const REPORT_ERRORS: &str = "loadstar_agent_report_errors";
+/// Streams reopened after one ended (the scorer closed it, it failed, or the token was
+/// rotated), by scorer address (exposed with `_total`).
+pub const STREAM_RECONNECTS: &str = "loadstar_agent_stream_reconnects";
 /// Reports the scorer rejected, by scorer address (exposed with `_total`).
 pub const REPORTS_REJECTED: &str = "loadstar_agent_reports_rejected";
 /// 1 while a stream to that scorer address is open.
@@ -80,6 +83,7 @@ struct Inner {
     reports_sent: Family<ScorerLabels, Counter>,
     report_errors: Family<ScorerLabels, Counter>,
     reports_rejected: Family<ScorerLabels, Counter>,
+    stream_reconnects: Family<ScorerLabels, Counter>,
     scorer_connected: Family<ScorerLabels, Gauge>,
     scorers_connected: Gauge,
     node_utilization: Family<ResourceLabels, GaugeF64>,
@@ -120,6 +124,10 @@ impl AgentMetrics {
             reports_sent: r.add(REPORTS_SENT, "Reports handed to a scorer stream"),
             report_errors: r.add(REPORT_ERRORS, "Failed scorer connections or streams"),
             reports_rejected: r.add(REPORTS_REJECTED, "Reports a scorer rejected"),
+            stream_reconnects: r.add(
+                STREAM_RECONNECTS,
+                "Report streams reopened after one ended, by scorer",
+            ),
             scorer_connected: r.add(
                 SCORER_CONNECTED,
                 "1 while the stream to this scorer address is open",
@@ -205,6 +213,14 @@ impl AgentMetrics {
     pub fn report_rejected(&self, scorer: &str) {
         self.inner
             .reports_rejected
+            .get_or_create(&scorer_labels(scorer))
+            .inc();
+    }
+
+    /// Counts a stream to `scorer` being reopened.
+    pub fn stream_reconnect(&self, scorer: &str) {
+        self.inner
+            .stream_reconnects
             .get_or_create(&scorer_labels(scorer))
             .inc();
     }
@@ -299,14 +315,17 @@ pub fn router(metrics: AgentMetrics, max_sample_age: Duration) -> Router {
         })
 }
 
-async fn metrics_handler(State(s): State<HttpState>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        s.metrics.encode(),
-    )
+async fn metrics_handler(
+    State(s): State<HttpState>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
+    // OpenMetrics for Prometheus (it asks), the classic text format for everyone else
+    // (curl, promtool check metrics).
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let (kind, body) = loadstar_common::exposition::negotiate(accept, s.metrics.encode());
+    ([(header::CONTENT_TYPE, kind)], body)
 }
 
 async fn healthz_handler(State(s): State<HttpState>) -> impl IntoResponse {

@@ -2,6 +2,7 @@
 //! quantities, the retry backoff and the domain types the agent, scorer and simulator share. The wire protocol
 //! lives in `loadstar-proto`.
 pub mod backoff;
+pub mod exposition;
 pub mod model;
 pub mod quantity;
 pub mod rate;

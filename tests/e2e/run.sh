@@ -72,9 +72,9 @@ NS
 "$K8S_BIN/kubectl" kustomize deploy/kustomize |
   sed 's#^apiVersion: policy/v1$#apiVersion: policy/v1beta1#' |
   K apply --dry-run=server -f - >"$WORK/logs/kustomize-dry-run.log"
-# Default and non-default values (the ServiceMonitor left out: this API server has no
+# Default and non-default values (the ServiceMonitor and PrometheusRule left out: this API server has no
 # Prometheus Operator CRDs; tests/tests/chart.rs checks its rendering).
-for values in "" "-f $CHART/ci/nondefault-values.yaml --set serviceMonitor.enabled=false"; do
+for values in "" "-f $CHART/ci/nondefault-values.yaml --set serviceMonitor.enabled=false --set prometheusRule.enabled=false --set grafanaDashboard.namespace="; do
   # --validate renders with the cluster's own API versions, as helm install does.
   # shellcheck disable=SC2086
   "$HELM" template loadstar "$CHART" --namespace loadstar --kubeconfig "$KUBE_ADMIN_KUBECONFIG" \

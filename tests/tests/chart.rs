@@ -538,6 +538,40 @@ fn nondefault_values_render_what_they_ask() {
         assert_eq!(services.len(), 1, "{name} selects {services:?}");
         assert!(named(&services[0]["spec"]["ports"], port).is_some());
     }
+
+    // The rules as a PrometheusRule: the very groups of files/prometheus-rules.yaml.
+    let rule = find(&docs, "PrometheusRule", "ls");
+    assert_eq!(
+        rule["metadata"]["labels"]["release"].as_str(),
+        Some("kube-prometheus-stack")
+    );
+    let shipped: Value = serde_norway::from_str(
+        &std::fs::read_to_string(root().join("deploy/helm/loadstar/files/prometheus-rules.yaml"))
+            .expect("rules file"),
+    )
+    .expect("rules YAML");
+    assert_eq!(rule["spec"]["groups"], shipped["groups"]);
+    // The dashboard for Grafana's sidecar: its label, namespace, folder and the JSON itself.
+    let cm = docs
+        .iter()
+        .find(|d| {
+            d["kind"].as_str() == Some("ConfigMap")
+                && d["metadata"]["name"].as_str() == Some("ls-dashboard")
+        })
+        .expect("dashboard ConfigMap");
+    assert_eq!(cm["metadata"]["namespace"].as_str(), Some("monitoring"));
+    assert_eq!(
+        cm["metadata"]["labels"]["grafana_dashboard"].as_str(),
+        Some("yes")
+    );
+    assert_eq!(
+        cm["metadata"]["annotations"]["grafana_folder"].as_str(),
+        Some("Scheduling")
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(cm["data"]["loadstar.json"].as_str().unwrap_or_default())
+            .expect("dashboard JSON");
+    assert_eq!(dashboard["uid"].as_str(), Some("loadstar-overview"));
 }
 
 // --- (d) bad values fail, naming the field ---------------------------------------------------

@@ -72,6 +72,9 @@ pub(super) async fn connection(
         )
         .await;
         shared.metrics.set_connected(&label, false);
+        if !matches!(result, Ok(SessionEnd::Shutdown)) {
+            shared.metrics.stream_reconnect(&label);
+        }
         match result {
             Ok(SessionEnd::Shutdown) => break,
             Ok(SessionEnd::ServerEnded) => {

@@ -1,4 +1,4 @@
-//! The scorer's HTTP side port: `/metrics` (OpenMetrics text), `/healthz`, `/readyz` and
+//! The scorer's HTTP side port: `/metrics` (OpenMetrics for Prometheus, else text 0.0.4), `/healthz`, `/readyz` and
 //! the live web view under `/ui`.
 use std::sync::Arc;
 
@@ -15,14 +15,17 @@ struct HttpState {
     ready: Arc<Readiness>,
 }
 
-async fn metrics_handler(State(s): State<HttpState>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        s.metrics.encode(),
-    )
+async fn metrics_handler(
+    State(s): State<HttpState>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
+    // OpenMetrics for Prometheus (it asks), the classic text format for everyone else
+    // (curl, promtool check metrics).
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let (kind, body) = loadstar_common::exposition::negotiate(accept, s.metrics.encode());
+    ([(header::CONTENT_TYPE, kind)], body)
 }
 
 /// 200 `ready` or 503 `not ready`, each followed by what is failing now (a watch the
