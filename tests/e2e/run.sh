@@ -4,7 +4,9 @@
 #! (lint; the kustomize base and the rendered chart through a server-side dry run) and
 #! `helm install`s it for real; every test then runs under the chart's ServiceAccount and RBAC
 #! (missing RBAC fails a test). Suites (LOADSTAR_E2E_SUITES, default "e2e_scheduler
-#! e2e_extender e2e_auth e2e_install e2e_diff e2e_faults"): e2e_install runs the scorer *image* under
+#! e2e_extender e2e_auth e2e_install e2e_observe e2e_diff e2e_faults"): e2e_observe has a real
+#! Prometheus scrape the scheduling scorer and two agents with the shipped rules, and runs
+#! every Grafana panel's query and kubectl-loadstar; e2e_install runs the scorer *image* under
 #! podman with the chart's credentials (built by deploy/images/build.sh unless
 #! LOADSTAR_E2E_SCORER_IMAGE names one); e2e_diff is the short differential run against
 #! kube-scheduler (LOADSTAR_DIFF_SCENARIOS, default 100; the long run is tests/e2e/diff.sh);
@@ -41,8 +43,8 @@ trap cleanup EXIT INT TERM
 mkdir -p "$WORK/logs"
 
 log "building the scorer and the e2e tests"
-SUITES=${LOADSTAR_E2E_SUITES:-e2e_scheduler e2e_extender e2e_auth e2e_install e2e_diff e2e_faults}
-cargo build -q -p loadstar-scorer --bin loadstar-scorer
+SUITES=${LOADSTAR_E2E_SUITES:-e2e_scheduler e2e_extender e2e_auth e2e_install e2e_observe e2e_diff e2e_faults}
+cargo build -q -p loadstar-scorer --bin loadstar-scorer -p loadstar-agent --bin loadstar-agent -p loadstar-cli --bin kubectl-loadstar
 for suite in $SUITES; do cargo test -q -p loadstar-tests --test "$suite" --no-run; done
 HELM="$CACHE/bin/helm"
 CHART=deploy/helm/loadstar
@@ -108,6 +110,9 @@ write_kubeconfig "$WORK/scorer.kubeconfig" "$TOKEN"
 export LOADSTAR_E2E_ADMIN_KUBECONFIG="$KUBE_ADMIN_KUBECONFIG"
 export LOADSTAR_E2E_SCORER_KUBECONFIG="$WORK/scorer.kubeconfig"
 export LOADSTAR_E2E_SCORER_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/loadstar-scorer"
+# e2e_observe: real agents, the operator CLI, Prometheus and promtool (Debian's prometheus).
+export LOADSTAR_E2E_AGENT_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/loadstar-agent"
+export LOADSTAR_E2E_CLI_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/kubectl-loadstar"
 export LOADSTAR_E2E_LOGS="$WORK/logs"
 export LOADSTAR_E2E_CLUSTER_DIR="$CLUSTER_DIR"
 # The authentication tests sign an expired token with the cluster's own service-account key.
@@ -122,7 +127,7 @@ for suite in $SUITES; do
   log "running $suite"
   case "$suite" in
     # Its progress, disagreements and "N/N scenarios identical" belong in the log.
-    e2e_diff|e2e_faults|e2e_soak) cargo test -p loadstar-tests --test "$suite" -- --ignored --test-threads=1 --nocapture "$@" ;;
+    e2e_diff|e2e_faults|e2e_soak|e2e_observe) cargo test -p loadstar-tests --test "$suite" -- --ignored --test-threads=1 --nocapture "$@" ;;
     *) cargo test -p loadstar-tests --test "$suite" -- --ignored --test-threads=1 "$@" ;;
   esac
 done

@@ -21,9 +21,7 @@ async fn metrics_handler(
 ) -> impl IntoResponse {
     // OpenMetrics for Prometheus (it asks), the classic text format for everyone else
     // (curl, promtool check metrics).
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok());
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let (kind, body) = loadstar_common::exposition::negotiate(accept, s.metrics.encode());
     ([(header::CONTENT_TYPE, kind)], body)
 }
