@@ -3,7 +3,9 @@
 use std::{env, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".");
+    // Read at run time, not baked in at compile time: a build-script binary cached from a
+    // checkout at another path would otherwise look for the .proto files there.
+    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?).join(".");
     let files = [
         "types.proto",
         "ingest.proto",

@@ -411,6 +411,7 @@ pub fn explanation_text(e: &Explanation, colour: bool) -> String {
             e.error.as_deref().unwrap_or("")
         ),
         (_, "unschedulable") => "unschedulable: no node fits".to_string(),
+        (None, "scored") => "no node fits".to_string(),
         (_, other) => other.to_string(),
     };
     let outcome = if colour {

@@ -266,6 +266,7 @@ fn default_values_render_the_documented_objects() {
         "--agent-service-account=loadstar/loadstar-agent",
         "--agent-audience=loadstar",
         "--query-access=authenticated",
+        "--ui-access=loopback",
     ] {
         assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
     }
@@ -395,6 +396,7 @@ fn nondefault_values_render_what_they_ask() {
         "--tls-cert=/etc/loadstar/tls/tls.crt",
         "--tls-key=/etc/loadstar/tls/tls.key",
         "--query-access=open",
+        "--ui-access=open",
         "--agent-service-account=loadstar/ls-agent,gpu/gpu-agent",
         "--agent-audience=loadstar-ci",
         "--kube-api-qps=20.5",

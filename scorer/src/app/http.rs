@@ -57,7 +57,11 @@ pub async fn serve_http(
         .route("/readyz", get(ready_handler))
         .with_state(HttpState { metrics, ready })
         .merge(loadstar_ui::router(ui));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    // The peer address tells the live view's loopback-only default who is calling.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }

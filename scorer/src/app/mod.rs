@@ -253,6 +253,27 @@ pub async fn start_extender(
     Ok(Some(local))
 }
 
+/// Who may open the live web view `/ui` on the metrics port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UiAccessArg {
+    /// Not served.
+    Off,
+    /// Callers on loopback only: this machine, or `kubectl port-forward` to the pod.
+    Loopback,
+    /// Anyone who reaches the metrics port (it lists every node and pods of every namespace).
+    Open,
+}
+
+impl From<UiAccessArg> for loadstar_ui::UiAccess {
+    fn from(a: UiAccessArg) -> Self {
+        match a {
+            UiAccessArg::Off => loadstar_ui::UiAccess::Off,
+            UiAccessArg::Loopback => loadstar_ui::UiAccess::Loopback,
+            UiAccessArg::Open => loadstar_ui::UiAccess::Open,
+        }
+    }
+}
+
 /// Runs the gRPC server on `grpc` and the metrics/health server on `http` (if any) until
 /// `shutdown` triggers; in-flight gRPC calls then get [`DRAIN_TIMEOUT`] to finish.
 /// `/readyz` turns ready when the servers start, unless `ready_when` is given: then when it
@@ -264,6 +285,7 @@ pub async fn run_servers(
     ready: Arc<Readiness>,
     shutdown: Shutdown,
     ready_when: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
+    ui_access: UiAccessArg,
 ) -> Result<(), AppError> {
     let metrics: Arc<Metrics> = parts.metrics.clone();
     if let Some(http) = http {
@@ -273,7 +295,10 @@ pub async fn run_servers(
             parts.store.clone(),
             parts.profiles.clone(),
             parts.decisions.clone(),
-            loadstar_ui::UiConfig::default(),
+            loadstar_ui::UiConfig {
+                access: ui_access.into(),
+                ..loadstar_ui::UiConfig::default()
+            },
         );
         tokio::spawn(async move {
             if let Err(e) = http::serve_http(http, metrics, ready, ui, wait).await {

@@ -40,7 +40,7 @@ pub struct ServeArgs {
     /// gRPC listen address (agents, clients, grpcurl).
     #[arg(long, default_value = "0.0.0.0:50051", env = "LOADSTAR_LISTEN")]
     pub listen: SocketAddr,
-    /// HTTP listen address for /metrics, /healthz and /readyz.
+    /// HTTP listen address for /metrics, /healthz, /readyz and the live web view `/ui`.
     #[arg(long, default_value = "0.0.0.0:9090", env = "LOADSTAR_METRICS_LISTEN")]
     pub metrics_listen: SocketAddr,
     /// HTTP listen address of the kube-scheduler extender (`POST
@@ -72,6 +72,10 @@ pub struct ServeArgs {
     /// every filter's rejections; 0 keeps none).
     #[arg(long, default_value_t = 2000)]
     pub decision_records: usize,
+    /// Who may open the live web view `/ui` on the metrics port: `loopback` (this machine, or
+    /// `kubectl port-forward`), `open` (anyone who reaches the port) or `off`.
+    #[arg(long, value_enum, default_value = "loopback")]
+    pub ui_access: crate::app::UiAccessArg,
     /// Connect to Kubernetes and schedule pods.
     #[arg(long, value_enum, default_value = "auto", env = "LOADSTAR_KUBERNETES")]
     pub kubernetes: KubernetesMode,
@@ -315,7 +319,16 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
             let _ = synced.wait_for(|s| s.all()).await;
         }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
     });
-    let result = run_servers(grpc, Some(http), parts, readiness, shutdown, ready_when).await;
+    let result = run_servers(
+        grpc,
+        Some(http),
+        parts,
+        readiness,
+        shutdown,
+        ready_when,
+        args.ui_access,
+    )
+    .await;
     if let Some(rt) = kube {
         // Stop taking pods, drain bindings, release the Lease.
         rt.join(DRAIN_TIMEOUT + Duration::from_secs(5)).await;

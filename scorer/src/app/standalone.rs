@@ -25,7 +25,8 @@ pub struct StandaloneArgs {
     /// gRPC listen address (port 0 picks a free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
-    /// HTTP listen address for /metrics, /healthz and /readyz (omit to disable).
+    /// HTTP listen address for /metrics, /healthz, /readyz and the live web view `/ui` (omit
+    /// to disable).
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
     /// HTTP listen address of the kube-scheduler extender (`POST
@@ -68,6 +69,10 @@ pub struct StandaloneArgs {
     /// every filter's rejections; 0 keeps none).
     #[arg(long, default_value_t = 2000)]
     pub decision_records: usize,
+    /// Who may open the live web view `/ui` on the metrics port: `loopback` (this machine, or
+    /// `kubectl port-forward`), `open` (anyone who reaches the port) or `off`.
+    #[arg(long, value_enum, default_value = "loopback")]
+    pub ui_access: crate::app::UiAccessArg,
 }
 
 /// Runs `standalone` until Ctrl-C (or `--exit-after-seconds`).
@@ -136,7 +141,8 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
             s.trigger();
         });
     }
-    print_banner(&addr, &node_name, &profiles);
+    let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
+    print_banner(&addr, http_addr.as_ref(), &node_name, &profiles);
     info!(%addr, node = %node_name, "standalone scorer started");
     warn!(%addr, "NO AUTHENTICATION: standalone mode lets every caller of the gRPC port \
                   report, query and score (use `serve` in a cluster)");
@@ -183,16 +189,23 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
         Arc::new(Readiness::default()),
         shutdown,
         None,
+        args.ui_access,
     )
     .await
 }
 
-fn print_banner(addr: &SocketAddr, node: &str, profiles: &Profiles) {
+fn print_banner(addr: &SocketAddr, http: Option<&SocketAddr>, node: &str, profiles: &Profiles) {
     let names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+    let view = match http {
+        Some(h) => format!("live view: http://{h}/ui (metrics: http://{h}/metrics)\n  "),
+        None => "(--metrics-listen 127.0.0.1:9090 also serves the live view at /ui)\n  ".into(),
+    };
     println!(
         "loadstar-scorer {} standalone: serving gRPC on {addr}\n\
          in-process agent reports this machine as node {node:?}; profiles: {}\n\
          try (in another terminal):\n  \
+         {view}\
+         kubectl-loadstar --scorer {addr} top   (cargo run -p loadstar-cli -- --scorer {addr} top)\n  \
          grpcurl -plaintext {addr} list\n  \
          grpcurl -plaintext {addr} loadstar.v1.Scorer/ListNodes\n  \
          grpcurl -plaintext -d '{{\"node_name\":\"{node}\"}}' {addr} loadstar.v1.Scorer/GetNode\n  \

@@ -365,7 +365,7 @@ impl DecisionLog {
     pub fn latest(&self, limit: usize, after: u64) -> Vec<Recorded> {
         let inner = self.lock();
         let mut v: Vec<&Recorded> = inner.entries.values().filter(|r| r.seq > after).collect();
-        v.sort_by(|a, b| b.seq.cmp(&a.seq));
+        v.sort_by_key(|r| std::cmp::Reverse(r.seq));
         v.into_iter().take(limit).cloned().collect()
     }
 

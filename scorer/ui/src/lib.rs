@@ -27,9 +27,25 @@ const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 
+/// Who may open the view: it lists every node and the pods of every namespace, while the
+/// port it shares with `/metrics` is usually open to the cluster's Prometheus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UiAccess {
+    /// Not served.
+    Off,
+    /// Only callers on loopback: this machine, or `kubectl port-forward` (whose traffic
+    /// reaches the pod from 127.0.0.1 inside it).
+    #[default]
+    Loopback,
+    /// Anyone who reaches the port.
+    Open,
+}
+
 /// Limits of the web view; see [`UiConfig::default`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct UiConfig {
+    /// Who may open it.
+    pub access: UiAccess,
     /// How often an event stream looks for changes.
     pub tick: Duration,
     /// Event streams open at once; more are answered 503.
@@ -39,9 +55,11 @@ pub struct UiConfig {
 }
 
 impl Default for UiConfig {
-    /// A push per second at most, 32 open pages, 200 decisions per push.
+    /// Loopback callers only, a push per second at most, 32 open pages, 200 decisions per
+    /// push.
     fn default() -> Self {
         UiConfig {
+            access: UiAccess::Loopback,
             tick: Duration::from_secs(1),
             max_streams: 32,
             max_decisions: 200,
@@ -77,8 +95,14 @@ impl UiState {
     }
 }
 
-/// The `/ui` routes, to merge into the metrics port's router.
+/// The `/ui` routes, to merge into the metrics port's router (served with
+/// `into_make_service_with_connect_info::<SocketAddr>()`, so that loopback callers are
+/// recognised; without it, [`UiAccess::Loopback`] refuses everyone).
 pub fn router(state: UiState) -> Router {
+    if state.config.access == UiAccess::Off {
+        return Router::new();
+    }
+    let access = state.config.access;
     Router::new()
         .route("/ui", get(|| async { page(INDEX_HTML, "text/html") }))
         .route("/ui/", get(|| async { page(INDEX_HTML, "text/html") }))
@@ -93,6 +117,33 @@ pub fn router(state: UiState) -> Router {
         .route("/ui/api/profiles", get(profiles))
         .route("/ui/events", get(events))
         .with_state(state)
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+                if allowed(access, &req) {
+                    next.run(req).await
+                } else {
+                    (
+                        StatusCode::FORBIDDEN,
+                        "the live view answers loopback callers only: open it through \
+                         `kubectl port-forward` (or on this machine), or start the scorer with \
+                         --ui-access=open\n",
+                    )
+                        .into_response()
+                }
+            },
+        ))
+}
+
+/// Whether `access` lets the caller of `req` in.
+fn allowed(access: UiAccess, req: &axum::extract::Request) -> bool {
+    match access {
+        UiAccess::Off => false,
+        UiAccess::Open => true,
+        UiAccess::Loopback => req
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .is_some_and(|c| c.0.ip().is_loopback()),
+    }
 }
 
 fn page(body: &'static str, kind: &'static str) -> Response {
@@ -262,15 +313,24 @@ mod tests {
         )
     }
 
+    fn request(path: &str, peer: &str) -> Request<Body> {
+        let mut r = Request::builder()
+            .uri(path)
+            .body(Body::empty())
+            .expect("request");
+        let addr: std::net::SocketAddr = peer.parse().expect("address");
+        r.extensions_mut().insert(axum::extract::ConnectInfo(addr));
+        r
+    }
+
     async fn get(app: &Router, path: &str) -> (StatusCode, String, String) {
+        get_from(app, path, "127.0.0.1:40000").await
+    }
+
+    async fn get_from(app: &Router, path: &str, peer: &str) -> (StatusCode, String, String) {
         let resp = app
             .clone()
-            .oneshot(
-                Request::builder()
-                    .uri(path)
-                    .body(Body::empty())
-                    .expect("request"),
-            )
+            .oneshot(request(path, peer))
             .await
             .expect("infallible");
         let status = resp.status();
@@ -322,15 +382,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn only_loopback_callers_get_the_view_unless_it_is_open() {
+        let app = router(state(2));
+        let (status, _, body) = get_from(&app, "/ui/api/nodes", "10.1.2.3:5000").await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(body.contains("kubectl port-forward"), "{body}");
+        let (status, _, _) = get_from(&app, "/ui", "[::1]:5000").await;
+        assert_eq!(status, StatusCode::OK);
+        // No connection info (served without it): refused rather than guessed.
+        let resp = app
+            .clone()
+            .oneshot(Request::get("/ui").body(Body::empty()).expect("request"))
+            .await
+            .expect("infallible");
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        let mut open = state(2);
+        open.config.access = UiAccess::Open;
+        let (status, _, _) = get_from(&router(open), "/ui", "10.1.2.3:5000").await;
+        assert_eq!(status, StatusCode::OK);
+        let mut off = state(2);
+        off.config.access = UiAccess::Off;
+        let (status, _, _) = get(&router(off), "/ui").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
     async fn event_streams_beyond_the_limit_are_refused() {
         let app = router(state(1));
         let first = app
             .clone()
-            .oneshot(
-                Request::get("/ui/events")
-                    .body(Body::empty())
-                    .expect("request"),
-            )
+            .oneshot(request("/ui/events", "[::1]:5000"))
             .await
             .expect("infallible");
         assert_eq!(first.status(), StatusCode::OK);
