@@ -120,6 +120,43 @@ async fn top_lists_nodes_hottest_first_in_every_format() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_watch_refreshes_until_interrupted() {
+    let s = scorer(&[("n1", 0.3)]).await;
+    let addr = s.addr.clone();
+    let lines = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-loadstar"))
+            .args([
+                "--scorer",
+                &addr,
+                "-o",
+                "json",
+                "top",
+                "--watch",
+                "--interval",
+                "0.2",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("runs");
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = child.kill();
+        let out = child.wait_with_output().expect("output");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("joined");
+    // One JSON document per refresh, one per line.
+    assert!(lines.len() >= 3, "refreshes: {lines:?}");
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).expect("each line is JSON");
+        assert_eq!(v[0]["node"], "n1");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn score_then_explain_the_same_pod_and_list_profiles() {
     let s = scorer(&[("n1", 0.2), ("n2", 0.7)]).await;
     let dir = tempfile::tempdir().expect("tempdir");

@@ -289,3 +289,110 @@ async fn watch_nodes_sends_snapshot_then_changes() {
     assert_eq!(next.node.map(|n| n.node_name), Some("node-b".to_string()));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn score_calls_are_recorded_listed_newest_first_and_explained() {
+    let server = TestServer::start(server::ServerLimits::default()).await;
+    let channel = server.channel().await;
+    let cap = simagent::capacity(4, 16);
+    let load = SyntheticLoad {
+        cpu: 0.2,
+        ..SyntheticLoad::default()
+    };
+    // One stream per node, as agents report.
+    for n in ["n1", "n2"] {
+        let acks = stream(channel.clone(), vec![simagent::report(n, n, 1, &cap, load)]).await;
+        assert!(acks[0].accepted, "{n}: {acks:?}");
+    }
+    let mut scorer = ScorerClient::new(channel);
+    let missing = scorer
+        .explain_pod(pb::ExplainPodRequest {
+            pod: Some(pb::PodReference {
+                namespace: "default".into(),
+                name: "web".into(),
+            }),
+        })
+        .await
+        .expect_err("nothing recorded yet");
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    assert!(
+        missing
+            .message()
+            .contains("not scheduled or scored by Loadstar")
+    );
+    let empty_name = scorer
+        .explain_pod(pb::ExplainPodRequest { pod: None })
+        .await
+        .expect_err("no pod");
+    assert_eq!(empty_name.code(), tonic::Code::InvalidArgument);
+    scorer
+        .score(description("500m", "256Mi"))
+        .await
+        .expect("fits");
+    scorer
+        .score(pb::ScoreRequest {
+            pod: Some(pb::score_request::Pod::Description(pb::PodDescription {
+                name: "giant".into(),
+                requests: [("cpu".to_string(), "64".to_string())].into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        })
+        .await
+        .expect("scored, none fits");
+    let all = scorer
+        .list_decisions(pb::ListDecisionsRequest::default())
+        .await
+        .expect("list")
+        .into_inner()
+        .decisions;
+    let names: Vec<&str> = all
+        .iter()
+        .map(|d| d.pod.as_ref().map_or("", |p| p.name.as_str()))
+        .collect();
+    assert_eq!(names, ["giant", "web"], "newest first");
+    let giant = &all[0];
+    assert_eq!(
+        (giant.source.as_str(), giant.outcome.as_str()),
+        ("score", "scored")
+    );
+    assert!(giant.node_name.is_empty());
+    assert_eq!(giant.filtered.iter().map(|g| g.count).sum::<u32>(), 2);
+    assert_eq!(
+        giant
+            .filtered
+            .iter()
+            .map(|g| g.node_names.len())
+            .sum::<usize>(),
+        2
+    );
+    assert_eq!(
+        giant.summary,
+        "0/2 nodes are available: 2 Insufficient cpu."
+    );
+    // Only what is newer than a seen sequence number.
+    let newer = scorer
+        .list_decisions(pb::ListDecisionsRequest {
+            limit: 10,
+            after_seq: all[1].seq,
+        })
+        .await
+        .expect("list")
+        .into_inner()
+        .decisions;
+    assert_eq!(newer.len(), 1);
+    let web = scorer
+        .explain_pod(pb::ExplainPodRequest {
+            pod: Some(pb::PodReference {
+                namespace: String::new(),
+                name: "web".into(),
+            }),
+        })
+        .await
+        .expect("recorded")
+        .into_inner();
+    assert_eq!(web.nodes_feasible, 2);
+    assert!(!web.node_name.is_empty());
+    assert!(web.ranked[0].plugins.iter().any(|p| p.weight > 0));
+    server.stop().await;
+}

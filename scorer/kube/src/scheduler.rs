@@ -499,7 +499,13 @@ impl Scheduler {
             &held
         };
         let limits = self.decisions.limits();
-        let ev = profile.evaluate(view, info, Some(&l.candidates), limits.ranked.max(1), rng);
+        // The best few nodes are sorted for the decision record; without one, only the best.
+        let keep = if limits.capacity == 0 {
+            1
+        } else {
+            limits.ranked.max(1)
+        };
+        let ev = profile.evaluate(view, info, Some(&l.candidates), keep, rng);
         self.observe_phases(&profile.name, &ev);
         let decision = |ev: &Evaluation| {
             Decision::of(
@@ -1399,6 +1405,48 @@ mod tests {
             .expect("status patch");
         assert_eq!(patch.0, "PATCH");
         assert!(patch.2.contains("Unschedulable") && patch.2.contains(summary));
+        // The decision log: a bound where it went (its outcome set once the binding
+        // answered), c unschedulable with every node's rejection.
+        let mut a = scheduler.decisions.get("ns", "a").expect("a recorded");
+        for _ in 0..50 {
+            if matches!(a.outcome, Recorded::Bound { .. }) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            a = scheduler.decisions.get("ns", "a").expect("a recorded");
+        }
+        assert_eq!(
+            a.outcome,
+            Recorded::Bound {
+                node: na.to_string()
+            }
+        );
+        assert_eq!(a.decision.source, Source::Scheduler);
+        assert_eq!(a.decision.attempt, 1);
+        assert_eq!(
+            a.decision.ranked.first().map(|r| r.node.to_string()),
+            Some(na.to_string())
+        );
+        assert!(!a.decision.ranked[0].plugins.is_empty());
+        let c = scheduler.decisions.get("ns", "c").expect("c recorded");
+        assert_eq!(c.outcome, Recorded::Unschedulable);
+        assert_eq!(c.decision.summary, summary);
+        assert_eq!(c.decision.filtered.len(), 1);
+        assert_eq!(c.decision.filtered[0].count, 2);
+        assert_eq!(c.decision.filtered[0].nodes.len(), 2);
+        let text = scheduler.metrics.encode();
+        for result in ["scheduled", "unschedulable"] {
+            assert!(
+                text.contains(&format!("result=\"{result}\""))
+                    && text.contains("loadstar_scorer_schedule_attempts_total"),
+                "{result} attempts counted"
+            );
+        }
+        assert!(
+            text.contains("extension_point=\"Filter\""),
+            "extension points timed"
+        );
+        assert!(text.contains("loadstar_scorer_bind_duration_seconds_count"));
         // The conflicting pod: no Scheduled event, assumption forgotten, and retried (a 409
         // may come from etcd failing under the binding) until the watch shows it bound.
         let attempts = |log: &Log| {
