@@ -18,6 +18,7 @@ pub mod gpu_bin_pack;
 pub mod inflight;
 pub mod inter_pod_affinity;
 pub mod least_allocated;
+pub mod load_aware_scheduling;
 pub mod load_ratio;
 pub mod load_variation_risk_balancing;
 pub mod min_variance;

@@ -3,11 +3,11 @@ use loadstar_framework::{FilterPlugin, ScorePlugin};
 
 use crate::args::PluginError;
 use crate::{
-    balanced_allocation, eviction, gpu_bin_pack, inter_pod_affinity, least_allocated, load_ratio,
-    load_variation_risk_balancing, min_variance, most_allocated, node_affinity, node_ports,
-    node_ready, node_resources_fit, node_volume_limits, pod_topology_spread, selector_spread,
-    taint_toleration, target_load_packing, usage_threshold, volume_binding, volume_restrictions,
-    volume_zone,
+    balanced_allocation, eviction, gpu_bin_pack, inter_pod_affinity, least_allocated,
+    load_aware_scheduling, load_ratio, load_variation_risk_balancing, min_variance, most_allocated,
+    node_affinity, node_ports, node_ready, node_resources_fit, node_volume_limits,
+    pod_topology_spread, selector_spread, taint_toleration, target_load_packing, usage_threshold,
+    volume_binding, volume_restrictions, volume_zone,
 };
 
 /// Names of the filter plugins [`build_filter`] knows, in the order a profile usually runs
@@ -30,6 +30,7 @@ pub const FILTER_NAMES: &[&str] = &[
     inter_pod_affinity::NAME,
     eviction::NAME,
     usage_threshold::NAME,
+    load_aware_scheduling::NAME,
 ];
 
 /// Names of the score plugins [`build_score`] knows.
@@ -47,11 +48,20 @@ pub const SCORE_NAMES: &[&str] = &[
     node_affinity::NAME,
     inter_pod_affinity::NAME,
     pod_topology_spread::NAME,
+    load_aware_scheduling::NAME,
 ];
+
+/// Plugins re-implemented from peer schedulers for comparison (Koordinator's
+/// `LoadAwareScheduling`): known to every profile, run by none of Loadstar's defaults.
+pub const PEER_PLUGINS: &[&str] = &[load_aware_scheduling::NAME];
 
 /// Filters that read real load (or pressure) rather than what Kubernetes declares: what a
 /// kube-scheduler extender adds on top of kube-scheduler's own filters.
-pub const LOAD_AWARE_FILTERS: &[&str] = &[eviction::NAME, usage_threshold::NAME];
+pub const LOAD_AWARE_FILTERS: &[&str] = &[
+    eviction::NAME,
+    usage_threshold::NAME,
+    load_aware_scheduling::NAME,
+];
 
 /// Scores that read real load: what a kube-scheduler extender adds on top of
 /// kube-scheduler's own (requests, affinity, taints and spreading it scores itself).
@@ -61,6 +71,7 @@ pub const LOAD_AWARE_SCORES: &[&str] = &[
     load_variation_risk_balancing::NAME,
     min_variance::NAME,
     gpu_bin_pack::NAME,
+    load_aware_scheduling::NAME,
 ];
 
 /// Builds the filter plugin `name` with `args` (null = defaults).
@@ -98,6 +109,9 @@ pub fn build_filter(
         volume_zone::NAME => Box::new(volume_zone::VolumeZone::from_args(args)?),
         eviction::NAME => Box::new(eviction::EvictionPressure::from_args(args)?),
         usage_threshold::NAME => Box::new(usage_threshold::UsageThreshold::from_args(args)?),
+        load_aware_scheduling::NAME => {
+            Box::new(load_aware_scheduling::LoadAwareScheduling::from_args(args)?)
+        }
         _ => {
             return Err(PluginError::Unknown {
                 kind: "filter",
@@ -137,6 +151,9 @@ pub fn build_score(
         }
         min_variance::NAME => Box::new(min_variance::MinVariance::from_args(args)?),
         gpu_bin_pack::NAME => Box::new(gpu_bin_pack::GpuBinPack::from_args(args)?),
+        load_aware_scheduling::NAME => {
+            Box::new(load_aware_scheduling::LoadAwareScheduling::from_args(args)?)
+        }
         selector_spread::NAME => Box::new(selector_spread::SelectorSpread::from_args(args)?),
         taint_toleration::NAME => Box::new(taint_toleration::TaintToleration::from_args(args)?),
         node_affinity::NAME => Box::new(node_affinity::NodeAffinity::from_args(args)?),

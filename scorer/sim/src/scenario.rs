@@ -187,7 +187,12 @@ pub fn builtin(name: &str, seed: u64) -> Result<Scenario, ScenarioError> {
             description: "The seed paper's experiment in kind: 3 heterogeneous workers (4×2.0 GHz, 8×2.6 GHz, 16×3.4 GHz), 35 pods of five task kinds (CPU, memory, network, disk, over-requesting web) arriving every 20 s; kube-scheduler's default scoring vs LoadRatio alone vs Loadstar's default profile.".into(),
             cluster: Cluster::from_yaml("paper-nodes.yaml", PAPER_NODES_YAML)?,
             trace: Trace::from_csv("paper-trace.csv", PAPER_TRACE_CSV, None, None)?,
-            profiles: names(&["loadstar-requests", "loadstar-load-ratio", "loadstar"]),
+            profiles: names(&[
+                "loadstar-requests",
+                "koordinator-load-aware",
+                "loadstar-load-ratio",
+                "loadstar",
+            ]),
             baseline: "loadstar-requests".into(),
             settings: SimSettings {
                 duration_s: Some(3600.0),
@@ -205,6 +210,7 @@ pub fn builtin(name: &str, seed: u64) -> Result<Scenario, ScenarioError> {
             trace: Trace::generate(CLUSTER100_PODS, &TraceMix::default(), CLUSTER100_WINDOW_S, seed),
             profiles: names(&[
                 "loadstar-requests",
+                "koordinator-load-aware",
                 "loadstar-target-load-packing",
                 "loadstar-load-variation-risk-balancing",
                 "loadstar-min-variance",
@@ -231,6 +237,7 @@ pub fn builtin(name: &str, seed: u64) -> Result<Scenario, ScenarioError> {
             profiles: names(&[
                 "gpu-spread",
                 "loadstar-requests",
+                "koordinator-load-aware",
                 "loadstar-gpu-bin-pack",
                 "loadstar",
                 "loadstar-gpu-weighted",
