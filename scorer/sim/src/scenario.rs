@@ -184,7 +184,7 @@ pub fn builtin(name: &str, seed: u64) -> Result<Scenario, ScenarioError> {
     Ok(match name {
         "paper" => Scenario {
             name: name.into(),
-            description: "The seed paper's experiment in kind: 3 heterogeneous workers (4×2.0 GHz, 8×2.6 GHz, 16×3.4 GHz), 35 pods of five task kinds (CPU, memory, network, disk, over-requesting web) arriving every 20 s; kube-scheduler's default scoring vs LoadRatio alone vs Loadstar's default profile.".into(),
+            description: "The seed paper's experiment in kind: 3 heterogeneous workers (4×2.0 GHz, 8×2.6 GHz, 16×3.4 GHz), 35 pods of five task kinds (CPU, memory, network, disk, over-requesting web) arriving every 20 s; kube-scheduler's default scoring vs Koordinator's LoadAware vs LoadRatio alone vs Loadstar's default profile.".into(),
             cluster: Cluster::from_yaml("paper-nodes.yaml", PAPER_NODES_YAML)?,
             trace: Trace::from_csv("paper-trace.csv", PAPER_TRACE_CSV, None, None)?,
             profiles: names(&[
