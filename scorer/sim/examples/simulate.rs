@@ -16,6 +16,6 @@ struct Cli {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    cli::run(&cli.sim)?;
+    cli::execute(&cli.sim)?;
     Ok(())
 }

@@ -10,7 +10,8 @@
 //! Layers, least powerful first: [`csv`] parses tables; [`cluster`] and [`trace`] describe
 //! and generate the inputs; [`agent`] turns pod usage into windowed load reports;
 //! [`engine`] runs one profile over one trace; [`measure`] accumulates the measures;
-//! [`report`] and [`plot`] write them; [`scenario`] names the built-in comparisons; [`cli`]
+//! [`report`] and [`plot`] write them; [`seeds`] aggregates a scenario over several seeds;
+//! [`scenario`] names the built-in comparisons; [`cli`]
 //! is the `simulate` subcommand's flags and entry point.
 pub mod agent;
 pub mod cli;
@@ -22,6 +23,7 @@ pub mod mix;
 pub mod plot;
 pub mod report;
 pub mod scenario;
+pub mod seeds;
 pub mod settings;
 pub mod trace;
 

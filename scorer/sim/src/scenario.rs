@@ -19,7 +19,7 @@ pub const PAPER_NODES_YAML: &str = include_str!("scenarios/paper-nodes.yaml");
 /// The paper scenario's trace.
 pub const PAPER_TRACE_CSV: &str = include_str!("scenarios/paper-trace.csv");
 /// Names of the built-in scenarios.
-pub const SCENARIOS: &[&str] = &["paper", "cluster100", "gpu"];
+pub const SCENARIOS: &[&str] = &["paper", "cluster100", "io", "gpu"];
 
 /// Errors building a scenario or its profiles.
 #[derive(Debug, Error)]
@@ -172,6 +172,9 @@ pub const CLUSTER100_WINDOW_S: f64 = 8.0 * 3600.0;
 pub const GPU_PODS: usize = 300;
 /// GPU nodes of the `gpu` scenario.
 pub const GPU_NODES: usize = 16;
+/// Trace mix of the `io` scenario: half network- and disk-bound pods.
+pub const IO_TRACE_MIX: &str = "service=25,batch=15,cache=5,proxy=25,io=25,besteffort=5";
+
 /// Arrival window of the `gpu` scenario, seconds.
 pub const GPU_WINDOW_S: f64 = 12.0 * 3600.0;
 
@@ -217,6 +220,28 @@ pub fn builtin(name: &str, seed: u64) -> Result<Scenario, ScenarioError> {
                 "loadstar-load-ratio",
                 "loadstar",
                 "loadstar-window60",
+            ]),
+            baseline: "loadstar-requests".into(),
+            settings,
+        },
+        "io" => Scenario {
+            name: name.into(),
+            description: format!(
+                "cluster100's 100 generated nodes with an I/O-heavy workload: {CLUSTER100_PODS} pods ({IO_TRACE_MIX}) arriving over {} h — half of them proxies (300–2000 Mbit/s) and disk-bound jobs (100–400 MB/s).",
+                CLUSTER100_WINDOW_S / 3600.0
+            ),
+            cluster: Cluster::generate(100, &NodeMix::default(), seed)?,
+            trace: Trace::generate(
+                CLUSTER100_PODS,
+                &TraceMix::parse(IO_TRACE_MIX)?,
+                CLUSTER100_WINDOW_S,
+                seed,
+            ),
+            profiles: names(&[
+                "loadstar-requests",
+                "koordinator-load-aware",
+                "loadstar-load-ratio",
+                "loadstar",
             ]),
             baseline: "loadstar-requests".into(),
             settings,

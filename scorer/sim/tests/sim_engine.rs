@@ -296,3 +296,44 @@ fn pending_reasons_and_inflight_burst() {
     let on_a = r.decisions.iter().filter(|d| d.node == 0).count();
     assert_eq!(on_a, 3, "{:?}", r.decisions);
 }
+
+#[test]
+fn a_study_over_seeds_reports_every_profile_with_intervals_and_paired_changes() {
+    use loadstar_sim::cli::{SimArgs, run_seeds};
+    let args = SimArgs {
+        nodes: 4,
+        pods: 40,
+        arrival_window_s: 600.0,
+        seeds: 3,
+        seed: 7,
+        no_plots: true,
+        jobs: Some(1),
+        ..SimArgs::default()
+    };
+    let study = run_seeds(&args).expect("runs");
+    assert_eq!(study.seeds, vec![7, 8, 9]);
+    assert_eq!(study.baseline, "loadstar-requests");
+    let names: Vec<&str> = study.profiles.iter().map(|p| p.profile.as_str()).collect();
+    assert_eq!(names, ["loadstar-requests", "loadstar"]);
+    for p in &study.profiles {
+        let cpu = p.figures[0];
+        assert!(
+            cpu.mean.is_finite() && cpu.ci95.is_finite() && cpu.ci95 >= 0.0,
+            "{p:?}"
+        );
+    }
+    // The baseline against itself changes nothing, in every seed.
+    let base = &study.profiles[0];
+    assert_eq!(base.vs_baseline_pct[0].mean, 0.0);
+    assert_eq!(base.vs_baseline_pct[0].ci95, 0.0);
+    // The same seeds give the same study (every run is deterministic; compared as text,
+    // since NaN marks changes against a zero baseline).
+    assert_eq!(run_seeds(&args).expect("runs").to_csv(), study.to_csv());
+    let text = study.to_text();
+    assert!(
+        text.starts_with("scenario custom over 3 seeds (7–9)"),
+        "{text}"
+    );
+    assert!(text.contains("Against the baseline loadstar-requests, paired by seed"));
+    assert!(study.to_csv().lines().count() == 1 + 2 * loadstar_sim::seeds::FIGURES.len());
+}

@@ -15,7 +15,5 @@ pub struct SimulateArgs {
 
 /// Runs the simulation, prints the table and writes the outputs.
 pub fn run(args: SimulateArgs) -> Result<(), AppError> {
-    cli::run(&args.sim)
-        .map(|_| ())
-        .map_err(|e| AppError::Other(format!("simulate: {e}")))
+    cli::execute(&args.sim).map_err(|e| AppError::Other(format!("simulate: {e}")))
 }
