@@ -19,7 +19,7 @@ pub const PAPER_NODES_YAML: &str = include_str!("scenarios/paper-nodes.yaml");
 /// The paper scenario's trace.
 pub const PAPER_TRACE_CSV: &str = include_str!("scenarios/paper-trace.csv");
 /// Names of the built-in scenarios.
-pub const SCENARIOS: &[&str] = &["paper", "cluster100", "io", "gpu"];
+pub const SCENARIOS: &[&str] = &["paper", "cluster100", "io", "diurnal", "herd", "gpu"];
 
 /// Errors building a scenario or its profiles.
 #[derive(Debug, Error)]
@@ -172,6 +172,13 @@ pub const CLUSTER100_WINDOW_S: f64 = 8.0 * 3600.0;
 pub const GPU_PODS: usize = 300;
 /// GPU nodes of the `gpu` scenario.
 pub const GPU_NODES: usize = 16;
+/// Swing of the long-running classes' usage in the `diurnal` scenario.
+pub const DIURNAL_AMPLITUDE: f64 = 0.5;
+/// Herds of the `herd` scenario, and pods in each.
+pub const HERD_BURSTS: usize = 10;
+/// See [`HERD_BURSTS`].
+pub const HERD_SIZE: usize = 50;
+
 /// Trace mix of the `io` scenario: half network- and disk-bound pods.
 pub const IO_TRACE_MIX: &str = "service=25,batch=15,cache=5,proxy=25,io=25,besteffort=5";
 
@@ -241,6 +248,55 @@ pub fn builtin(name: &str, seed: u64) -> Result<Scenario, ScenarioError> {
                 "loadstar-requests",
                 "koordinator-load-aware",
                 "loadstar-load-ratio",
+                "loadstar",
+            ]),
+            baseline: "loadstar-requests".into(),
+            settings,
+        },
+        "diurnal" => Scenario {
+            name: name.into(),
+            description: format!(
+                "cluster100's nodes and mix, {CLUSTER100_PODS} pods over one day compressed into {} h: arrivals peak at midday and fall to a ninth at night, services, caches and proxies swing ±{:.0} % with the same clock.",
+                CLUSTER100_WINDOW_S / 3600.0,
+                DIURNAL_AMPLITUDE * 100.0
+            ),
+            cluster: Cluster::generate(100, &NodeMix::default(), seed)?,
+            trace: Trace::generate_diurnal(
+                CLUSTER100_PODS,
+                &TraceMix::default(),
+                CLUSTER100_WINDOW_S,
+                DIURNAL_AMPLITUDE,
+                seed,
+            ),
+            profiles: names(&[
+                "loadstar-requests",
+                "koordinator-load-aware",
+                "loadstar-load-variation-risk-balancing",
+                "loadstar",
+            ]),
+            baseline: "loadstar-requests".into(),
+            settings,
+        },
+        "herd" => Scenario {
+            name: name.into(),
+            description: format!(
+                "cluster100's nodes and mix, {CLUSTER100_PODS} pods over {} h of which {HERD_BURSTS} herds of {HERD_SIZE} identical batch pods arrive in the same second: they are placed before the first one's load shows in any window.",
+                CLUSTER100_WINDOW_S / 3600.0
+            ),
+            cluster: Cluster::generate(100, &NodeMix::default(), seed)?,
+            trace: Trace::generate_herd(
+                CLUSTER100_PODS,
+                &TraceMix::default(),
+                CLUSTER100_WINDOW_S,
+                HERD_BURSTS,
+                HERD_SIZE,
+                super::trace::TraceClass::Batch,
+                seed,
+            ),
+            profiles: names(&[
+                "loadstar-requests",
+                "koordinator-load-aware",
+                "loadstar-load-variation-risk-balancing",
                 "loadstar",
             ]),
             baseline: "loadstar-requests".into(),

@@ -488,6 +488,88 @@ impl Trace {
         })
     }
 
+    /// A day compressed into `arrival_window_s`: arrivals follow `1 − 0.8·cos(2πt/day)` (few
+    /// at night, most around midday) and the long-running classes' usage (services, caches,
+    /// proxies) swings ±`amplitude` around its mean with the same clock — a sine of period one
+    /// day whose phase follows the pod's arrival, so every pod peaks at midday whatever its
+    /// age. Otherwise as [`Trace::generate`].
+    pub fn generate_diurnal(
+        count: usize,
+        mix: &TraceMix,
+        arrival_window_s: f64,
+        amplitude: f64,
+        seed: u64,
+    ) -> Trace {
+        let day = arrival_window_s.max(1.0);
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x6469_7572_6e61);
+        let base = Trace::generate(count, mix, arrival_window_s, seed);
+        // Rejection sampling of the arrival density (peak 1.8, trough 0.2).
+        let density = |t: f64| 1.0 - 0.8 * (2.0 * std::f64::consts::PI * t / day).cos();
+        let mut arrivals: Vec<f64> = Vec::with_capacity(count);
+        while arrivals.len() < count {
+            let t = rng.random::<f64>() * day;
+            if rng.random::<f64>() * 1.8 <= density(t) {
+                arrivals.push(t.floor());
+            }
+        }
+        arrivals.sort_by(f64::total_cmp);
+        let pods = base
+            .pods
+            .iter()
+            .zip(arrivals)
+            .map(|(p, arrival_s)| {
+                let mut p = p.clone();
+                p.arrival_s = arrival_s;
+                if matches!(p.class.as_str(), "service" | "cache" | "proxy") {
+                    p.usage.pattern = Pattern::Sine;
+                    p.usage.period_s = day;
+                    p.usage.amplitude = amplitude.clamp(0.0, 1.0);
+                    // sin peaks at a quarter period: midday (t = day/2) for every pod.
+                    p.usage.phase = (arrival_s / day - 0.25).rem_euclid(1.0);
+                }
+                p
+            })
+            .collect();
+        Trace::new(pods).unwrap_or_else(|_| Trace {
+            pods: Arc::new(Vec::new()),
+        })
+    }
+
+    /// [`Trace::generate`] with `bursts` herds: at evenly spaced instants, `burst_size`
+    /// identical pods (one sampled pod of `class`, copied) arrive in the same second — the
+    /// case where many pods are placed before the first one's load shows in any window.
+    pub fn generate_herd(
+        count: usize,
+        mix: &TraceMix,
+        arrival_window_s: f64,
+        bursts: usize,
+        burst_size: usize,
+        class: TraceClass,
+        seed: u64,
+    ) -> Trace {
+        let herd = bursts.saturating_mul(burst_size).min(count);
+        let base = Trace::generate(count - herd, mix, arrival_window_s, seed);
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x6865_7264);
+        let mut pods: Vec<PodSpec> = base.pods.as_ref().clone();
+        for b in 0..bursts {
+            let at = ((b as f64 + 0.5) / bursts.max(1) as f64 * arrival_window_s).floor();
+            let template = class.sample(format!("herd{b}"), at, &mut rng);
+            for i in 0..burst_size {
+                if pods.len() >= count {
+                    break;
+                }
+                let mut p = template.clone();
+                p.id = format!("herd{b}-{i:03}");
+                p.owner = format!("herd{b}");
+                pods.push(p);
+            }
+        }
+        pods.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+        Trace::new(pods).unwrap_or_else(|_| Trace {
+            pods: Arc::new(Vec::new()),
+        })
+    }
+
     /// Number of pods.
     pub fn len(&self) -> usize {
         self.pods.len()
@@ -721,6 +803,58 @@ impl TraceMix {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_diurnal_trace_arrives_by_day_and_its_services_peak_at_midday() {
+        let day = 8.0 * 3600.0;
+        let t = Trace::generate_diurnal(2000, &TraceMix::default(), day, 0.5, 3);
+        assert_eq!(t.len(), 2000);
+        let in_range = |a: f64, b: f64| {
+            t.pods
+                .iter()
+                .filter(|p| p.arrival_s >= a * day && p.arrival_s < b * day)
+                .count()
+        };
+        // Density 1 − 0.8·cos: the midday eighth gets ~1.8/0.2-ish more than the first.
+        assert!(
+            in_range(0.4375, 0.5625) > 3 * in_range(0.0, 0.125),
+            "midday {} vs night {}",
+            in_range(0.4375, 0.5625),
+            in_range(0.0, 0.125)
+        );
+        let services: Vec<&PodSpec> = t.pods.iter().filter(|p| p.class == "service").collect();
+        assert!(!services.is_empty());
+        for p in services.iter().take(50) {
+            // Whatever its arrival, at wall-clock midday a service is at its peak (1.5×) and at
+            // midnight at its trough (0.5×).
+            let midday = p.usage.shape(day / 2.0 - p.arrival_s + day);
+            let midnight = p.usage.shape(day - p.arrival_s);
+            assert!((midday - 1.5).abs() < 1e-9, "{midday}");
+            assert!((midnight - 0.5).abs() < 1e-9, "{midnight}");
+        }
+    }
+
+    #[test]
+    fn a_herd_arrives_in_one_second_as_identical_pods() {
+        let t = Trace::generate_herd(
+            1000,
+            &TraceMix::default(),
+            3600.0,
+            4,
+            50,
+            TraceClass::Batch,
+            9,
+        );
+        assert_eq!(t.len(), 1000);
+        let herd: Vec<&PodSpec> = t.pods.iter().filter(|p| p.owner == "herd2").collect();
+        assert_eq!(herd.len(), 50);
+        assert!(herd.iter().all(|p| p.arrival_s == herd[0].arrival_s
+            && p.cpu_request_m == herd[0].cpu_request_m
+            && p.usage == herd[0].usage
+            && p.class == "batch"));
+        assert_eq!(herd[0].arrival_s, (2.5 / 4.0 * 3600.0_f64).floor());
+    }
+
     use super::*;
     use proptest::prelude::*;
 
