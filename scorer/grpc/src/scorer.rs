@@ -31,6 +31,28 @@ use loadstar_framework::preemption::PreemptionOutcome;
 use loadstar_framework::snapshot::{ClusterSnapshot, PodInfo};
 use loadstar_store::NodeStore;
 
+/// The wire form of one ranked node: its total and each plugin's (name, score, weight).
+fn node_score(
+    node_name: String,
+    total_score: f64,
+    plugins: &[(&'static str, i64, i64)],
+    stale: bool,
+) -> pb::NodeScore {
+    pb::NodeScore {
+        node_name,
+        total_score,
+        plugins: plugins
+            .iter()
+            .map(|(name, score, weight)| pb::PluginScore {
+                plugin: (*name).to_string(),
+                score: *score,
+                weight: *weight,
+            })
+            .collect(),
+        stale,
+    }
+}
+
 /// Builds the wire answer for an evaluation.
 pub fn to_response(
     profile: &Profile,
@@ -42,19 +64,13 @@ pub fn to_response(
         ranked: ev
             .ranked
             .iter()
-            .map(|r| pb::NodeScore {
-                node_name: snap.nodes[r.index].name.to_string(),
-                total_score: r.total,
-                plugins: r
-                    .plugins
-                    .iter()
-                    .map(|(name, score, weight)| pb::PluginScore {
-                        plugin: (*name).to_string(),
-                        score: *score,
-                        weight: *weight,
-                    })
-                    .collect(),
-                stale: r.stale,
+            .map(|r| {
+                node_score(
+                    snap.nodes[r.index].name.to_string(),
+                    r.total,
+                    &r.plugins,
+                    r.stale,
+                )
             })
             .collect(),
         filtered: ev
@@ -162,20 +178,7 @@ pub fn decision_record(r: &Recorded) -> pb::DecisionRecord {
         ranked: d
             .ranked
             .iter()
-            .map(|n| pb::NodeScore {
-                node_name: n.node.to_string(),
-                total_score: n.total,
-                plugins: n
-                    .plugins
-                    .iter()
-                    .map(|(name, score, weight)| pb::PluginScore {
-                        plugin: (*name).to_string(),
-                        score: *score,
-                        weight: *weight,
-                    })
-                    .collect(),
-                stale: n.stale,
-            })
+            .map(|n| node_score(n.node.to_string(), n.total, &n.plugins, n.stale))
             .collect(),
         filtered: d
             .filtered

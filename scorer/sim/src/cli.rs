@@ -301,6 +301,20 @@ pub fn run_scenario(
         .collect()
 }
 
+/// `--jobs`, else the available cores.
+fn jobs(args: &SimArgs) -> usize {
+    args.jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Creates the `--out` directory.
+fn create_dir(dir: &Path) -> Result<(), SimError> {
+    std::fs::create_dir_all(dir).map_err(|source| SimError::Write {
+        path: dir.display().to_string(),
+        source,
+    })
+}
+
 fn write(path: &Path, text: &str) -> Result<(), SimError> {
     std::fs::write(path, text).map_err(|source| SimError::Write {
         path: path.display().to_string(),
@@ -349,9 +363,7 @@ pub fn execute(args: &SimArgs) -> Result<(), SimError> {
 /// study's table, and writes `seeds.txt` and `seeds.csv` into `--out`.
 pub fn run_seeds(args: &SimArgs) -> Result<SeedStudy, SimError> {
     let profiles = Profiles::load(args.config.as_deref())?;
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let jobs = jobs(args);
     let seeds: Vec<u64> = (0..args.seeds.max(1))
         .map(|i| args.seed.saturating_add(i))
         .collect();
@@ -385,10 +397,7 @@ pub fn run_seeds(args: &SimArgs) -> Result<SeedStudy, SimError> {
     let text = study.to_text();
     print!("{text}");
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).map_err(|source| SimError::Write {
-            path: dir.display().to_string(),
-            source,
-        })?;
+        create_dir(dir)?;
         write(&dir.join("seeds.txt"), &text)?;
         write(&dir.join("seeds.csv"), &study.to_csv())?;
         println!("\nwrote seeds.txt and seeds.csv to {}", dir.display());
@@ -401,9 +410,7 @@ pub fn run_seeds(args: &SimArgs) -> Result<SeedStudy, SimError> {
 pub fn run(args: &SimArgs) -> Result<Comparison, SimError> {
     let sc = build_scenario(args)?;
     let profiles = Profiles::load(args.config.as_deref())?;
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let jobs = jobs(args);
     let results = run_scenario(&sc, &profiles, jobs)?;
     let mut heatmaps = Vec::with_capacity(results.len());
     let mut cmp = Comparison {
@@ -422,10 +429,7 @@ pub fn run(args: &SimArgs) -> Result<Comparison, SimError> {
     let text = cmp.to_text();
     print!("{text}");
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).map_err(|source| SimError::Write {
-            path: dir.display().to_string(),
-            source,
-        })?;
+        create_dir(dir)?;
         write(&dir.join("summary.txt"), &text)?;
         write(&dir.join("summary.csv"), &cmp.summary_csv())?;
         write(&dir.join("nodes.csv"), &cmp.nodes_csv())?;

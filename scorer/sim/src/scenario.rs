@@ -172,6 +172,14 @@ pub const CLUSTER100_WINDOW_S: f64 = 8.0 * 3600.0;
 pub const GPU_PODS: usize = 300;
 /// GPU nodes of the `gpu` scenario.
 pub const GPU_NODES: usize = 16;
+/// Profiles of the `diurnal` and `herd` scenarios (requests-only first: the baseline).
+const ARRIVAL_SHAPE_PROFILES: &[&str] = &[
+    "loadstar-requests",
+    "koordinator-load-aware",
+    "loadstar-load-variation-risk-balancing",
+    "loadstar",
+];
+
 /// Swing of the long-running classes' usage in the `diurnal` scenario.
 pub const DIURNAL_AMPLITUDE: f64 = 0.5;
 /// Herds of the `herd` scenario, and pods in each.
@@ -268,12 +276,7 @@ pub fn builtin(name: &str, seed: u64) -> Result<Scenario, ScenarioError> {
                 DIURNAL_AMPLITUDE,
                 seed,
             ),
-            profiles: names(&[
-                "loadstar-requests",
-                "koordinator-load-aware",
-                "loadstar-load-variation-risk-balancing",
-                "loadstar",
-            ]),
+            profiles: names(ARRIVAL_SHAPE_PROFILES),
             baseline: "loadstar-requests".into(),
             settings,
         },
@@ -293,12 +296,7 @@ pub fn builtin(name: &str, seed: u64) -> Result<Scenario, ScenarioError> {
                 super::trace::TraceClass::Batch,
                 seed,
             ),
-            profiles: names(&[
-                "loadstar-requests",
-                "koordinator-load-aware",
-                "loadstar-load-variation-risk-balancing",
-                "loadstar",
-            ]),
+            profiles: names(ARRIVAL_SHAPE_PROFILES),
             baseline: "loadstar-requests".into(),
             settings,
         },
