@@ -28,6 +28,8 @@ enum Command {
     Serve(Box<app::serve::ServeArgs>),
     /// Replay a workload on a simulated cluster with several profiles and compare placements.
     Simulate(app::simulate::SimulateArgs),
+    /// Convert a real cluster trace (Alibaba cluster-trace-v2018) into `simulate`'s inputs.
+    ConvertTrace(app::simulate::ConvertTraceArgs),
 }
 
 #[tokio::main]
@@ -39,6 +41,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(args) => app::serve::run(*args).await?,
         Command::Simulate(args) => {
             tokio::task::spawn_blocking(move || app::simulate::run(args)).await??
+        }
+        Command::ConvertTrace(args) => {
+            tokio::task::spawn_blocking(move || app::simulate::convert(args)).await??
         }
     }
     Ok(())

@@ -458,6 +458,22 @@ impl Trace {
         out
     }
 
+    /// The replayed usage series as the usage-samples CSV (the format [`Trace::from_csv`]
+    /// reads with the trace); pods without a series are absent.
+    pub fn usage_csv(&self) -> String {
+        let mut out = Self::USAGE_COLUMNS.join(",");
+        out.push('\n');
+        for p in self.pods.iter() {
+            for (offset, u) in p.usage.series.iter().flat_map(|s| s.iter()) {
+                out.push_str(&format!(
+                    "{},{},{:.1},{:.1},{:.2},{:.2},{:.3}\n",
+                    p.id, offset, u.cpu_m, u.memory_mib, u.net_mbps, u.disk_mbps, u.gpu_util
+                ));
+            }
+        }
+        out
+    }
+
     /// Generates `count` pods of `mix` arriving uniformly at random over
     /// `[0, arrival_window_s)`, deterministically for `seed`.
     pub fn generate(count: usize, mix: &TraceMix, arrival_window_s: f64, seed: u64) -> Trace {
