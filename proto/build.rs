@@ -19,7 +19,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(env::var("OUT_DIR")?);
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    // Clients and servers only with the `grpc` feature: the messages need prost alone.
+    let grpc = env::var_os("CARGO_FEATURE_GRPC").is_some();
     tonic_prost_build::configure()
+        .build_client(grpc)
+        .build_server(grpc)
         .file_descriptor_set_path(out.join("loadstar_v1_descriptor.bin"))
         .compile_with_config(config, &files, &[root])?;
     Ok(())

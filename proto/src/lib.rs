@@ -1,15 +1,17 @@
-//! Loadstar's wire contract as Rust: the generated `loadstar.v1` gRPC code, its descriptor set
+//! Loadstar's wire contract as Rust: the generated `loadstar.v1` messages (and, with the
+//! default `grpc` feature, its tonic clients and servers), its descriptor set
 //! for reflection, and the validating conversions between wire and domain types. Kept apart
 //! from `loadstar-common` so that the policy layer builds without tonic or prost.
 pub mod convert;
 pub mod limits;
 
-/// Generated `loadstar.v1` protocol types, clients and servers.
+/// Generated `loadstar.v1` protocol types, and with the `grpc` feature its clients and
+/// servers.
 #[allow(missing_docs, clippy::all)]
 pub mod pb {
-    tonic::include_proto!("loadstar.v1");
+    include!(concat!(env!("OUT_DIR"), "/loadstar.v1.rs"));
 }
 
 /// Encoded `FileDescriptorSet` of `loadstar.v1`, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
-    tonic::include_file_descriptor_set!("loadstar_v1_descriptor");
+    include_bytes!(concat!(env!("OUT_DIR"), "/loadstar_v1_descriptor.bin"));

@@ -36,6 +36,10 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     (
         "loadstar-sampler",
         &[
+            "tonic",
+            "tokio",
+            "hyper",
+            "h2",
             "axum",
             "clap",
             "prometheus-client",
@@ -44,10 +48,19 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "plotters",
         ],
     ),
+    (
+        "loadstar-kube-model",
+        &["kube", "tonic", "axum", "plotters"],
+    ),
     ("loadstar-store", &["kube", "axum", "plotters"]),
     ("loadstar-auth", &["kube", "axum", "plotters"]),
     ("loadstar-sim", &["tonic", "kube", "axum"]),
 ];
+
+/// Most lines a crate's own code may hold: every `.rs` file under its `src/`, comments
+/// included, up to its `#[cfg(test)] mod tests`. A crate larger than this is more than one
+/// layer, or one that every edit makes a 2-core machine rebuild whole: split it.
+const MAX_CRATE_LINES: usize = 6_000;
 
 /// Test-only crates: nothing shipped may depend on them (the integration-test crate may).
 const TEST_ONLY: &[&str] = &["loadstar-testkit", "loadstar-tests"];
@@ -198,6 +211,57 @@ fn lower_layers_stay_free_of_upper_stacks() -> Result<()> {
             "{krate} depends (transitively) on {found:?}"
         );
     }
+    Ok(())
+}
+
+/// Lines of `text` before its `#[cfg(test)] mod tests` block.
+fn own_lines(text: &str) -> usize {
+    text.find("#[cfg(test)]\nmod tests")
+        .map_or(text, |i| &text[..i])
+        .lines()
+        .count()
+}
+
+#[test]
+fn own_lines_stop_at_the_test_module() {
+    assert_eq!(own_lines("a\nb\n#[cfg(test)]\nmod tests {\n x\n}\n"), 2);
+    assert_eq!(own_lines("a\nb\n"), 2);
+    // Only the module named `tests` at the top level ends the count.
+    assert_eq!(own_lines("a\n#[cfg(test)]\nmod fake {\n}\n"), 4);
+}
+
+#[test]
+fn no_crate_outgrows_its_layer() -> Result<()> {
+    let ws = workspace(&metadata()?)?;
+    let mut sizes = Vec::new();
+    for (name, (dir, _)) in &ws {
+        let mut total = 0;
+        let mut dirs = vec![dir.join("src")];
+        while let Some(d) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for entry in entries {
+                let path = entry?.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    total += own_lines(&std::fs::read_to_string(&path)?);
+                }
+            }
+        }
+        sizes.push((total, name.clone()));
+    }
+    sizes.sort();
+    let too_big: Vec<_> = sizes.iter().filter(|(n, _)| *n > MAX_CRATE_LINES).collect();
+    assert!(
+        too_big.is_empty(),
+        "crates above {MAX_CRATE_LINES} lines of their own code: {too_big:?}"
+    );
+    assert!(
+        sizes.iter().any(|(n, _)| *n > MAX_CRATE_LINES / 4),
+        "the count found almost nothing: {sizes:?}"
+    );
     Ok(())
 }
 

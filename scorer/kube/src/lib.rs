@@ -7,12 +7,11 @@
 //! profile on a snapshot that includes earlier assumptions → assume → bind asynchronously.
 //!
 //! [`NodeStore`]: loadstar_store::NodeStore
+pub use loadstar_kube_model::{attach, constraints, convert, volume_lookup};
+
 pub mod api;
-pub mod attach;
 pub mod cache;
 pub mod client;
-pub mod constraints;
-pub mod convert;
 pub mod default_selector;
 pub mod disruption;
 pub mod leader;
@@ -22,6 +21,5 @@ pub mod review;
 pub mod runtime;
 pub mod scheduler;
 pub mod volume_binder;
-pub mod volume_lookup;
 pub mod volumes;
 pub mod watch_health;

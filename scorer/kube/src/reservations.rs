@@ -194,7 +194,7 @@ impl<L: VolumeLookup> VolumeLookup for Overlay<'_, L> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::volumes::tests::Fake;
+    use crate::volume_lookup::fake::Fake;
     use loadstar_framework::snapshot::CandidateVolume;
 
     fn writes() -> VolumeWrites {

@@ -178,7 +178,7 @@ pub async fn bind_volumes<L: VolumeLookup>(
 mod tests {
     use super::*;
     use crate::reservations::{Provision, StaticBinding};
-    use crate::volumes::tests::Fake;
+    use crate::volume_lookup::fake::Fake;
     use crate::volumes::{BIND_COMPLETED, SELECTED_NODE};
     use serde_json::json;
 

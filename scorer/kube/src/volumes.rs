@@ -326,59 +326,10 @@ fn candidate(pv: &PersistentVolume, lookup: &impl VolumeLookup) -> Option<Candid
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::volume_lookup::fake::Fake;
     use serde_json::json;
-    use std::collections::HashMap;
-
-    /// An in-memory lookup for tests.
-    #[derive(Default)]
-    pub(crate) struct Fake {
-        pub claims: HashMap<String, Arc<PersistentVolumeClaim>>,
-        pub volumes: HashMap<String, Arc<PersistentVolume>>,
-        pub classes: HashMap<String, Arc<StorageClass>>,
-        pub reserved: HashMap<String, (String, String, String)>,
-    }
-
-    impl Fake {
-        pub fn add_claim(&mut self, v: serde_json::Value) {
-            let c: PersistentVolumeClaim = serde_json::from_value(v).expect("pvc");
-            let key = format!(
-                "{}/{}",
-                c.metadata.namespace.clone().unwrap_or_default(),
-                c.metadata.name.clone().unwrap_or_default()
-            );
-            self.claims.insert(key, Arc::new(c));
-        }
-        pub fn add_volume(&mut self, v: serde_json::Value) {
-            let pv: PersistentVolume = serde_json::from_value(v).expect("pv");
-            self.volumes
-                .insert(pv.metadata.name.clone().unwrap_or_default(), Arc::new(pv));
-        }
-        pub fn add_class(&mut self, v: serde_json::Value) {
-            let sc: StorageClass = serde_json::from_value(v).expect("sc");
-            self.classes
-                .insert(sc.metadata.name.clone().unwrap_or_default(), Arc::new(sc));
-        }
-    }
-
-    impl VolumeLookup for Fake {
-        fn claim(&self, ns: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
-            self.claims.get(&format!("{ns}/{name}")).cloned()
-        }
-        fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
-            self.volumes.get(name).cloned()
-        }
-        fn class(&self, name: &str) -> Option<Arc<StorageClass>> {
-            self.classes.get(name).cloned()
-        }
-        fn volumes(&self) -> Vec<Arc<PersistentVolume>> {
-            self.volumes.values().cloned().collect()
-        }
-        fn reserved(&self, volume: &str) -> Option<(String, String, String)> {
-            self.reserved.get(volume).cloned()
-        }
-    }
 
     fn fake() -> Fake {
         let mut f = Fake::default();

@@ -97,7 +97,7 @@ pub fn aggregate(devices: &[GpuDevice]) -> (Option<f64>, Option<f64>) {
     }
     let util = healthy().map(|d| d.utilization).sum::<f64>() / n as f64;
     // Summed as floats: device values come from a C library, and integer sums of
-    // implausible ones would overflow (found by fuzzing: fuzz/crashes/sampler_values).
+    // implausible ones would overflow (found by fuzzing: tests/fuzz/crashes/sampler_values).
     let total: f64 = healthy().map(|d| d.memory_total_bytes as f64).sum();
     let used: f64 = healthy()
         .map(|d| d.memory_used_bytes.min(d.memory_total_bytes) as f64)

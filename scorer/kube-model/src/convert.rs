@@ -4,9 +4,9 @@
 //! objects themselves. No I/O: everything here is unit-tested without a cluster.
 use std::collections::BTreeMap;
 
-use ::kube::ResourceExt;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use loadstar_common::model::{ResourceList, ResourceListError};
 use thiserror::Error;
 
@@ -18,6 +18,15 @@ use loadstar_framework::snapshot::{
     DEFAULT_NONZERO_CPU_MILLIS, DEFAULT_NONZERO_MEMORY_BYTES, HostPort, KubeNode, Owner, PodInfo,
     Taint, TaintEffect, Toleration,
 };
+
+/// The object's name, or its `generateName` when it has none (what kube's
+/// `ResourceExt::name_any` returns; this crate does not depend on the client).
+fn name_any(meta: &ObjectMeta) -> String {
+    meta.name
+        .clone()
+        .or_else(|| meta.generate_name.clone())
+        .unwrap_or_default()
+}
 
 /// The scheduler name of pods that do not name one.
 pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
@@ -199,8 +208,12 @@ fn container_resources(
 /// Converts a pod. Never fails as a whole: a pod whose spec cannot be scheduled as written
 /// (a malformed quantity, an unknown operator) carries the error in [`PodFacts::info`].
 pub fn pod_facts(pod: &Pod) -> PodFacts {
-    let namespace = pod.namespace().unwrap_or_else(|| "default".to_string());
-    let name = pod.name_any();
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let name = name_any(&pod.metadata);
     let spec = pod.spec.as_ref();
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let priority = spec.and_then(|s| s.priority).unwrap_or(0);
@@ -404,7 +417,7 @@ impl PodDecoder for JsonPodDecoder {
 /// Converts a node: allocatable (capacity when absent), labels, taints, cordon, and the
 /// Ready condition.
 pub fn kube_node(node: &Node) -> Result<KubeNode, ConvertError> {
-    let name = node.name_any();
+    let name = name_any(&node.metadata);
     let status = node.status.as_ref();
     let alloc = status
         .and_then(|s| s.allocatable.as_ref())

@@ -228,7 +228,7 @@ pub fn node_limits(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::volumes::tests::Fake;
+    use crate::volume_lookup::fake::Fake;
     use serde_json::json;
 
     #[test]

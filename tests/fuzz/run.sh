@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of Loadstar's parsers with AFL++ through `cargo afl`, on the stable
 # toolchain. Builds the targets, runs each for SECONDS (default 60) with afl-fuzz in
-# non-interactive mode from the committed seed corpus (fuzz/corpus/<target>/), prints per
+# non-interactive mode from the committed seed corpus (tests/fuzz/corpus/<target>/), prints per
 # target the executions and crashes, and exits non-zero if any target crashed (or could not
 # be fuzzed).
 #
-#   fuzz/run.sh [SECONDS] [--targets a,b,...] [--jobs N] [--minimize-corpus] [--build-only]
+#   tests/fuzz/run.sh [SECONDS] [--targets a,b,...] [--jobs N] [--minimize-corpus] [--build-only]
 #
 #   --targets          only these targets (default: all, see TARGETS below)
 #   --jobs N           fuzz N targets at a time (default 1; each afl-fuzz uses one core)
 #   --minimize-corpus  after fuzzing, afl-cmin each target's queue plus its seeds and write the
-#                      result back to fuzz/corpus/<target>/ (review before committing)
+#                      result back to tests/fuzz/corpus/<target>/ (review before committing)
 #   --build-only       install the tools and build the targets, fuzz nothing
 #
 # Environment: CARGO_TARGET_DIR (default ~/.cache/loadstar/fuzz-target), LOADSTAR_FUZZ_OUT
@@ -27,7 +27,7 @@ cd "$HERE"
 
 TARGETS=(cpu meminfo net_dev diskstats cgroup sampler_values quantity node_report profile_yaml
   pod_json score_request extender)
-CARGO_AFL_VERSION=0.18.2 # keep in step with the `afl` crate in fuzz/Cargo.lock
+CARGO_AFL_VERSION=0.18.2 # keep in step with the `afl` crate in tests/fuzz/Cargo.lock
 
 seconds=60
 jobs=1
@@ -143,7 +143,7 @@ minimize_one() { # target
   rm -rf "$tmp"
 }
 
-# Every recorded crash (fuzz/crashes/<target>/) must now run clean: a regression check.
+# Every recorded crash (tests/fuzz/crashes/<target>/) must now run clean: a regression check.
 replay_crashes() {
   local t f bad=0
   for t in "${selected[@]}"; do

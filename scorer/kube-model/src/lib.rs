@@ -1,0 +1,8 @@
+//! Kubernetes objects as the scheduler sees them: pure, unit-tested conversions of pods,
+//! nodes, placement constraints and attachable volumes into the framework's types, apart from
+//! the client, reflectors and runtime of `loadstar-kube` (which re-exports these modules
+//! under their old paths). Depends on `k8s-openapi` for the object types only.
+pub mod attach;
+pub mod constraints;
+pub mod convert;
+pub mod volume_lookup;

@@ -1,0 +1,114 @@
+//! The cluster's storage objects as the volume code reads them: the [`VolumeLookup`] that
+//! claim resolution (`volumes`), attach counting (`attach`), the reservations and the volume
+//! binder all read through, and the annotation names and reasons they share. Kept apart so
+//! that those modules depend on it and not on each other.
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+/// Annotation marking a claim whose binding the controller completed.
+pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+/// Annotation on a volume the binding was made for by a controller (or the scheduler).
+pub const BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+/// Annotation on a claim naming the node the scheduler chose for its provisioning.
+pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// The beta annotation that named a claim's (or volume's) class before `storageClassName`.
+pub const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+/// Reason for unbound claims with immediate binding (upstream's).
+pub const UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+/// Reason for a bound claim whose volume does not exist (upstream's `ErrReasonPVNotExist`).
+pub const PV_NOT_EXIST: &str = "pvc(s) bound to non-existent pv(s)";
+/// The binding mode that leaves binding to the scheduler.
+pub const WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
+
+/// Where the claims, volumes and classes come from.
+pub trait VolumeLookup {
+    /// The claim `namespace/name`.
+    fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>>;
+    /// The volume `name`.
+    fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>>;
+    /// The storage class `name`.
+    fn class(&self, name: &str) -> Option<Arc<StorageClass>>;
+    /// Every volume.
+    fn volumes(&self) -> Vec<Arc<PersistentVolume>>;
+    /// The claim `(namespace, name, uid)` this scheduler reserved the volume for, while the
+    /// pod is binding and before the volume's update shows in the watch.
+    fn reserved(&self, _volume: &str) -> Option<(String, String, String)> {
+        None
+    }
+    /// The node this scheduler chose for provisioning the claim, before the claim's update
+    /// shows in the watch.
+    fn selected(&self, _namespace: &str, _name: &str) -> Option<String> {
+        None
+    }
+}
+
+/// An in-memory [`VolumeLookup`] for tests (this crate's, and with the `test-support`
+/// feature its users').
+#[cfg(any(test, feature = "test-support"))]
+pub mod fake {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+
+    use super::VolumeLookup;
+
+    /// Claims, volumes, classes and reservations held in maps.
+    #[derive(Debug, Default)]
+    pub struct Fake {
+        /// Claims by `namespace/name`.
+        pub claims: HashMap<String, Arc<PersistentVolumeClaim>>,
+        /// Volumes by name.
+        pub volumes: HashMap<String, Arc<PersistentVolume>>,
+        /// Storage classes by name.
+        pub classes: HashMap<String, Arc<StorageClass>>,
+        /// Reservations by volume name: the claim's (namespace, name, uid).
+        pub reserved: HashMap<String, (String, String, String)>,
+    }
+
+    impl Fake {
+        /// Adds a claim from its JSON (panics on invalid JSON: test input).
+        pub fn add_claim(&mut self, v: serde_json::Value) {
+            let c: PersistentVolumeClaim = serde_json::from_value(v).expect("pvc");
+            let key = format!(
+                "{}/{}",
+                c.metadata.namespace.clone().unwrap_or_default(),
+                c.metadata.name.clone().unwrap_or_default()
+            );
+            self.claims.insert(key, Arc::new(c));
+        }
+        /// Adds a volume from its JSON.
+        pub fn add_volume(&mut self, v: serde_json::Value) {
+            let pv: PersistentVolume = serde_json::from_value(v).expect("pv");
+            self.volumes
+                .insert(pv.metadata.name.clone().unwrap_or_default(), Arc::new(pv));
+        }
+        /// Adds a storage class from its JSON.
+        pub fn add_class(&mut self, v: serde_json::Value) {
+            let sc: StorageClass = serde_json::from_value(v).expect("sc");
+            self.classes
+                .insert(sc.metadata.name.clone().unwrap_or_default(), Arc::new(sc));
+        }
+    }
+
+    impl VolumeLookup for Fake {
+        fn claim(&self, ns: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+            self.claims.get(&format!("{ns}/{name}")).cloned()
+        }
+        fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+            self.volumes.get(name).cloned()
+        }
+        fn class(&self, name: &str) -> Option<Arc<StorageClass>> {
+            self.classes.get(name).cloned()
+        }
+        fn volumes(&self) -> Vec<Arc<PersistentVolume>> {
+            self.volumes.values().cloned().collect()
+        }
+        fn reserved(&self, volume: &str) -> Option<(String, String, String)> {
+            self.reserved.get(volume).cloned()
+        }
+    }
+}
