@@ -47,6 +47,21 @@ pub fn quote_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
     out
 }
 
+/// How error messages name a pod the client asked for, `namespace/name`: as Kubernetes
+/// writes it when both parts fit Kubernetes' own limits (a namespace is at most 63 bytes, a
+/// pod name 253) and hold no control characters, so every real pod reads naturally; anything
+/// else is [`quote`]d part by part, which keeps the message small whatever the input.
+pub fn pod_key(namespace: &str, name: &str) -> String {
+    const NAMESPACE_MAX: usize = 63;
+    const NAME_MAX: usize = 253;
+    let plain = |s: &str, max: usize| s.len() <= max && !s.chars().any(char::is_control);
+    if plain(namespace, NAMESPACE_MAX) && plain(name, NAME_MAX) {
+        format!("{namespace}/{name}")
+    } else {
+        format!("{}/{}", quote(namespace), quote(name))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +85,23 @@ mod tests {
         let names: Vec<String> = (0..10_000).map(|i| format!("n{i}")).collect();
         let l = quote_list(names.iter().map(String::as_str));
         assert_eq!(l, "\"n0\", \"n1\", \"n2\" … and 9997 more");
+    }
+
+    #[test]
+    fn pod_keys_read_naturally_and_stay_small() {
+        assert_eq!(pod_key("shop", "web-0"), "shop/web-0");
+        let longest = format!("{}/{}", "n".repeat(63), "p".repeat(253));
+        assert_eq!(pod_key(&"n".repeat(63), &"p".repeat(253)), longest);
+        let huge = "x".repeat(1_000_000);
+        for key in [
+            pod_key(&huge, "web"),
+            pod_key("shop", &huge),
+            pod_key(&huge, &huge),
+        ] {
+            assert!(key.len() < 256, "{} bytes", key.len());
+            assert!(key.contains("\"xxxxxxxx"), "{key}");
+            assert!(key.contains("(1000000 bytes)"), "{key}");
+        }
+        assert_eq!(pod_key("shop", "a\nb"), "\"shop\"/\"a\\nb\"");
     }
 }

@@ -93,14 +93,19 @@ impl ResourceAttributes {
         }
     }
 
-    /// `verb resource[/subresource]` in `namespace`, for messages.
+    /// `verb resource[/subresource]` in `namespace`, for messages; the namespace (a
+    /// client's) quoted bounded.
     pub fn describe(&self) -> String {
         let resource = if self.subresource.is_empty() {
             self.resource.clone()
         } else {
             format!("{}/{}", self.resource, self.subresource)
         };
-        format!("{} {resource} in namespace {:?}", self.verb, self.namespace)
+        format!(
+            "{} {resource} in namespace {}",
+            self.verb,
+            loadstar_common::text::quote(&self.namespace)
+        )
     }
 }
 
@@ -154,4 +159,25 @@ pub enum PodLookup {
 pub trait AgentPods: Send + Sync + Debug {
     /// The pod `namespace/name`.
     fn agent_pod(&self, namespace: &str, name: &str) -> PodLookup;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptions_quote_the_namespace_briefly() {
+        assert_eq!(
+            ResourceAttributes::bind_pod("team", "web").describe(),
+            "create pods/binding in namespace \"team\""
+        );
+        let huge = "n".repeat(1_000_000);
+        let d = ResourceAttributes::get_pod(&huge, "web").describe();
+        assert!(d.len() < 1024, "{} bytes", d.len());
+        assert!(
+            d.starts_with("get pods in namespace \"nnnnnnnnnnnnnnnn"),
+            "{d}"
+        );
+        assert!(d.contains("(1000000 bytes)"), "{d}");
+    }
 }

@@ -161,7 +161,11 @@ impl Extender {
             return Err(Refusal(
                 StatusCode::NOT_FOUND,
                 "unknown_profile",
-                format!("no profile {name:?}; known: {}", known.join(", ")),
+                format!(
+                    "no profile {}; known: {}",
+                    loadstar_common::text::quote(name),
+                    known.join(", ")
+                ),
             ));
         };
         let body = req.into_body();
@@ -542,6 +546,13 @@ mod tests {
                 "{path}: {v}"
             );
         }
+        // A 60 KB profile name (near the longest URI `http` accepts) is quoted briefly.
+        let path = format!("/extender/v1/{}/filter", "p".repeat(60_000));
+        let (s, v) = call(a.clone(), &path, args_names(&["a"])).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+        let e = v["Error"].as_str().unwrap_or_default();
+        assert!(e.len() < 1024, "{} bytes", e.len());
+        assert!(e.contains("no profile \"pppppppppppppppp"), "{e}");
         // Empty lists are fine.
         let (s, v) = call(a, "/extender/v1/loadstar/filter", args_names(&[])).await;
         assert_eq!((s, v["NodeNames"].clone()), (StatusCode::OK, json!([])));

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use loadstar_common::text::{quote, quote_list};
+use loadstar_common::text::{pod_key, quote, quote_list};
 use loadstar_proto::pb;
 use prost::Message;
 use rand::SeedableRng;
@@ -581,9 +581,9 @@ impl pb::scorer_server::Scorer for ScorerService {
         match self.decisions.get(ns, &pod.name) {
             Some(r) => Ok(Response::new(decision_record(&r))),
             None => Err(Status::not_found(format!(
-                "pod {ns}/{} was not scheduled or scored by Loadstar (or its record is older \
+                "pod {} was not scheduled or scored by Loadstar (or its record is older \
                  than the {} most recent pods kept)",
-                pod.name,
+                pod_key(ns, &pod.name),
                 self.decisions.limits().capacity
             ))),
         }

@@ -1,21 +1,45 @@
 //! Domain errors → gRPC status codes, in one place: the lower layers return typed errors and
-//! never a `tonic::Status`.
+//! never a `tonic::Status`. Every status built here carries at most
+//! [`MAX_STATUS_MESSAGE_BYTES`] of message, whatever the error quotes.
 use loadstar_auth::{Denial, DenialKind};
+use loadstar_common::text::truncate;
 use loadstar_policy::profiles::ProfileError;
 use loadstar_store::cluster::ClusterError;
 use tonic::Status;
 
+/// The longest message a status built here carries; longer ones are cut (marked `…`).
+///
+/// The message travels in the `grpc-message` trailer, percent-encoded (up to 3 bytes on
+/// the wire per byte of message), and C-core based clients (C++, Python, Ruby, C#) refuse
+/// the whole response when its metadata passes 16 KiB: they then report
+/// `RESOURCE_EXHAUSTED` instead of the real status. 4 KiB stays under that limit even fully
+/// escaped (12 KiB), with room for the other trailers. The errors quote client input
+/// bounded already (`loadstar_common::text`); this is the safety net for any that does not.
+pub const MAX_STATUS_MESSAGE_BYTES: usize = 4 * 1024;
+// Fully percent-encoded, the message still fits the 16 KiB metadata limit.
+const _: () = assert!(MAX_STATUS_MESSAGE_BYTES * 3 < 16 * 1024);
+
+/// `message` cut to [`MAX_STATUS_MESSAGE_BYTES`].
+fn capped(message: String) -> String {
+    if message.len() <= MAX_STATUS_MESSAGE_BYTES {
+        message
+    } else {
+        truncate(&message, MAX_STATUS_MESSAGE_BYTES)
+    }
+}
+
 /// The status for a failed profile lookup.
 pub fn from_profile(e: ProfileError) -> Status {
+    let message = capped(e.to_string());
     match e {
-        ProfileError::NoneConfigured => Status::failed_precondition(e.to_string()),
-        ProfileError::Unknown { .. } => Status::not_found(e.to_string()),
+        ProfileError::NoneConfigured => Status::failed_precondition(message),
+        ProfileError::Unknown { .. } => Status::not_found(message),
     }
 }
 
 /// The status for a failed call into the cluster integration.
 pub fn from_cluster(e: ClusterError) -> Status {
-    let message = e.to_string();
+    let message = capped(e.to_string());
     match e {
         ClusterError::Unavailable(_) => Status::unavailable(message),
         ClusterError::NotFound(_) => Status::not_found(message),
@@ -30,7 +54,7 @@ pub fn from_cluster(e: ClusterError) -> Status {
 /// The status for a refused caller: `UNAUTHENTICATED`, `PERMISSION_DENIED` or (the check
 /// could not run) `UNAVAILABLE`, with the reason's label in front of the message.
 pub fn from_denial(d: &Denial) -> Status {
-    let message = format!("{}: {}", d.reason, d.message);
+    let message = capped(format!("{}: {}", d.reason, d.message));
     match d.kind() {
         DenialKind::Unauthenticated => Status::unauthenticated(message),
         DenialKind::PermissionDenied => Status::permission_denied(message),
@@ -99,6 +123,29 @@ mod tests {
             let s = from_denial(&Denial::new(reason, "why"));
             assert_eq!(s.code(), code, "{reason}");
             assert_eq!(s.message(), format!("{reason}: why"));
+        }
+    }
+
+    #[test]
+    fn every_message_is_capped_whatever_the_error_quotes() {
+        use loadstar_auth::Reason;
+        let huge = "é".repeat(500_000);
+        let statuses = [
+            from_cluster(ClusterError::NotFound(format!(
+                "pod {huge} is not in the cluster"
+            ))),
+            from_cluster(ClusterError::Invalid(huge.clone())),
+            from_profile(ProfileError::Unknown {
+                name: huge.clone(),
+                configured: "loadstar".into(),
+            }),
+            from_denial(&Denial::new(Reason::Forbidden, huge.clone())),
+        ];
+        for s in statuses {
+            let m = s.message();
+            assert!(m.len() <= MAX_STATUS_MESSAGE_BYTES, "{} bytes", m.len());
+            assert!(m.ends_with('…'), "the cut is marked");
+            assert!(m.contains("éééééééé"), "a prefix of the input is kept");
         }
     }
 }

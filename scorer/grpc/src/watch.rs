@@ -1,9 +1,10 @@
 //! `WatchNodes` fan-out with bounded memory. One hub task turns each store change into one
 //! shared event (`Arc`, sized once) and queues a reference to it for every interested
 //! watcher; each watcher's queue is bounded in bytes, and a watcher whose client does not
-//! keep up past that bound has its queue dropped at once and is told `RESOURCE_EXHAUSTED`
-//! (re-watch to resync). The total number of watchers is capped. Nothing is ever buffered
-//! per watcher without a limit, whether or not the client reads.
+//! keep up past that bound is cut off at once: its queue is dropped, its slot under the
+//! watcher cap is released (a client that never reads cannot hold slots), and its stream
+//! ends with `RESOURCE_EXHAUSTED` (re-watch to resync) whenever the client next reads it.
+//! Nothing is ever buffered per watcher without a limit, whether or not the client reads.
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -47,25 +48,34 @@ struct SharedEvent {
     bytes: usize,
 }
 
-/// One watcher's queue.
+/// One watcher's state: everything it holds, freed at once when it is cut off.
 #[derive(Debug, Default)]
 struct Queue {
+    /// Nodes wanted (empty: all).
+    filter: HashSet<String>,
+    /// Names of the nodes still to send as `ADDED` (the initial snapshot, read lazily).
+    initial: VecDeque<Arc<str>>,
     events: VecDeque<Arc<SharedEvent>>,
     bytes: usize,
+    /// Cut off (lagging) or unregistered: takes no more events.
     overflowed: bool,
+}
+
+impl Queue {
+    fn wants(&self, node: &str) -> bool {
+        !self.overflowed && (self.filter.is_empty() || self.filter.contains(node))
+    }
 }
 
 #[derive(Debug)]
 struct Watcher {
-    /// Nodes wanted (empty: all).
-    filter: HashSet<String>,
     queue: Mutex<Queue>,
     wake: Notify,
 }
 
 impl Watcher {
     fn wants(&self, node: &str) -> bool {
-        self.filter.is_empty() || self.filter.contains(node)
+        self.lock().wants(node)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
@@ -76,7 +86,8 @@ impl Watcher {
 /// Counters the tests and `/metrics` read: the server's own accounting of watcher memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WatchStats {
-    /// Watchers now.
+    /// Watchers holding a slot under the cap now (a watcher cut off for lagging holds none,
+    /// even while its client keeps the stream open).
     pub watchers: usize,
     /// Bytes queued over all watchers now (shared events counted once per queue).
     pub queued_bytes: usize,
@@ -155,8 +166,9 @@ impl WatchHub {
     }
 
     fn publish(&self, kind: ChangeKind, node: &Arc<str>) {
-        let watchers: Vec<Arc<Watcher>> = self.lock().values().cloned().collect();
-        if !watchers.iter().any(|w| w.wants(node)) {
+        let watchers: Vec<(u64, Arc<Watcher>)> =
+            self.lock().iter().map(|(id, w)| (*id, w.clone())).collect();
+        if !watchers.iter().any(|(_, w)| w.wants(node)) {
             return;
         }
         let kind = match kind {
@@ -178,19 +190,27 @@ impl WatchHub {
             bytes: event.encoded_len(),
             event,
         });
-        for w in watchers.iter().filter(|w| w.wants(&shared.node)) {
+        for (id, w) in &watchers {
             let mut q = w.lock();
-            if q.overflowed {
+            if !q.wants(&shared.node) {
                 continue;
             }
             // An empty queue always takes the next event, however large: only a backlog
             // counts as lagging.
-            if !q.events.is_empty() && q.bytes + shared.bytes > self.limits.max_queued_bytes {
-                // Drop the backlog now (the client may never read again) and tell it.
-                q.events.clear();
-                self.metrics.watch_queued_bytes.dec_by(q.bytes as i64);
-                q.bytes = 0;
-                q.overflowed = true;
+            let lagging =
+                !q.events.is_empty() && q.bytes + shared.bytes > self.limits.max_queued_bytes;
+            if !lagging {
+                q.bytes += shared.bytes;
+                self.metrics.watch_queued_bytes.inc_by(shared.bytes as i64);
+                q.events.push_back(shared.clone());
+                drop(q);
+                w.wake.notify_one();
+                continue;
+            }
+            drop(q);
+            // Cut it off now (the client may never read again): its queue and its slot are
+            // released here, once; its stream tells the client when next read.
+            if self.release(*id) {
                 self.dropped_lagging.fetch_add(1, Ordering::Relaxed);
                 self.metrics
                     .watchers_dropped
@@ -198,12 +218,8 @@ impl WatchHub {
                         reason: "lagging".into(),
                     })
                     .inc();
-            } else {
-                q.bytes += shared.bytes;
-                self.metrics.watch_queued_bytes.inc_by(shared.bytes as i64);
-                q.events.push_back(shared.clone());
+                debug!(watcher = id, "watcher cut off: lagging");
             }
-            drop(q);
             w.wake.notify_one();
         }
     }
@@ -216,8 +232,10 @@ impl WatchHub {
         nodes: Vec<String>,
     ) -> Result<impl Stream<Item = Result<pb::NodeEvent, Status>> + Send + 'static, Status> {
         let watcher = Arc::new(Watcher {
-            filter: nodes.into_iter().collect(),
-            queue: Mutex::new(Queue::default()),
+            queue: Mutex::new(Queue {
+                filter: nodes.into_iter().collect(),
+                ..Queue::default()
+            }),
             wake: Notify::new(),
         });
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -245,17 +263,19 @@ impl WatchHub {
             self.metrics.watchers.set(watchers.len() as i64);
         }
         // Registered before the snapshot is read, so no change between the two is missed.
-        let initial: VecDeque<Arc<str>> = self
-            .store
-            .node_names()
-            .into_iter()
-            .filter(|n| watcher.wants(n))
-            .collect();
+        let names = self.store.node_names();
+        {
+            let mut q = watcher.lock();
+            if !q.overflowed {
+                let initial: VecDeque<Arc<str>> =
+                    names.into_iter().filter(|n| q.wants(n)).collect();
+                q.initial = initial;
+            }
+        }
         let state = WatchState {
             hub: self.clone(),
             id,
             watcher,
-            initial,
             done: false,
         };
         Ok(futures::stream::unfold(state, |mut s| async move {
@@ -264,26 +284,33 @@ impl WatchHub {
         }))
     }
 
-    fn remove(&self, id: u64) {
+    /// Unregisters watcher `id`, if still registered: frees its slot under the cap and its
+    /// queued bytes, and closes its queue for good (a publish racing with this skips it, and
+    /// its stream, if still read, ends with `RESOURCE_EXHAUSTED`). Whether this call did it:
+    /// the overflow and the stream's drop both call this, and only the first one counts.
+    fn release(&self, id: u64) -> bool {
         let mut watchers = self.lock();
-        if let Some(w) = watchers.remove(&id) {
-            // Closed for good: a publish racing with this removal skips it.
-            let mut q = w.lock();
-            self.metrics.watch_queued_bytes.dec_by(q.bytes as i64);
-            q.events.clear();
-            q.bytes = 0;
-            q.overflowed = true;
-        }
+        let Some(w) = watchers.remove(&id) else {
+            return false;
+        };
         self.metrics.watchers.set(watchers.len() as i64);
+        let mut q = w.lock();
+        self.metrics.watch_queued_bytes.dec_by(q.bytes as i64);
+        // Freed now, not when the client lets go of the stream.
+        *q = Queue {
+            overflowed: true,
+            ..Queue::default()
+        };
+        true
     }
 }
 
-/// One watcher's stream state; dropping it (the client went away) unregisters the watcher.
+/// One watcher's stream state; dropping it (the client went away) unregisters the watcher
+/// if an overflow has not already.
 struct WatchState {
     hub: Arc<WatchHub>,
     id: u64,
     watcher: Arc<Watcher>,
-    initial: VecDeque<Arc<str>>,
     done: bool,
 }
 
@@ -292,25 +319,23 @@ impl WatchState {
         if self.done {
             return None;
         }
-        while let Some(name) = self.initial.pop_front() {
-            if let Some(node) = self.hub.store.node_status(&name) {
-                return Some(Ok(pb::NodeEvent {
-                    kind: pb::node_event::Kind::Added as i32,
-                    node: Some(node),
-                }));
-            }
-        }
         loop {
             {
                 let mut q = self.watcher.lock();
                 if q.overflowed {
-                    self.done = true;
-                    debug!(watcher = self.id, "watcher dropped: lagging");
-                    return Some(Err(Status::resource_exhausted(format!(
-                        "this watcher fell more than {} bytes behind the node changes and was \
-                         dropped; watch again to resync",
-                        self.hub.limits.max_queued_bytes
-                    ))));
+                    drop(q);
+                    return Some(Err(self.cut_off()));
+                }
+                // The initial nodes first (a watcher cut off meanwhile sends no more).
+                if let Some(name) = q.initial.pop_front() {
+                    drop(q);
+                    if let Some(node) = self.hub.store.node_status(&name) {
+                        return Some(Ok(pb::NodeEvent {
+                            kind: pb::node_event::Kind::Added as i32,
+                            node: Some(node),
+                        }));
+                    }
+                    continue;
                 }
                 if let Some(ev) = q.events.pop_front() {
                     q.bytes -= ev.bytes;
@@ -322,10 +347,108 @@ impl WatchState {
             self.watcher.wake.notified().await;
         }
     }
+
+    /// The stream's last item once the watcher was cut off for lagging.
+    fn cut_off(&mut self) -> Status {
+        self.done = true;
+        debug!(watcher = self.id, "lagging watcher told RESOURCE_EXHAUSTED");
+        Status::resource_exhausted(format!(
+            "this watcher fell more than {} bytes behind the node changes and was dropped; \
+             watch again to resync",
+            self.hub.limits.max_queued_bytes
+        ))
+    }
 }
 
 impl Drop for WatchState {
     fn drop(&mut self) {
-        self.hub.remove(self.id);
+        self.hub.release(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use futures::StreamExt;
+    use loadstar_store::StoreConfig;
+    use loadstar_testkit::agent::{self as simagent, SyntheticLoad};
+
+    use super::*;
+
+    fn report(node: &str) -> pb::NodeReport {
+        simagent::report(
+            node,
+            "i",
+            1,
+            &simagent::capacity(8, 32),
+            SyntheticLoad::default(),
+        )
+    }
+
+    /// Waits (bounded) until the hub's accounting shows `cond`.
+    async fn until(hub: &WatchHub, what: &str, cond: impl Fn(&WatchStats) -> bool) -> WatchStats {
+        for _ in 0..1_000 {
+            let s = hub.stats();
+            if cond(&s) {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("{what}: last seen {:?}", hub.stats());
+    }
+
+    #[tokio::test]
+    async fn an_overflowing_watcher_frees_its_slot_once_while_its_stream_is_held() {
+        let store = Arc::new(NodeStore::new(StoreConfig::default()));
+        let metrics = Metrics::new();
+        let limits = WatchLimits {
+            max_watchers: 2,
+            max_queued_bytes: 8 * 1024,
+        };
+        let hub = WatchHub::start(store.clone(), metrics.clone(), limits);
+        // Two watchers fill the cap; neither stream is ever polled here.
+        let lagging = hub.watch(Vec::new()).expect("first watcher");
+        let quiet = hub.watch(vec!["never-reports".into()]).expect("second");
+        assert!(hub.watch(Vec::new()).is_err(), "the cap is full");
+        // Far more than 8 KiB of changes the first one wants.
+        for n in 0..100 {
+            store
+                .apply_report(report(&format!("node-{n:03}")), Instant::now())
+                .expect("stored");
+        }
+        let stats = until(&hub, "the lagging watcher cut off", |s| {
+            s.dropped_lagging == 1
+        })
+        .await;
+        // Its slot and its bytes are back although its stream is still held, unread.
+        assert_eq!(stats.watchers, 1, "{stats:?}");
+        assert_eq!(stats.queued_bytes, 0, "{stats:?}");
+        assert_eq!(metrics.watchers.get(), 1);
+        assert_eq!(metrics.watch_queued_bytes.get(), 0);
+        let third = hub
+            .watch(vec!["x".into()])
+            .expect("the freed slot is usable");
+        assert!(hub.watch(Vec::new()).is_err(), "the cap is full again");
+        // Read at last, the stream says why it ended, then ends.
+        let mut lagging = Box::pin(lagging);
+        let status = lagging
+            .next()
+            .await
+            .expect("an item")
+            .expect_err("a status, not the backlog");
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        assert!(lagging.next().await.is_none());
+        // Dropping it releases nothing a second time.
+        drop(lagging);
+        let stats = hub.stats();
+        assert_eq!((stats.watchers, stats.dropped_lagging), (2, 1), "{stats:?}");
+        assert_eq!(metrics.watchers.get(), 2);
+        assert_eq!(metrics.watch_queued_bytes.get(), 0);
+        drop(quiet);
+        drop(third);
+        assert_eq!(hub.stats().watchers, 0);
+        assert_eq!(metrics.watchers.get(), 0);
+        assert_eq!(metrics.watch_queued_bytes.get(), 0);
     }
 }

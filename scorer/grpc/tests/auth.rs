@@ -431,6 +431,61 @@ async fn queries_need_a_caller_and_bind_needs_the_callers_own_right() {
 }
 
 #[tokio::test]
+async fn denials_quote_a_megabyte_namespace_briefly() {
+    let cluster = Arc::new(Cluster::default());
+    cluster.user("tok-alice", "alice");
+    let s = server(&cluster, QueryAccess::Authenticated).await;
+    // ~1 MB, under the 1 MiB message limit once framed.
+    let huge = "y".repeat(1_000_000);
+    let pod = || {
+        Some(pb::PodReference {
+            namespace: huge.clone(),
+            name: "web".into(),
+        })
+    };
+    let check = |e: tonic::Status| {
+        assert_eq!(e.code(), Code::PermissionDenied);
+        assert!(
+            e.message().len() < 1024,
+            "{} bytes: {}",
+            e.message().len(),
+            &e.message()[..200]
+        );
+        assert!(
+            e.message().starts_with(
+                "forbidden: \"alice\" may not get pods in namespace \"yyyyyyyyyyyyyyyy"
+            ) || e.message().starts_with(
+                "forbidden: \"alice\" may not create pods/binding in namespace \"yyyyyyyyyyyyyyyy"
+            ),
+            "{}",
+            e.message()
+        );
+    };
+    let mut q = ScorerClient::new(s.channel().await);
+    let e = q
+        .explain_pod(with(
+            Some("tok-alice"),
+            pb::ExplainPodRequest { pod: pod() },
+        ))
+        .await
+        .expect_err("alice may not read it");
+    check(e);
+    let mut sched = SchedulerClient::new(s.channel().await);
+    let e = sched
+        .bind(with(
+            Some("tok-alice"),
+            pb::BindRequest {
+                pod: pod(),
+                ..pb::BindRequest::default()
+            },
+        ))
+        .await
+        .expect_err("alice may not bind it");
+    check(e);
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn tls_reloads_rotated_certificates_and_client_certificates_authenticate() {
     let dir = tempfile::tempdir().expect("tempdir");
     let live = dir.path().join("live");

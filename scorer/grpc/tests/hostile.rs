@@ -4,14 +4,20 @@
 //! wall-clock timing. Raw HTTP/2 (the `h2` crate) plays the clients that never read.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use loadstar_framework::snapshot::PodInfo;
+use loadstar_grpc::gate::Gate;
 use loadstar_grpc::server::ServerLimits;
+use loadstar_grpc::status::MAX_STATUS_MESSAGE_BYTES;
 use loadstar_proto::limits;
 use loadstar_proto::pb;
 use loadstar_proto::pb::ingest_client::IngestClient;
+use loadstar_proto::pb::scheduler_client::SchedulerClient;
 use loadstar_proto::pb::scorer_client::ScorerClient;
+use loadstar_store::cluster::{BindOutcome, BindRequest, Binder, ClusterError, PodResolver};
+use loadstar_store::metrics::{Metrics, ReasonLabel};
 use loadstar_testkit::agent::{self as simagent, SyntheticLoad, now_nanos, report_at_limits};
 use loadstar_testkit::wire;
 use prost::Message;
@@ -96,6 +102,16 @@ async fn unread_watchers_on_one_connection_stay_bounded() {
     )
     .await;
     assert_eq!(watchers, 40, "the watcher cap holds");
+    let drops = |reason: &str| {
+        server
+            .metrics
+            .watchers_dropped
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
+            .get()
+    };
+
     // Agents keep reporting for 200 nodes: ~2 000 node events, megabytes per watcher.
     let mut agents = Vec::new();
     for n in 0..200 {
@@ -133,6 +149,20 @@ async fn unread_watchers_on_one_connection_stay_bounded() {
     )
     .await;
     assert_eq!(after, 0);
+    // Every one of the 40 fell behind and was cut off: its slot is free at once, although
+    // its client still holds the stream open and has not read a byte. (No queued call takes
+    // a freed slot: a client that never reads never frees its 64 streams, so the other
+    // calls never leave it.)
+    let remaining = eventually(
+        Duration::from_secs(5),
+        "lagging watchers' slots released",
+        || server.metrics.watchers.get(),
+        |w| *w == 0,
+    )
+    .await;
+    assert_eq!(remaining, 0);
+    assert_eq!(drops("lagging"), 40, "each cut off exactly once");
+    assert_eq!(held.len(), 3000, "the client still holds every call");
     drop(held);
     server.stop().await;
 }
@@ -493,6 +523,109 @@ async fn error_messages_that_quote_input_stay_small() {
         "{}",
         acks[1].reject_reason.len()
     );
+    server.stop().await;
+}
+
+/// A cluster integration that quotes the client's names whole, as the Kubernetes cache once
+/// did: whatever it says, the status layer caps what reaches the client.
+#[derive(Debug)]
+struct EchoingCluster;
+
+#[async_trait::async_trait]
+impl PodResolver for EchoingCluster {
+    async fn resolve(&self, namespace: &str, name: &str) -> Result<PodInfo, ClusterError> {
+        Err(ClusterError::NotFound(format!(
+            "pod {namespace}/{name} is not in the cluster"
+        )))
+    }
+}
+
+#[async_trait::async_trait]
+impl Binder for EchoingCluster {
+    async fn bind(&self, r: BindRequest) -> Result<BindOutcome, ClusterError> {
+        Err(ClusterError::NotFound(format!(
+            "pod {}/{} is not in the cluster (node {})",
+            r.namespace, r.name, r.node_name
+        )))
+    }
+}
+
+#[tokio::test]
+async fn megabyte_pod_namespace_and_node_names_are_echoed_briefly() {
+    let server = TestServer::start_custom(
+        ServerLimits::default(),
+        Metrics::new(),
+        Gate::open(),
+        None,
+        |parts| {
+            parts.resolver = Some(Arc::new(EchoingCluster));
+            parts.binder = Some(Arc::new(EchoingCluster));
+        },
+    )
+    .await;
+    // ~1 MB, under the 1 MiB message limit once framed.
+    let huge = "z".repeat(1_000_000);
+    let prefix = "z".repeat(32);
+    let pod = |namespace: &str, name: &str| pb::PodReference {
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    let check = |s: tonic::Status, max: usize| {
+        assert_eq!(
+            s.code(),
+            Code::NotFound,
+            "{}",
+            &s.message()[..s.message().len().min(200)]
+        );
+        assert!(
+            s.message().len() <= max,
+            "{} bytes, more than {max}",
+            s.message().len()
+        );
+        assert!(
+            s.message().contains(&prefix),
+            "names a prefix of the input: {}",
+            &s.message()[..s.message().len().min(200)]
+        );
+    };
+    let mut scorer = ScorerClient::new(server.channel().await);
+    let mut scheduler = SchedulerClient::new(server.channel().await);
+    for (namespace, name) in [(huge.as_str(), "web"), ("shop", huge.as_str())] {
+        // ExplainPod quotes the names itself: small.
+        let s = scorer
+            .explain_pod(pb::ExplainPodRequest {
+                pod: Some(pod(namespace, name)),
+            })
+            .await
+            .expect_err("never scored");
+        check(s, 1024);
+        // Score by reference and Bind: the resolver's and binder's whole echo is cut.
+        let s = scorer
+            .score(pb::ScoreRequest {
+                pod: Some(pb::score_request::Pod::Reference(pod(namespace, name))),
+                ..Default::default()
+            })
+            .await
+            .expect_err("no such pod");
+        check(s, MAX_STATUS_MESSAGE_BYTES);
+        let s = scheduler
+            .bind(pb::BindRequest {
+                pod: Some(pod(namespace, name)),
+                ..Default::default()
+            })
+            .await
+            .expect_err("no such pod");
+        check(s, MAX_STATUS_MESSAGE_BYTES);
+    }
+    let s = scheduler
+        .bind(pb::BindRequest {
+            pod: Some(pod("shop", "web")),
+            node_name: huge.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no such node");
+    check(s, MAX_STATUS_MESSAGE_BYTES);
     server.stop().await;
 }
 

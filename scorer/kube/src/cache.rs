@@ -760,9 +760,13 @@ impl PodResolver for ClusterCache {
             ));
         }
         let key = format!("{namespace}/{name}");
-        let facts = self
-            .pod(&key)
-            .ok_or_else(|| ClusterError::NotFound(format!("pod {key} is not in the cluster")))?;
+        let facts = self.pod(&key).ok_or_else(|| {
+            // The names come from a gRPC client: quoted bounded, never whole.
+            ClusterError::NotFound(format!(
+                "pod {} is not in the cluster",
+                loadstar_common::text::pod_key(namespace, name)
+            ))
+        })?;
         facts
             .info
             .clone()
@@ -982,6 +986,23 @@ mod tests {
             cache.resolve("ns", "bad").await.expect_err("bad"),
             ClusterError::FailedPrecondition(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn unknown_pods_are_named_briefly_however_long_the_names() {
+        let (_store, _queue, cache) = setup();
+        cache.pods_relist_started();
+        cache.pods_relist_done();
+        let e = cache.resolve("ns", "zz").await.expect_err("missing");
+        assert_eq!(e.to_string(), "pod ns/zz is not in the cluster");
+        let huge = "q".repeat(1_000_000);
+        for (ns, name) in [(huge.as_str(), "a"), ("ns", huge.as_str())] {
+            let e = cache.resolve(ns, name).await.expect_err("missing");
+            assert!(matches!(e, ClusterError::NotFound(_)), "{e:?}");
+            let message = e.to_string();
+            assert!(message.len() < 1024, "{} bytes", message.len());
+            assert!(message.contains("\"qqqqqqqqqqqqqqqq"), "{message}");
+        }
     }
 
     #[test]

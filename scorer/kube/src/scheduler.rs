@@ -911,14 +911,16 @@ impl Binder for Scheduler {
             request.namespace.clone()
         };
         let key = format!("{ns}/{}", request.name);
-        let span = info_span!("bind_request", pod = %key);
+        // How messages (and the span) name the pod: the client's names, bounded.
+        let shown = loadstar_common::text::pod_key(&ns, &request.name);
+        let span = info_span!("bind_request", pod = %shown);
         async move {
             let facts = self.cache.pod(&key).ok_or_else(|| {
-                ClusterError::NotFound(format!("pod {key} is not in the cluster"))
+                ClusterError::NotFound(format!("pod {shown} is not in the cluster"))
             })?;
             if let Some(n) = &facts.node_name {
                 return Err(ClusterError::FailedPrecondition(format!(
-                    "pod {key} is already bound to node {n}"
+                    "pod {shown} is already bound to node {n}"
                 )));
             }
             let info = facts
@@ -927,7 +929,7 @@ impl Binder for Scheduler {
                 .map_err(|e| ClusterError::FailedPrecondition(e.to_string()))?;
             if !request.other_schedulers && !self.profiles.contains(&facts.scheduler_name) {
                 return Err(ClusterError::PermissionDenied(format!(
-                    "pod {key} has schedulerName {}, which is not one of this scorer's \
+                    "pod {shown} has schedulerName {}, which is not one of this scorer's \
                      profiles ({}): it is another scheduler's to place (start the scorer \
                      with --bind-other-schedulers to allow binding it)",
                     loadstar_common::text::quote(&facts.scheduler_name),
@@ -960,8 +962,8 @@ impl Binder for Scheduler {
                     .filter(|&&i| snap.nodes[i].kube.is_some())
                     .ok_or_else(|| {
                         ClusterError::NotFound(format!(
-                            "node {:?} is not a Kubernetes node known to this scorer",
-                            request.node_name
+                            "node {} is not a Kubernetes node known to this scorer",
+                            loadstar_common::text::quote(&request.node_name)
                         ))
                     })?;
                 vec![*i]
@@ -1524,6 +1526,44 @@ mod tests {
         })
         .await;
         running.stop().await;
+    }
+
+    #[tokio::test]
+    async fn bind_errors_name_huge_pods_and_nodes_briefly() {
+        let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1", "4"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        cache.apply_pod(&pod("a", "1"));
+        cache.pods_relist_done();
+        let huge = "h".repeat(1_000_000);
+        let bind = |namespace: &str, name: &str, node_name: &str| {
+            Binder::bind(
+                &*scheduler,
+                BindRequest {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                    node_name: node_name.into(),
+                    ..Default::default()
+                },
+            )
+        };
+        let cases = [
+            bind(&huge, "a", "").await,
+            bind("ns", &huge, "").await,
+            bind("ns", "a", &huge).await,
+        ];
+        for result in cases {
+            let e = result.expect_err("refused");
+            assert!(matches!(e, ClusterError::NotFound(_)), "{e:?}");
+            let message = e.to_string();
+            assert!(message.len() < 1024, "{} bytes", message.len());
+            assert!(message.contains("\"hhhhhhhhhhhhhhhh"), "{message}");
+        }
+        let e = bind("ns", "zz", "").await.expect_err("missing");
+        assert_eq!(e.to_string(), "pod ns/zz is not in the cluster");
+        assert!(log.lock().expect("log").is_empty(), "nothing was written");
     }
 
     #[tokio::test]

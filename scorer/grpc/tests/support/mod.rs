@@ -43,6 +43,18 @@ impl TestServer {
         gate: Gate,
         tls: Option<Arc<ServerTls>>,
     ) -> TestServer {
+        Self::start_custom(limits, metrics, gate, tls, |_| {}).await
+    }
+
+    /// Like [`TestServer::start_with`], with the server's parts changed by `customize`
+    /// (a resolver, a binder) before it starts.
+    pub async fn start_custom(
+        limits: server::ServerLimits,
+        metrics: Arc<Metrics>,
+        gate: Gate,
+        tls: Option<Arc<ServerTls>>,
+        customize: impl FnOnce(&mut ServerParts),
+    ) -> TestServer {
         let config = ScorerConfig::embedded_default();
         let profiles = Arc::new(Profiles::new(
             config.build_profiles().expect("embedded default builds"),
@@ -56,13 +68,14 @@ impl TestServer {
             .expect("bind loopback");
         let scheme = if tls.is_some() { "https" } else { "http" };
         let addr = format!("{scheme}://{}", listener.local_addr().expect("addr"));
-        let parts = ServerParts {
+        let mut parts = ServerParts {
             limits,
             desired_interval_seconds: 1.0,
             gate,
             tls,
             ..ServerParts::new(store.clone(), profiles, metrics.clone())
         };
+        customize(&mut parts);
         let (stop, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             server::serve(listener, parts, async {
