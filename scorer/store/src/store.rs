@@ -699,6 +699,44 @@ mod tests {
     }
 
     #[test]
+    fn a_stale_owner_gives_way_to_a_new_stream() {
+        let store = NodeStore::new(StoreConfig {
+            stale_after: Some(Duration::from_secs(30)),
+            ..StoreConfig::default()
+        });
+        let t0 = Instant::now();
+        let (owner, newcomer) = (StreamId::next(), StreamId::next());
+        store
+            .apply_stream_report(report("n", 1, 0.5, 0.5), t0, owner, None)
+            .expect("the first stream owns the node");
+        let mut other = report("n", 1, 0.2, 0.2);
+        other.agent_instance = "other".into();
+        let e = store
+            .apply_stream_report(other.clone(), t0 + Duration::from_secs(10), newcomer, None)
+            .expect_err("a live owner keeps the node");
+        assert!(matches!(e, ReportError::Owned { .. }), "{e:?}");
+        // The owner has been silent past stale_after: the newcomer takes over…
+        store
+            .apply_stream_report(other, t0 + Duration::from_secs(31), newcomer, None)
+            .expect("a stale node is free");
+        // …and owns it now: the old stream, back, is the one refused.
+        let e = store
+            .apply_stream_report(
+                report("n", 2, 0.9, 0.9),
+                t0 + Duration::from_secs(32),
+                owner,
+                None,
+            )
+            .expect_err("the old owner lost the node");
+        assert!(matches!(e, ReportError::Owned { .. }), "{e:?}");
+        let last = store
+            .node_status("n")
+            .and_then(|s| s.last_report)
+            .expect("a report");
+        assert_eq!(last.agent_instance, "other");
+    }
+
+    #[test]
     fn staleness_follows_the_interval() {
         let store = NodeStore::new(StoreConfig::default());
         let past = Instant::now() - Duration::from_secs(10);
