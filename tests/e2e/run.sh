@@ -131,3 +131,25 @@ for suite in $SUITES; do
     *) cargo test -p loadstar-tests --test "$suite" -- --ignored --test-threads=1 "$@" ;;
   esac
 done
+
+log "chart: helm upgrade (a changed value rolls out), then helm uninstall removes everything"
+"$HELM" upgrade loadstar "$CHART" --namespace loadstar --kubeconfig "$KUBE_ADMIN_KUBECONFIG" \
+  --reuse-values --set scorer.replicas=3 >"$WORK/logs/helm-upgrade.log" 2>&1 ||
+  { cat "$WORK/logs/helm-upgrade.log" >&2; exit 1; }
+status=$("$HELM" status loadstar --namespace loadstar --kubeconfig "$KUBE_ADMIN_KUBECONFIG")
+grep -q 'REVISION: 2' <<<"$status" || { echo "$status" >&2; exit 1; }
+replicas=$(K -n loadstar get deployment/loadstar-scorer -o jsonpath='{.spec.replicas}')
+[ "$replicas" = 3 ] || { log "helm upgrade left scorer replicas at $replicas, not 3"; exit 1; }
+release_objects() {
+  K -n loadstar get deployment,daemonset,service,serviceaccount,configmap,pdb,role,rolebinding \
+    -l app.kubernetes.io/instance=loadstar -o name 2>/dev/null
+  K get clusterrole,clusterrolebinding,priorityclass -l app.kubernetes.io/instance=loadstar \
+    -o name 2>/dev/null
+}
+before=$(release_objects | wc -l)
+[ "$before" -ge 8 ] || { log "the release's label selects only $before objects"; exit 1; }
+"$HELM" uninstall loadstar --namespace loadstar --kubeconfig "$KUBE_ADMIN_KUBECONFIG" \
+  >"$WORK/logs/helm-uninstall.log" 2>&1 || { cat "$WORK/logs/helm-uninstall.log" >&2; exit 1; }
+left=$(release_objects)
+[ -z "$left" ] || { log "helm uninstall left: $left"; exit 1; }
+log "chart: upgraded to revision 2 (3 scorer replicas); uninstall removed all $before objects"
