@@ -49,6 +49,10 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "loadstar-autoscale",
+        &["tonic", "prost", "tokio", "kube", "axum", "plotters"],
+    ),
+    (
         "loadstar-kube-model",
         &["kube", "tonic", "axum", "plotters"],
     ),

@@ -350,6 +350,81 @@ impl Figure for Balance<'_> {
     }
 }
 
+/// A named line: its legend and its values at the figure's times.
+pub type NamedLine = (String, Vec<f64>);
+
+/// Line panels over time with their own named lines (the autoscaling comparison's
+/// timelines): `t` in seconds, each panel a caption and its lines.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    /// Figure title.
+    pub title: String,
+    /// Sample times, seconds.
+    pub t: Vec<f64>,
+    /// Panels: caption, and (line name, values at `t`).
+    pub panels: Vec<(String, Vec<NamedLine>)>,
+}
+
+impl Figure for Timeline {
+    fn size(&self) -> (u32, u32) {
+        (1100, 80 + 300 * self.panels.len() as u32)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>, _svg: bool) -> DrawResult {
+        let root = root.titled(&self.title, ("sans-serif", 22)).map_err(err)?;
+        let areas = root.split_evenly((self.panels.len().max(1), 1));
+        let t_end = self.t.last().copied().unwrap_or(1.0).max(1.0) / 60.0;
+        for (area, (caption, lines)) in areas.iter().zip(&self.panels) {
+            let y_max = lines
+                .iter()
+                .flat_map(|(_, ys)| ys.iter())
+                .fold(0.0f64, |a, b| a.max(*b));
+            let y_max = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
+            let mut chart = ChartBuilder::on(area)
+                .margin(10)
+                .caption(caption, ("sans-serif", 16))
+                .x_label_area_size(35)
+                .y_label_area_size(55)
+                .build_cartesian_2d(0.0..t_end, 0.0..y_max)
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .x_desc("minutes")
+                .light_line_style(WHITE.mix(0.0))
+                .draw()
+                .map_err(err)?;
+            for (i, (name, ys)) in lines.iter().enumerate() {
+                let c = color(i);
+                let pts = self.t.iter().zip(ys).map(|(t, y)| (t / 60.0, *y));
+                chart
+                    .draw_series(LineSeries::new(pts, c.stroke_width(1)))
+                    .map_err(err)?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                    });
+            }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()
+                .map_err(err)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `name.svg` and `name.png` of `timeline` into `dir`.
+pub fn write_timeline(
+    dir: &Path,
+    name: &str,
+    timeline: &Timeline,
+) -> Result<Vec<PathBuf>, PlotError> {
+    write_figure(dir, name, timeline)
+}
+
 /// A file-name-safe version of a profile name.
 pub fn slug(name: &str) -> String {
     name.chars()

@@ -1,5 +1,6 @@
 //! `loadstar-scorer simulate` and `convert-trace`: the placement simulator (see [`loadstar_sim`] and
-//! `docs/simulator.md`). Thin: the flags and the run live in [`loadstar_sim::cli`].
+//! `docs/simulator.md`), and with `--scenario autoscale` the autoscaling comparison
+//! ([`loadstar_autoscale_sim`]). Thin: the flags and the runs live in those crates.
 use clap::Args;
 
 use crate::app::AppError;
@@ -15,6 +16,11 @@ pub struct SimulateArgs {
 
 /// Runs the simulation, prints the table and writes the outputs.
 pub fn run(args: SimulateArgs) -> Result<(), AppError> {
+    if args.sim.scenario.as_deref() == Some("autoscale") {
+        return loadstar_autoscale_sim::execute(&args.sim)
+            .map(drop)
+            .map_err(|e| AppError::Other(format!("simulate: {e}")));
+    }
     cli::execute(&args.sim).map_err(|e| AppError::Other(format!("simulate: {e}")))
 }
 
