@@ -3,7 +3,9 @@
 //! acknowledged is not sent again after a reconnect; the backoff resets on every ack. The
 //! bearer token is sent when a stream opens; when the kubelet rotates the token file, the
 //! stream is reopened at once with the new token (the scorer ends streams whose token
-//! expired).
+//! expired). When the scorer's acks ask for a report interval (`desired_interval_seconds`,
+//! raised by a loaded scorer), the stream sends its latest report at most that often (up to
+//! [`MAX_PACED_INTERVAL`]) and says so in `report_interval_seconds`; sampling is untouched.
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -13,8 +15,6 @@ use std::time::{Duration, Instant};
 use loadstar_proto::pb;
 use loadstar_proto::pb::ingest_client::IngestClient;
 use tokio::sync::oneshot;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::WatchStream;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{ClientTlsConfig, Endpoint, Uri};
 use tracing::{debug, info};
@@ -32,6 +32,64 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the token file is checked for rotation (the kubelet rotates at 80 % of the
 /// token's lifetime, at least 10 minutes ahead of expiry).
 pub const TOKEN_CHECK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The longest report interval a scorer can ask for: a scorer that asks for more still hears
+/// from the agent this often.
+pub const MAX_PACED_INTERVAL: Duration = Duration::from_secs(300);
+
+/// The report interval this stream's scorer asks for, from its acks (`None`: no preference).
+fn paced_interval(pace: &AtomicU64) -> Option<Duration> {
+    let s = f64::from_bits(pace.load(Ordering::Relaxed));
+    (s.is_finite() && s > 0.0).then(|| Duration::from_secs_f64(s).min(MAX_PACED_INTERVAL))
+}
+
+/// The reports to send on one stream: the latest one at once, then each new one — no sooner
+/// than the paced interval after the previous send — skipping those the scorer acknowledged
+/// already (after a reconnect).
+fn outbound(
+    reports: ReportReceiver,
+    acked: Arc<AtomicU64>,
+    pace: Arc<AtomicU64>,
+    on_send: Arc<dyn Fn() + Send + Sync>,
+) -> impl futures::Stream<Item = pb::NodeReport> + Send + 'static {
+    futures::stream::unfold(
+        (reports, None::<tokio::time::Instant>, true),
+        move |(mut rx, last, first)| {
+            let (acked, pace, sent) = (acked.clone(), pace.clone(), on_send.clone());
+            let next = async move {
+                let mut first = first;
+                loop {
+                    if !first && rx.changed().await.is_err() {
+                        return None;
+                    }
+                    first = false;
+                    let interval = paced_interval(&pace);
+                    if let (Some(last), Some(every)) = (last, interval) {
+                        tokio::time::sleep_until(last + every).await;
+                    }
+                    let latest = rx.borrow_and_update().clone();
+                    let Some(r) = latest.filter(|r| r.sequence > acked.load(Ordering::Relaxed))
+                    else {
+                        continue;
+                    };
+                    let mut report = pb::NodeReport::clone(&r);
+                    report.report_interval_seconds = interval
+                        .map(|d| d.as_secs_f64())
+                        .filter(|s| *s > report.sample_interval_seconds)
+                        .unwrap_or(0.0);
+                    return Some((report, (rx, Some(tokio::time::Instant::now()), false)));
+                }
+            };
+            async move {
+                let item = next.await;
+                if item.is_some() {
+                    sent();
+                }
+                item
+            }
+        },
+    )
+}
 
 /// How a session ended without an error.
 enum SessionEnd {
@@ -128,14 +186,13 @@ async fn session(
     let mut client = IngestClient::new(channel);
     let metrics = shared.metrics.clone();
     let sent_label = label.to_string();
-    let acked = last_acked.clone();
-    let outbound = WatchStream::new(reports.clone()).filter_map(move |r| {
-        r.filter(|r| r.sequence > acked.load(Ordering::Relaxed))
-            .map(|r| {
-                metrics.report_sent(&sent_label);
-                pb::NodeReport::clone(&r)
-            })
-    });
+    let pace = Arc::new(AtomicU64::new(0f64.to_bits()));
+    let outbound = outbound(
+        reports.clone(),
+        last_acked.clone(),
+        pace.clone(),
+        Arc::new(move || metrics.report_sent(&sent_label)),
+    );
     // The request body is pumped by the HTTP/2 connection's own task: tie its end to this
     // session, so a session that ends (or is aborted) also ends its stream.
     let (_end_stream, end) = oneshot::channel::<()>();
@@ -155,7 +212,7 @@ async fn session(
     info!("stream open");
     let rotated = token_rotated(shared.token_file.as_deref(), token);
     tokio::select! {
-        r = read_acks(acks, addr, shared, reports, backoff, label, last_acked) => r,
+        r = read_acks(acks, addr, shared, reports, backoff, label, last_acked, &pace) => r,
         () = rotated => Ok(SessionEnd::TokenRotated),
     }
 }
@@ -209,7 +266,9 @@ fn endpoint(
     Ok(endpoint)
 }
 
-/// Reads acks until the stream ends: each resets the backoff and raises `last_acked`.
+/// Reads acks until the stream ends: each resets the backoff, raises `last_acked` and sets
+/// the stream's `pace`.
+#[allow(clippy::too_many_arguments)]
 async fn read_acks(
     mut acks: tonic::Streaming<pb::ReportAck>,
     addr: SocketAddr,
@@ -218,6 +277,7 @@ async fn read_acks(
     backoff: &mut Backoff,
     label: &str,
     last_acked: &AtomicU64,
+    pace: &AtomicU64,
 ) -> Result<SessionEnd, ReportError> {
     let opened = Instant::now();
     let mut rejected = Throttle::default();
@@ -226,10 +286,16 @@ async fn read_acks(
             Ok(Some(ack)) => {
                 backoff.reset();
                 last_acked.fetch_max(ack.sequence, Ordering::Relaxed);
-                if ack.desired_interval_seconds > 0.0 {
-                    debug!(
-                        desired = ack.desired_interval_seconds,
-                        "scorer asks for another sample interval (not acted on yet)"
+                let desired = ack.desired_interval_seconds;
+                let desired = if desired.is_finite() && desired > 0.0 {
+                    desired
+                } else {
+                    0.0
+                };
+                if pace.swap(desired.to_bits(), Ordering::Relaxed) != desired.to_bits() {
+                    info!(
+                        interval_s = desired,
+                        "scorer asks for reports at this interval (0: every sample)"
                     );
                 }
                 if !ack.accepted {
@@ -286,6 +352,70 @@ mod tests {
         std::fs::write(&p, "\n").expect("write");
         assert!(read_token(&p).is_err());
         assert!(read_token(&dir.path().join("missing")).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reports_follow_the_pace_the_scorer_asks_for() {
+        use futures::StreamExt as _;
+        let report = |sequence| {
+            Some(Arc::new(pb::NodeReport {
+                sequence,
+                sample_interval_seconds: 1.0,
+                ..Default::default()
+            }))
+        };
+        let (tx, rx) = tokio::sync::watch::channel(report(1));
+        let acked = Arc::new(AtomicU64::new(0));
+        let pace = Arc::new(AtomicU64::new(0f64.to_bits()));
+        let sends = Arc::new(AtomicU64::new(0));
+        let counter = sends.clone();
+        let stream = outbound(
+            rx,
+            acked.clone(),
+            pace.clone(),
+            Arc::new(move || {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }),
+        );
+        // The sampler: one report a second for 40 s.
+        let sampler = tokio::spawn(async move {
+            for seq in 2..=41 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                tx.send_replace(report(seq));
+            }
+        });
+        let start = tokio::time::Instant::now();
+        let mut seen: Vec<(u64, f64, u64)> = Vec::new();
+        tokio::pin!(stream);
+        while let Some(r) = stream.next().await {
+            let at = start.elapsed().as_secs();
+            seen.push((r.sequence, r.report_interval_seconds, at));
+            // No preference for the first 10 s, then the scorer asks for 5 s.
+            if at >= 10 {
+                pace.store(5.0f64.to_bits(), Ordering::Relaxed);
+            }
+            if at >= 40 {
+                break;
+            }
+        }
+        sampler.await.expect("sampler");
+        let unpaced: Vec<_> = seen.iter().filter(|s| s.2 < 10).collect();
+        assert_eq!(unpaced.len(), 10, "every sample while unpaced: {seen:?}");
+        assert!(unpaced.iter().all(|s| s.1 == 0.0), "{seen:?}");
+        let paced: Vec<_> = seen.iter().filter(|s| s.2 > 10).collect();
+        for w in paced.windows(2) {
+            assert!(w[1].2 - w[0].2 >= 5, "sent sooner than the pace: {seen:?}");
+        }
+        assert!((5..=7).contains(&paced.len()), "{seen:?}");
+        assert!(paced.iter().all(|s| s.1 == 5.0), "{seen:?}");
+        // Each paced send carries the latest sample, not a stale one.
+        assert!(paced.iter().all(|s| s.0 >= s.2), "{seen:?}");
+        assert_eq!(sends.load(Ordering::Relaxed), seen.len() as u64);
+        // A pace above the cap is held to it.
+        pace.store(1e9f64.to_bits(), Ordering::Relaxed);
+        assert_eq!(paced_interval(&pace), Some(MAX_PACED_INTERVAL));
+        pace.store(f64::NAN.to_bits(), Ordering::Relaxed);
+        assert_eq!(paced_interval(&pace), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -20,6 +20,7 @@ use loadstar_store::validate::ReportError;
 use loadstar_store::{NodeStore, StreamId};
 
 use crate::gate::{Gate, peer};
+use crate::pacing::Pace;
 
 /// Per-stream ingest limits; see [`IngestLimits::default`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,7 +48,7 @@ impl Default for IngestLimits {
 pub struct IngestService {
     store: Arc<NodeStore>,
     metrics: Arc<Metrics>,
-    desired_interval_seconds: f64,
+    pace: Pace,
     closing: Option<watch::Receiver<bool>>,
     limits: IngestLimits,
     gate: Gate,
@@ -73,7 +74,7 @@ impl IngestService {
         IngestService {
             store,
             metrics,
-            desired_interval_seconds,
+            pace: Pace::fixed(desired_interval_seconds),
             closing: None,
             limits: IngestLimits::default(),
             gate: Gate::open(),
@@ -83,6 +84,12 @@ impl IngestService {
     /// Checks agents at `gate`.
     pub fn with_gate(mut self, gate: Gate) -> Self {
         self.gate = gate;
+        self
+    }
+
+    /// Takes the interval for its acks from `pace` (which a [`crate::pacing::Pacer`] may move).
+    pub fn with_pace(mut self, pace: Pace) -> Self {
+        self.pace = pace;
         self
     }
 
@@ -136,7 +143,7 @@ impl IngestService {
                     sequence,
                     accepted: false,
                     reject_reason: status.message().to_string(),
-                    desired_interval_seconds: self.desired_interval_seconds,
+                    desired_interval_seconds: self.pace.get(),
                 },
                 end: Some(status),
             };
@@ -162,7 +169,7 @@ impl IngestService {
             sequence,
             accepted,
             reject_reason,
-            desired_interval_seconds: self.desired_interval_seconds,
+            desired_interval_seconds: self.pace.get(),
         };
         match result {
             Ok(()) => {

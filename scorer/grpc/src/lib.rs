@@ -5,6 +5,7 @@
 pub mod gate;
 pub mod ingest;
 pub mod listener;
+pub mod pacing;
 pub mod podspec;
 pub mod scheduler;
 pub mod scorer;

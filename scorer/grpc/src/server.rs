@@ -12,6 +12,7 @@ use crate::gate::Gate;
 use crate::ingest::IngestLimits;
 use crate::ingest::IngestService;
 use crate::listener::{self, ConnectionLimits};
+use crate::pacing::Pace;
 use crate::scheduler::SchedulerService;
 use crate::scorer::{QueryLimits, ScorerService};
 use loadstar_auth::tls::ServerTls;
@@ -95,8 +96,9 @@ pub struct ServerParts {
     pub decoder: Option<Arc<dyn PodDecoder>>,
     /// PodDisruptionBudgets for `Score`'s preemption answers, if any.
     pub budgets: Option<Arc<dyn BudgetSource>>,
-    /// Interval pushed back to agents in acks, seconds (0: none).
-    pub desired_interval_seconds: f64,
+    /// Report interval pushed back to agents in acks ([`Pace::fixed`]`(0.0)`: none; a
+    /// [`crate::pacing::Pacer`] may move it).
+    pub pace: Pace,
     /// What the port enforces.
     pub limits: ServerLimits,
     /// Who may call what ([`Gate::open`]: anyone, anything).
@@ -121,7 +123,7 @@ impl ServerParts {
             binder: None,
             decoder: None,
             budgets: None,
-            desired_interval_seconds: 0.0,
+            pace: Pace::default(),
             limits: ServerLimits::default(),
             gate: Gate::open(),
             tls: None,
@@ -179,14 +181,11 @@ pub async fn serve(
         shutdown.await;
         let _ = closing_tx.send(true);
     };
-    let ingest = IngestService::new(
-        parts.store.clone(),
-        parts.metrics.clone(),
-        parts.desired_interval_seconds,
-    )
-    .with_limits(parts.limits.ingest)
-    .with_closing(closing.clone())
-    .with_gate(parts.gate.clone());
+    let ingest = IngestService::new(parts.store.clone(), parts.metrics.clone(), 0.0)
+        .with_pace(parts.pace.clone())
+        .with_limits(parts.limits.ingest)
+        .with_closing(closing.clone())
+        .with_gate(parts.gate.clone());
     let l = parts.limits;
     let incoming = listener::incoming(
         listener,

@@ -2,6 +2,7 @@
 //! shutdown signals, and starting the gRPC and HTTP servers with a bounded drain.
 pub mod http;
 pub mod limits;
+pub mod pacing;
 pub mod security;
 pub mod serve;
 pub mod simulate;

@@ -11,6 +11,7 @@ use tracing::{info, warn};
 
 use crate::app::{AppError, DRAIN_TIMEOUT, Shutdown, bind, run_servers};
 use loadstar_grpc::gate::{Gate, GateParts};
+use loadstar_grpc::pacing::{Pace, PacingConfig};
 use loadstar_grpc::server::ServerParts;
 use loadstar_kube::client::RateLimit;
 use loadstar_kube::leader::LeaderConfig;
@@ -64,9 +65,18 @@ pub struct ServeArgs {
     /// Profiles config (YAML); the embedded default when absent.
     #[arg(long, env = "LOADSTAR_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Interval asked of agents in acks, seconds (0: no preference).
+    /// Report interval asked of agents in acks, seconds (0: no preference); with
+    /// `--ingest-cpu-budget`, the interval asked for while the scorer is not loaded.
     #[arg(long, default_value_t = 0.0)]
     pub desired_interval_seconds: f64,
+    /// Cores the scorer may use before it asks agents to report less often (backpressure:
+    /// the interval in acks doubles while its CPU use is above 90 % of this, and halves back
+    /// after 5 s below 60 %); 0: off.
+    #[arg(long, default_value_t = 0.0)]
+    pub ingest_cpu_budget: f64,
+    /// Longest report interval backpressure asks for, seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub max_desired_interval_seconds: f64,
     /// Pods whose latest placement decision is kept for `kubectl loadstar explain`, the
     /// `ExplainPod` call and the web view (each with its best 10 nodes' per-plugin scores and
     /// every filter's rejections; 0 keeps none).
@@ -291,6 +301,16 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         )
         .await?;
     }
+    let pace = Pace::fixed(args.desired_interval_seconds);
+    if args.ingest_cpu_budget > 0.0 {
+        let config = PacingConfig::new(
+            args.ingest_cpu_budget,
+            args.desired_interval_seconds,
+            args.max_desired_interval_seconds,
+        )
+        .map_err(|e| AppError::Other(e.to_string()))?;
+        crate::app::pacing::spawn(config, pace.clone(), metrics.clone(), shutdown.wait());
+    }
     let parts = ServerParts {
         store,
         profiles,
@@ -300,7 +320,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         decoder,
         budgets,
         limits: args.limits.limits().map_err(AppError::Other)?,
-        desired_interval_seconds: args.desired_interval_seconds,
+        pace,
         gate,
         tls,
         bind_other_schedulers: args.auth.bind_other_schedulers,

@@ -173,7 +173,7 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
         decoder: Some(Arc::new(loadstar_kube::convert::JsonPodDecoder)),
         budgets: None,
         limits: args.limits.limits().map_err(AppError::Other)?,
-        desired_interval_seconds: 0.0,
+        pace: loadstar_grpc::pacing::Pace::default(),
         gate: loadstar_grpc::gate::Gate::open(),
         tls,
         bind_other_schedulers: false,

@@ -1,7 +1,7 @@
 //! The scorer's Prometheus metrics (names are constants with unit suffixes) and its readiness
 //! flag, recorded by the ingest, gRPC and Kubernetes layers; the binary serves them over HTTP.
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -89,6 +89,8 @@ pub const LEADER: &str = "loadstar_scorer_leader";
 pub const STALE_NODES: &str = "loadstar_scorer_stale_nodes";
 /// Decisions kept for `explain` and the web view.
 pub const DECISIONS: &str = "loadstar_scorer_decisions";
+/// The report interval asked of agents in acks (0: no preference); raised under load.
+pub const DESIRED_INTERVAL: &str = "loadstar_scorer_desired_interval_seconds";
 
 /// Label set of scheduling attempts.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -239,6 +241,8 @@ pub struct Metrics {
     pub stale_nodes: Gauge,
     /// See [`DECISIONS`].
     pub decisions: Gauge,
+    /// See [`DESIRED_INTERVAL`].
+    pub desired_interval: Gauge<f64, AtomicU64>,
     registry: Registry,
 }
 
@@ -416,6 +420,7 @@ impl Metrics {
         let leader = Gauge::default();
         let stale_nodes = Gauge::default();
         let decisions = Gauge::default();
+        let desired_interval = Gauge::<f64, AtomicU64>::default();
         registry.register(
             SCHEDULE_ATTEMPTS,
             "Scheduling attempts, by profile and result",
@@ -447,6 +452,11 @@ impl Metrics {
             "Placement decisions kept for explain and the web view",
             decisions.clone(),
         );
+        registry.register(
+            DESIRED_INTERVAL,
+            "Report interval asked of agents in acks, seconds (0: no preference)",
+            desired_interval.clone(),
+        );
         Arc::new(Metrics {
             schedule_attempts,
             extension_point_duration,
@@ -455,6 +465,7 @@ impl Metrics {
             leader,
             stale_nodes,
             decisions,
+            desired_interval,
             watch_failures,
             watch_relists,
             watch_relist_duration,

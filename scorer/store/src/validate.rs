@@ -388,6 +388,15 @@ pub fn validate(
         3600.0,
     )
     .map_err(field)?;
+    if report.report_interval_seconds != 0.0 {
+        convert::bounded(
+            || "report_interval_seconds".into(),
+            report.report_interval_seconds,
+            0.01,
+            3600.0,
+        )
+        .map_err(field)?;
+    }
     let capacity = convert::capacity_from_proto(capacity).map_err(field)?;
     let load = convert::load_from_proto(&report.usage).map_err(field)?;
     let eviction = report.eviction.unwrap_or_default();
@@ -457,7 +466,10 @@ pub fn validate(
         nodefs_inodes_free_ratio,
         gpus,
         pods,
-        interval_seconds: report.sample_interval_seconds,
+        // Staleness follows how often reports arrive: the longer of the two intervals.
+        interval_seconds: report
+            .sample_interval_seconds
+            .max(report.report_interval_seconds),
         received_at: None,
         last_pressure_at: None,
     })
@@ -518,6 +530,17 @@ mod tests {
         r = report("n1", 1, 0.5, 0.5);
         r.sample_interval_seconds = f64::NAN;
         assert!(validate(&r, &limits, now()).is_err());
+        for bad in [f64::NAN, -1.0, 1e9] {
+            r = report("n1", 1, 0.5, 0.5);
+            r.report_interval_seconds = bad;
+            let e = validate(&r, &limits, now()).expect_err("bad report interval");
+            assert!(e.to_string().contains("report_interval_seconds"), "{e}");
+        }
+        // A paced report: staleness follows the longer interval.
+        r = report("n1", 1, 0.5, 0.5);
+        r.report_interval_seconds = 8.0;
+        let node = validate(&r, &limits, now()).expect("paced report");
+        assert_eq!(node.interval_seconds, 8.0f64.max(r.sample_interval_seconds));
         r = report("n1", 1, 0.5, 0.5);
         r.eviction = Some(pb::EvictionSignals {
             nodefs_available_ratio: Some(-1.0),

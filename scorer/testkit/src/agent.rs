@@ -150,6 +150,7 @@ pub fn report(
         pods: Vec::new(),
         collector_errors: Vec::new(),
         agent_instance: instance.to_string(),
+        report_interval_seconds: 0.0,
     }
 }
 

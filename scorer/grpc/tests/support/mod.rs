@@ -70,7 +70,7 @@ impl TestServer {
         let addr = format!("{scheme}://{}", listener.local_addr().expect("addr"));
         let mut parts = ServerParts {
             limits,
-            desired_interval_seconds: 1.0,
+            pace: loadstar_grpc::pacing::Pace::fixed(1.0),
             gate,
             tls,
             ..ServerParts::new(store.clone(), profiles, metrics.clone())

@@ -48,6 +48,10 @@ struct Args {
     /// Node name prefix.
     #[arg(long, default_value = "sim")]
     prefix: String,
+    /// Follow the report interval the scorer asks for in its acks, as real agents do
+    /// (default: report every --interval regardless).
+    #[arg(long)]
+    follow_pace: bool,
 }
 
 #[derive(Default)]
@@ -57,6 +61,8 @@ struct Counters {
     rejected: AtomicU64,
     delayed: AtomicU64,
     late_sends: AtomicU64,
+    /// Largest paced interval any agent was asked for, milliseconds.
+    max_pace_ms: AtomicU64,
 }
 
 fn cpu_ticks(pid: u32) -> Option<u64> {
@@ -107,6 +113,8 @@ async fn main() -> anyhow::Result<()> {
         let measuring = measuring.clone();
         let node = format!("{}-{i:05}", args.prefix);
         let instance = instance.clone();
+        let follow_pace = args.follow_pace;
+        let pace = Arc::new(AtomicU64::new(0f64.to_bits()));
         // Staggered start so reports spread over the interval like real agents.
         let offset = interval.mul_f64(i as f64 / args.agents.max(1) as f64);
         tokio::spawn(async move {
@@ -122,8 +130,19 @@ async fn main() -> anyhow::Result<()> {
                 let sent_at = sent_at.clone();
                 let counters = counters.clone();
                 let measuring = measuring.clone();
+                let pace = pace.clone();
                 tokio::spawn(async move {
                     while let Ok(Some(ack)) = acks.message().await {
+                        let d = ack.desired_interval_seconds;
+                        let d = if d.is_finite() && d > 0.0 {
+                            d.min(300.0)
+                        } else {
+                            0.0
+                        };
+                        pace.store(d.to_bits(), Ordering::Relaxed);
+                        counters
+                            .max_pace_ms
+                            .fetch_max((d * 1000.0) as u64, Ordering::Relaxed);
                         let t0 = sent_at.lock().await.remove(&ack.sequence);
                         if !measuring.load(Ordering::Relaxed) {
                             continue;
@@ -144,18 +163,29 @@ async fn main() -> anyhow::Result<()> {
                 });
             }
             tokio::time::sleep(offset).await;
-            let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let mut seq = 0u64;
+            let mut next = tokio::time::Instant::now();
             loop {
-                let scheduled = tick.tick().await;
+                tokio::time::sleep_until(next).await;
+                let scheduled = next;
+                let paced = f64::from_bits(pace.load(Ordering::Relaxed));
+                let every = if follow_pace && paced > interval.as_secs_f64() {
+                    Duration::from_secs_f64(paced)
+                } else {
+                    interval
+                };
+                // Missed ticks are skipped, not sent in a burst.
+                next = (next + every).max(tokio::time::Instant::now());
                 seq += 1;
                 let phase = (seq as f64 / 30.0 + i as f64).sin() * 0.1;
                 let load = SyntheticLoad {
                     cpu: (0.3 + (i % 7) as f64 * 0.05 + phase).clamp(0.0, 1.0),
                     ..Default::default()
                 };
-                let r = simagent::report(&node, &instance, seq, &cap, load);
+                let mut r = simagent::report(&node, &instance, seq, &cap, load);
+                if every > interval {
+                    r.report_interval_seconds = every.as_secs_f64();
+                }
                 if measuring.load(Ordering::Relaxed) {
                     if scheduled.elapsed() > Duration::from_millis(100) {
                         counters.late_sends.fetch_add(1, Ordering::Relaxed);
@@ -242,6 +272,10 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "late_sends_over_100ms  {}",
         c.late_sends.load(Ordering::Relaxed)
+    );
+    println!(
+        "max_paced_interval_s   {:.1}",
+        c.max_pace_ms.load(Ordering::Relaxed) as f64 / 1000.0
     );
     println!("ack_latency_p50_ms     {:.2}", percentile(&l, 0.5) * 1e3);
     println!("ack_latency_p99_ms     {:.2}", percentile(&l, 0.99) * 1e3);

@@ -110,6 +110,16 @@ enum Cmd {
         #[arg(long, default_value_t = 300)]
         calls: usize,
     },
+    /// Calls `Score` (a described 100m/64Mi pod, the default profile; `--kubeconfig` unused)
+    /// back to back for
+    /// `seconds` against `scorer`, 2 ms apart, on one connection; prints calls, errors and
+    /// p50/p99/max latency as JSON. No Kubernetes connection needed.
+    ScoreLatency {
+        #[arg(long)]
+        scorer: String,
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+    },
     /// Waits until every pod of `namespace` is bound; prints the figures as JSON.
     Wait {
         #[arg(long)]
@@ -510,6 +520,44 @@ async fn extender_latency(url: &str, profile: &str, nodes: usize, calls: usize) 
     Ok(())
 }
 
+async fn score_latency(scorer: &str, phase: Duration) -> Result<()> {
+    let channel = tonic::transport::Endpoint::from_shared(scorer.to_string())?
+        .connect()
+        .await
+        .context("connecting to the scorer")?;
+    let mut client = ScorerClient::new(channel);
+    let request = pb::ScoreRequest {
+        pod: Some(pb::score_request::Pod::Description(pb::PodDescription {
+            name: "probe".into(),
+            requests: [("cpu", "100m"), ("memory", "64Mi")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        })),
+        limit: 5,
+        ..Default::default()
+    };
+    let end = Instant::now() + phase;
+    let (mut ms, mut errors) = (Vec::new(), 0u64);
+    while Instant::now() < end {
+        let t = Instant::now();
+        match client.score(request.clone()).await {
+            Ok(_) => ms.push(t.elapsed().as_secs_f64() * 1e3),
+            Err(_) => errors += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    ms.sort_by(f64::total_cmp);
+    println!(
+        "{}",
+        json!({"calls": ms.len(), "errors": errors,
+               "p50_ms": percentile(&ms, 0.5), "p99_ms": percentile(&ms, 0.99),
+               "max_ms": ms.last().copied().unwrap_or(f64::NAN)})
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -522,8 +570,11 @@ async fn main() -> Result<()> {
     {
         return extender_latency(url, profile, *nodes, *calls).await;
     }
+    if let Cmd::ScoreLatency { scorer, seconds } = &cli.command {
+        return score_latency(scorer, Duration::from_secs(*seconds)).await;
+    }
     match cli.command {
-        Cmd::ExtenderLatency { .. } => {}
+        Cmd::ExtenderLatency { .. } | Cmd::ScoreLatency { .. } => {}
         Cmd::AuthLoad {
             scorer,
             streams,
