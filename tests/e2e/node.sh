@@ -182,6 +182,17 @@ EOF
   done
 }
 
+# node_shims SOCKET: PIDs of the runc v2 shims serving the containerd at SOCKET.
+node_shims() {
+  local pid
+  for pid in $(pgrep -f containerd-shim-runc-v2 2>/dev/null); do
+    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null |
+      awk -v sock="$1" 'prev == "-address" && $0 == sock {found = 1} {prev = $0} END {exit !found}' &&
+      echo "$pid"
+  done
+  return 0
+}
+
 node_down() {
   local pid
   for pid in "${KUBE_PROXY_PID:-}" "${KUBELET_PID:-}" "${DEFAULT_SCHEDULER_PID:-}" "${CONTROLLER_MANAGER_PID:-}"; do
@@ -199,8 +210,9 @@ node_down() {
     kill "$CONTAINERD_PID" 2>/dev/null || true
     wait "$CONTAINERD_PID" 2>/dev/null || true
   fi
-  # Leftover shims, the bridge and kube-proxy's rules.
-  pkill -f "containerd-shim-runc-v2 -namespace k8s.io" 2>/dev/null || true
+  # Leftover shims of this node's containerd only (a shim's command line names the containerd
+  # it serves: `-address SOCKET`), the bridge and kube-proxy's rules.
+  [ -n "${CONTAINERD_SOCK:-}" ] && node_shims "$CONTAINERD_SOCK" | xargs -r kill 2>/dev/null || true
   ip link delete cni-loadstar0 2>/dev/null || true
   [ -n "${KUBE_PROXY_PID:-}" ] && "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
   KUBE_PROXY_PID=""; KUBELET_PID=""; DEFAULT_SCHEDULER_PID=""; CONTROLLER_MANAGER_PID=""; CONTAINERD_PID=""
