@@ -2,14 +2,15 @@
 #! Issue #21's backpressure: does a scorer on a CPU quota stay responsive while AGENTS
 #! simulated agents (default 20 000, 1 Hz each) report to it? The release scorer runs on
 #! CPU 0 in a cgroup-v1 CPU quota (QUOTA cores, default 0.5); the load generator and the
-#! Score probe run on CPU 1 (taskset), so their cost is not the scorer's. Three phases, each
-#! with `scheduler-bench score-latency` measuring Score p50/p99 for PROBE seconds:
-#!   idle       no agents;
-#!   unpaced    the agents, the scorer asking nothing (`--desired-interval-seconds 0`);
-#!   paced      the agents following the acks (`loadstar-loadgen --follow-pace`), the
-#!              scorer pacing them on `--ingest-cpu-budget BUDGET` (default 0.4 core).
-#! Prints each phase's Score latency, the reports the scorer accepted per second, its CPU
-#! and the largest interval it asked for. Needs root (cgroup) and 2 CPUs.
+#! Score probe run on CPU 1 (taskset), so their cost is not the scorer's. Three phases with
+#! the same AGENTS nodes, each with `scheduler-bench score-latency` timing 10 Score calls a
+#! second (over every node) for PROBE seconds, 15 s after the agents connected:
+#!   quiet      the agents reporting every 30 s: the node set, hardly any ingest;
+#!   unpaced    the agents at 1 Hz, the scorer asking nothing;
+#!   paced      the agents at 1 Hz following the acks (`loadstar-loadgen --follow-pace`),
+#!              the scorer pacing them on `--ingest-cpu-budget BUDGET` (default 0.4 core).
+#! Prints each phase's Score latency, the reports the scorer accepted, its CPU (as the
+#! load generator measures it) and the largest interval it asked for. Needs root (cgroup) and 2 CPUs.
 #! Usage: bench/backpressure.sh [AGENTS]   (env: QUOTA, BUDGET, DURATION, PROBE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,7 @@ start_scorer() {  # extra flags…
 stop_scorer() { kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
 probe() {  # phase name
   local out
-  out=$(taskset -c 1 "$bin/scheduler-bench" --kubeconfig /dev/null score-latency --scorer "http://127.0.0.1:$port" --seconds "$PROBE")
+  out=$(taskset -c 1 "$bin/scheduler-bench" --kubeconfig /dev/null score-latency --scorer "http://127.0.0.1:$port" --seconds "$PROBE" --pause-ms 100)
   echo "$1 score $out"
 }
 load() {  # loadgen flags…
@@ -66,9 +67,7 @@ phase() {  # name, scorer flags, loadgen flags
   stop_scorer
 }
 
-echo "== $AGENTS agents at 1 Hz; scorer on CPU 0 with a ${QUOTA}-core quota; budget $BUDGET"
-start_scorer
-probe idle
-stop_scorer
+echo "== $AGENTS agents; scorer on CPU 0 with a ${QUOTA}-core quota; budget $BUDGET"
+phase quiet "" "--interval 30"
 phase unpaced "" ""
 phase paced "--ingest-cpu-budget $BUDGET --max-desired-interval-seconds 30" "--follow-pace"

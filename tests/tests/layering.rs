@@ -220,7 +220,7 @@ fn lower_layers_stay_free_of_upper_stacks() -> Result<()> {
 
 /// Lines of `text` before its `#[cfg(test)] mod tests` block.
 fn own_lines(text: &str) -> usize {
-    text.find("#[cfg(test)]\nmod tests")
+    text.find("#[cfg(test)]\nmod tests {")
         .map_or(text, |i| &text[..i])
         .lines()
         .count()
@@ -229,6 +229,7 @@ fn own_lines(text: &str) -> usize {
 #[test]
 fn own_lines_stop_at_the_test_module() {
     assert_eq!(own_lines("a\nb\n#[cfg(test)]\nmod tests {\n x\n}\n"), 2);
+    assert_eq!(own_lines("a\n#[cfg(test)]\nmod tests_util {\n}\n"), 4);
     assert_eq!(own_lines("a\nb\n"), 2);
     // Only the module named `tests` at the top level ends the count.
     assert_eq!(own_lines("a\n#[cfg(test)]\nmod fake {\n}\n"), 4);

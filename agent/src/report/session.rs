@@ -45,50 +45,60 @@ fn paced_interval(pace: &AtomicU64) -> Option<Duration> {
 
 /// The reports to send on one stream: the latest one at once, then each new one — no sooner
 /// than the paced interval after the previous send — skipping those the scorer acknowledged
-/// already (after a reconnect).
+/// already (after a reconnect). Each report states the interval in force when it is sent;
+/// the next one comes within the interval it stated, even if the scorer asked for a longer
+/// one meanwhile (the scorer judges staleness by what the last report said). The stream ends
+/// as soon as the report channel closes, also while waiting out a pace.
 fn outbound(
     reports: ReportReceiver,
     acked: Arc<AtomicU64>,
     pace: Arc<AtomicU64>,
     on_send: Arc<dyn Fn() + Send + Sync>,
 ) -> impl futures::Stream<Item = pb::NodeReport> + Send + 'static {
-    futures::stream::unfold(
-        (reports, None::<tokio::time::Instant>, true),
-        move |(mut rx, last, first)| {
-            let (acked, pace, sent) = (acked.clone(), pace.clone(), on_send.clone());
-            let next = async move {
-                let mut first = first;
-                loop {
-                    if !first && rx.changed().await.is_err() {
+    /// The receiver, when the last report went and the interval it stated, and whether the
+    /// current report is still to be sent at once.
+    type State = (
+        ReportReceiver,
+        Option<(tokio::time::Instant, Duration)>,
+        bool,
+    );
+    let init: State = (reports, None, true);
+    futures::stream::unfold(init, move |(mut rx, last, first)| {
+        let (acked, pace, sent) = (acked.clone(), pace.clone(), on_send.clone());
+        async move {
+            let mut first = first;
+            loop {
+                if !first {
+                    // A new sample…
+                    if rx.changed().await.is_err() {
                         return None;
                     }
-                    first = false;
-                    let interval = paced_interval(&pace);
-                    if let (Some(last), Some(every)) = (last, interval) {
-                        tokio::time::sleep_until(last + every).await;
+                    // …sent no sooner than the pace and no later than the last promise.
+                    while let Some((at, stated)) = last {
+                        let Some(every) = paced_interval(&pace) else {
+                            break;
+                        };
+                        tokio::select! {
+                            () = tokio::time::sleep_until(at + every.min(stated)) => break,
+                            r = rx.changed() => if r.is_err() { return None },
+                        }
                     }
-                    let latest = rx.borrow_and_update().clone();
-                    let Some(r) = latest.filter(|r| r.sequence > acked.load(Ordering::Relaxed))
-                    else {
-                        continue;
-                    };
-                    let mut report = pb::NodeReport::clone(&r);
-                    report.report_interval_seconds = interval
-                        .map(|d| d.as_secs_f64())
-                        .filter(|s| *s > report.sample_interval_seconds)
-                        .unwrap_or(0.0);
-                    return Some((report, (rx, Some(tokio::time::Instant::now()), false)));
                 }
-            };
-            async move {
-                let item = next.await;
-                if item.is_some() {
-                    sent();
-                }
-                item
+                first = false;
+                let latest = rx.borrow_and_update().clone();
+                let Some(r) = latest.filter(|r| r.sequence > acked.load(Ordering::Relaxed)) else {
+                    continue;
+                };
+                let mut report = pb::NodeReport::clone(&r);
+                let every = paced_interval(&pace)
+                    .filter(|d| d.as_secs_f64() > report.sample_interval_seconds);
+                report.report_interval_seconds = every.map_or(0.0, |d| d.as_secs_f64());
+                sent();
+                let now = tokio::time::Instant::now();
+                return Some((report, (rx, every.map(|d| (now, d)), false)));
             }
-        },
-    )
+        }
+    })
 }
 
 /// How a session ended without an error.
@@ -416,6 +426,61 @@ mod tests {
         assert_eq!(paced_interval(&pace), Some(MAX_PACED_INTERVAL));
         pace.store(f64::NAN.to_bits(), Ordering::Relaxed);
         assert_eq!(paced_interval(&pace), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_longer_pace_keeps_the_last_promise_and_shutdown_does_not_wait() {
+        use futures::StreamExt as _;
+        let report = |sequence| {
+            Some(Arc::new(pb::NodeReport {
+                sequence,
+                sample_interval_seconds: 1.0,
+                ..Default::default()
+            }))
+        };
+        let (tx, rx) = tokio::sync::watch::channel(report(1));
+        let pace = Arc::new(AtomicU64::new(5f64.to_bits()));
+        let stream = outbound(
+            rx,
+            Arc::new(AtomicU64::new(0)),
+            pace.clone(),
+            Arc::new(|| {}),
+        );
+        tokio::pin!(stream);
+        let sampler = tokio::spawn(async move {
+            for seq in 2.. {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                tx.send_replace(report(seq));
+                if seq == 100 {
+                    break;
+                }
+            }
+            // The sender drops: shutting down.
+        });
+        let start = tokio::time::Instant::now();
+        let first = stream.next().await.expect("first");
+        assert_eq!((first.sequence, first.report_interval_seconds), (1, 5.0));
+        // The scorer now asks for 30 s: the next report still comes within the 5 s promised,
+        // and states 30.
+        pace.store(30f64.to_bits(), Ordering::Relaxed);
+        let second = stream.next().await.expect("second");
+        let t2 = start.elapsed().as_secs_f64();
+        assert!(t2 <= 5.0 + 1e-6, "promise broken: {t2}");
+        assert_eq!(second.report_interval_seconds, 30.0);
+        let third = stream.next().await.expect("third");
+        let t3 = start.elapsed().as_secs_f64();
+        assert!((t3 - t2 - 30.0).abs() <= 1.0, "{t2} {t3}");
+        assert!(third.sequence > second.sequence);
+        // The sampler stops at 99 s, mid-wait (the next send would be at about 125 s): the
+        // stream ends then.
+        let mut sends = 0;
+        while stream.next().await.is_some() {
+            sends += 1;
+        }
+        let t_end = start.elapsed().as_secs_f64();
+        assert!((99.0..100.0).contains(&t_end), "ended at {t_end}");
+        assert_eq!(sends, 2, "at about 65 s and 95 s");
+        sampler.await.expect("sampler");
     }
 
     #[tokio::test(start_paused = true)]

@@ -95,8 +95,14 @@ pub fn replicas_for(current: u32, pods: &[HpaPod], c: &HpaConfig) -> Option<u32>
     if metrics.is_empty() {
         return None;
     }
-    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
-    let ratio = mean(&metrics) / c.target;
+    // Upstream computes the utilisation as a whole percent (integer division) and divides
+    // it by the target percent.
+    let target_pct = (c.target * 100.0).round();
+    let ratio_of = |xs: &[f64]| {
+        let pct = (xs.iter().sum::<f64>() / xs.len() as f64 * 100.0 + 1e-9).floor();
+        pct / target_pct
+    };
+    let ratio = ratio_of(&metrics);
     let rebalance_ignored = unready_pods > 0 && ratio > 1.0;
     if !rebalance_ignored && missing == 0 {
         if (1.0 - ratio).abs() <= c.tolerance {
@@ -114,7 +120,7 @@ pub fn replicas_for(current: u32, pods: &[HpaPod], c: &HpaConfig) -> Option<u32>
     if rebalance_ignored {
         metrics.extend(std::iter::repeat_n(0.0, unready_pods));
     }
-    let new_ratio = mean(&metrics) / c.target;
+    let new_ratio = ratio_of(&metrics);
     if (1.0 - new_ratio).abs() <= c.tolerance
         || (ratio < 1.0 && new_ratio > 1.0)
         || (ratio > 1.0 && new_ratio < 1.0)
@@ -221,6 +227,16 @@ mod tests {
             since_transition_s: 3600.0,
             metric_span_s: 60.0,
         }
+    }
+
+    #[test]
+    fn utilisation_is_a_whole_percent_as_upstream() {
+        let c = HpaConfig::default();
+        // 72.09 % reads as 72 %: ratio 1.2 → ceil(12.0) = 12 for ten pods (the unrounded
+        // 1.2015 would ask for 13).
+        assert_eq!(replicas_for(10, &[ready(0.7209); 10], &c), Some(12));
+        // 65.9 % reads as 65 %: ratio 1.083, within the tolerance.
+        assert_eq!(replicas_for(4, &[ready(0.659); 4], &c), Some(4));
     }
 
     #[test]

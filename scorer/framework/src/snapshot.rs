@@ -202,8 +202,11 @@ pub struct AgentNode {
     pub gpus: Vec<GpuState>,
     /// Measured usage per pod UID.
     pub pods: HashMap<String, MeasuredPod>,
-    /// Report interval, seconds.
+    /// Sample interval, seconds: the span one window sample covers.
     pub interval_seconds: f64,
+    /// Time between reports when the agent reports less often than it samples (following
+    /// the scorer's backpressure), seconds; 0: every sample.
+    pub report_interval_seconds: f64,
     /// When the report was received.
     pub received_at: Option<Instant>,
     /// Last time the node was seen under eviction pressure (by the store's thresholds).

@@ -163,6 +163,7 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                 gpus: vec![],
                 pods: measured,
                 interval_seconds: 1.0,
+                report_interval_seconds: 0.0,
                 received_at: Some(Instant::now()),
                 last_pressure_at: None,
             };

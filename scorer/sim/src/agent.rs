@@ -155,6 +155,7 @@ impl SimAgent {
             gpus,
             pods,
             interval_seconds: self.interval_seconds,
+            report_interval_seconds: 0.0,
             received_at: Some(at),
             last_pressure_at: None,
         }

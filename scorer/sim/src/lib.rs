@@ -8,13 +8,12 @@
 //! (text, CSV, JSON) and plots (SVG, PNG). See `docs/simulator.md`.
 //!
 //! Layers, least powerful first: [`csv`] parses tables; [`cluster`] and [`trace`] describe
-//! and generate the inputs, and [`alibaba`] converts a real cluster trace into them; [`agent`] turns pod usage into windowed load reports;
+//! and generate the inputs (`loadstar-traces` converts real cluster traces into them); [`agent`] turns pod usage into windowed load reports;
 //! [`engine`] runs one profile over one trace; [`measure`] accumulates the measures;
 //! [`report`] and [`plot`] write them; [`seeds`] aggregates a scenario over several seeds;
 //! [`scenario`] names the built-in comparisons; [`cli`]
 //! is the `simulate` subcommand's flags and entry point.
 pub mod agent;
-pub mod alibaba;
 pub mod cli;
 pub mod cluster;
 pub mod csv;

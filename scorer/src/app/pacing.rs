@@ -46,6 +46,8 @@ pub fn spawn(
         };
         let mut last = Instant::now();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        // After a stall (what overload looks like) ticks are delayed, not fired in a burst.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -55,7 +57,12 @@ pub fn spawn(
                 continue;
             };
             let now = Instant::now();
-            let cores = (cpu - last_cpu) / now.duration_since(last).as_secs_f64().max(1e-3);
+            let span = now.duration_since(last).as_secs_f64();
+            if span < 0.5 {
+                // Too short to measure in 10 ms ticks.
+                continue;
+            }
+            let cores = (cpu - last_cpu) / span;
             (last_cpu, last) = (cpu, now);
             let before = pacer.current();
             let after = pacer.observe(cores);

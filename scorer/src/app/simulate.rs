@@ -4,7 +4,8 @@
 use clap::Args;
 
 use crate::app::AppError;
-use loadstar_sim::cli::{self, ConvertArgs, SimArgs};
+use loadstar_sim::cli::{self, SimArgs};
+use loadstar_traces::cli::ConvertArgs;
 
 /// Flags of `simulate`.
 #[derive(Debug, Clone, Args)]
@@ -34,7 +35,7 @@ pub struct ConvertTraceArgs {
 
 /// Converts a real trace into the simulator's CSVs.
 pub fn convert(args: ConvertTraceArgs) -> Result<(), AppError> {
-    cli::convert(&args.convert)
+    loadstar_traces::cli::convert(&args.convert)
         .map(drop)
         .map_err(|e| AppError::Other(format!("convert-trace: {e}")))
 }

@@ -433,7 +433,10 @@ impl NodeStore {
     fn stale_after(&self, agent: &AgentNode) -> Duration {
         self.config.stale_after.unwrap_or_else(|| {
             Duration::from_secs_f64(
-                (agent.interval_seconds * self.config.stale_intervals).clamp(0.01, 86_400.0),
+                // Staleness follows how often reports arrive: the longer of the intervals.
+                (agent.interval_seconds.max(agent.report_interval_seconds)
+                    * self.config.stale_intervals)
+                    .clamp(0.01, 86_400.0),
             )
         })
     }

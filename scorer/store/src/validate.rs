@@ -466,10 +466,8 @@ pub fn validate(
         nodefs_inodes_free_ratio,
         gpus,
         pods,
-        // Staleness follows how often reports arrive: the longer of the two intervals.
-        interval_seconds: report
-            .sample_interval_seconds
-            .max(report.report_interval_seconds),
+        interval_seconds: report.sample_interval_seconds,
+        report_interval_seconds: report.report_interval_seconds,
         received_at: None,
         last_pressure_at: None,
     })
@@ -540,7 +538,8 @@ mod tests {
         r = report("n1", 1, 0.5, 0.5);
         r.report_interval_seconds = 8.0;
         let node = validate(&r, &limits, now()).expect("paced report");
-        assert_eq!(node.interval_seconds, 8.0f64.max(r.sample_interval_seconds));
+        assert_eq!(node.report_interval_seconds, 8.0);
+        assert_eq!(node.interval_seconds, r.sample_interval_seconds);
         r = report("n1", 1, 0.5, 0.5);
         r.eviction = Some(pb::EvictionSignals {
             nodefs_available_ratio: Some(-1.0),

@@ -111,14 +111,16 @@ enum Cmd {
         calls: usize,
     },
     /// Calls `Score` (a described 100m/64Mi pod, the default profile; `--kubeconfig` unused)
-    /// back to back for
-    /// `seconds` against `scorer`, 2 ms apart, on one connection; prints calls, errors and
-    /// p50/p99/max latency as JSON. No Kubernetes connection needed.
+    /// for `seconds` against `scorer`, `pause_ms` apart, on one connection; prints calls,
+    /// errors and p50/p99/max latency as JSON. No Kubernetes connection needed.
     ScoreLatency {
         #[arg(long)]
         scorer: String,
         #[arg(long, default_value_t = 20)]
         seconds: u64,
+        /// Pause between calls, milliseconds.
+        #[arg(long, default_value_t = 2)]
+        pause_ms: u64,
     },
     /// Waits until every pod of `namespace` is bound; prints the figures as JSON.
     Wait {
@@ -520,7 +522,7 @@ async fn extender_latency(url: &str, profile: &str, nodes: usize, calls: usize) 
     Ok(())
 }
 
-async fn score_latency(scorer: &str, phase: Duration) -> Result<()> {
+async fn score_latency(scorer: &str, phase: Duration, pause: Duration) -> Result<()> {
     let channel = tonic::transport::Endpoint::from_shared(scorer.to_string())?
         .connect()
         .await
@@ -546,7 +548,7 @@ async fn score_latency(scorer: &str, phase: Duration) -> Result<()> {
             Ok(_) => ms.push(t.elapsed().as_secs_f64() * 1e3),
             Err(_) => errors += 1,
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(pause).await;
     }
     ms.sort_by(f64::total_cmp);
     println!(
@@ -570,8 +572,18 @@ async fn main() -> Result<()> {
     {
         return extender_latency(url, profile, *nodes, *calls).await;
     }
-    if let Cmd::ScoreLatency { scorer, seconds } = &cli.command {
-        return score_latency(scorer, Duration::from_secs(*seconds)).await;
+    if let Cmd::ScoreLatency {
+        scorer,
+        seconds,
+        pause_ms,
+    } = &cli.command
+    {
+        return score_latency(
+            scorer,
+            Duration::from_secs(*seconds),
+            Duration::from_millis(*pause_ms),
+        )
+        .await;
     }
     match cli.command {
         Cmd::ExtenderLatency { .. } | Cmd::ScoreLatency { .. } => {}

@@ -1,15 +1,15 @@
 //! The Alibaba cluster-trace-v2018 converter on the shipped synthetic sample
-//! (`scorer/sim/data/alibaba-2018-sample`): every line is accounted for, the figures follow
+//! (`scorer/traces/data/alibaba-2018-sample`): every line is accounted for, the figures follow
 //! the trace's units, the written CSVs read back as the same workload, and the converted
 //! workload replays in the simulator.
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use loadstar_sim::alibaba::{AlibabaOptions, convert_dir};
 use loadstar_sim::cluster::Cluster;
 use loadstar_sim::engine::{SimSettings, simulate};
 use loadstar_sim::scenario::Profiles;
 use loadstar_sim::trace::Trace;
+use loadstar_traces::alibaba::{AlibabaOptions, convert_dir};
 
 fn sample() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/alibaba-2018-sample")

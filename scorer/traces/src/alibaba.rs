@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use super::cluster::{Cluster, ClusterError, NodeSpec};
-use super::trace::{Pattern, PodSpec, REFERENCE_GHZ, Trace, TraceError, Usage, UsageModel};
+use loadstar_sim::cluster::{Cluster, ClusterError, NodeSpec};
+use loadstar_sim::trace::{Pattern, PodSpec, REFERENCE_GHZ, Trace, TraceError, Usage, UsageModel};
 
 /// Errors converting a trace.
 #[derive(Debug, Error)]
@@ -197,8 +197,19 @@ pub struct TableReport {
 
 impl TableReport {
     fn skip(&mut self, reason: impl Into<String>, line: u64) {
+        self.skip_rows(reason, line, 1);
+    }
+
+    /// `rows` rows counted kept so far are skipped after all (their first at `line`).
+    fn unkeep(&mut self, reason: impl Into<String>, line: u64, rows: u64) {
+        self.kept -= rows.min(self.kept);
+        self.skip_rows(reason, line, rows);
+    }
+
+    fn skip_rows(&mut self, reason: impl Into<String>, line: u64, rows: u64) {
         let e = self.skipped.entry(reason.into()).or_insert((0, line));
-        e.0 += 1;
+        e.0 += rows;
+        e.1 = e.1.min(line);
     }
 
     fn malformed(&mut self, reason: String, line: u64) {
@@ -383,9 +394,13 @@ struct Machine {
     cpus: u32,
     mem_size: f64,
     zone: String,
+    /// Its rows in the table, and the first one's line.
+    rows: (u64, u64),
 }
 
 struct Container {
+    /// Its rows in `container_meta`, and the first one's line.
+    rows: (u64, u64),
     created: f64,
     app: String,
     cpu_request: f64,
@@ -404,7 +419,7 @@ fn read_machines<R: BufRead>(
     // machine_id, time_stamp, failure_domain_1, failure_domain_2, cpu_num, mem_size, status:
     // the last row of a machine wins (machines are not added or removed mid-run).
     let mut machines: BTreeMap<String, Machine> = BTreeMap::new();
-    read_table("machine_meta.csv", dir, reader, 7, report, |_, f, t| {
+    read_table("machine_meta.csv", dir, reader, 7, report, |n, f, t| {
         let cpus = num(f, 4, "cpu_num")?;
         let mem_size = num(f, 5, "mem_size")?;
         let plausible = (1.0..=100_000.0).contains(&cpus) && mem_size > 0.0 && mem_size <= 100.0;
@@ -413,12 +428,14 @@ fn read_machines<R: BufRead>(
                 "cpu_num {cpus} or mem_size {mem_size} out of range"
             ));
         }
+        let rows = machines.get(f[0]).map_or((0, n), |m| m.rows);
         machines.insert(
             f[0].to_string(),
             Machine {
                 cpus: cpus as u32,
                 mem_size,
                 zone: dns_name(&["fd", f[2]]),
+                rows: (rows.0 + 1, rows.1),
             },
         );
         t.kept += 1;
@@ -426,7 +443,12 @@ fn read_machines<R: BufRead>(
     })?;
     if let Some(n) = options.machines {
         while machines.len() > n {
-            machines.pop_last();
+            if let (Some((_, m)), Some(t)) = (
+                machines.pop_last(),
+                report.tables.get_mut("machine_meta.csv"),
+            ) {
+                t.unkeep("machine not kept (--machines)", m.rows.1, m.rows.0);
+            }
         }
     }
     if machines.is_empty() {
@@ -472,6 +494,7 @@ fn read_containers<R: BufRead>(
             let c = containers
                 .entry(f[0].to_string())
                 .or_insert_with(|| Container {
+                    rows: (0, n),
                     created: ts,
                     app: f[3].to_string(),
                     cpu_request,
@@ -480,6 +503,7 @@ fn read_containers<R: BufRead>(
                     samples: Vec::new(),
                 });
             c.created = c.created.min(ts);
+            c.rows.0 += 1;
             Ok(())
         })?;
     }
@@ -525,6 +549,9 @@ fn read_containers<R: BufRead>(
     for id in ids {
         let c = &containers[id];
         if c.created >= end {
+            if let Some(t) = report.tables.get_mut("container_meta.csv") {
+                t.unkeep("created after the window", c.rows.1, c.rows.0);
+            }
             continue;
         }
         let arrival_trace = c.created.max(start);
@@ -634,11 +661,17 @@ fn read_batch<R: BufRead>(
                     t.skip("outside the window", n);
                     return Ok(());
                 }
-                let (cpu_avg, cpu_max, mem_avg) = (
-                    num(f, 10, "cpu_avg")?,
-                    num(f, 11, "cpu_max")?,
-                    num(f, 12, "mem_avg")?,
-                );
+                // The real table leaves the figures empty for some instances that ran.
+                if f[10].is_empty() || f[12].is_empty() {
+                    t.skip("no usage figures (cpu_avg or mem_avg empty)", n);
+                    return Ok(());
+                }
+                let (cpu_avg, mem_avg) = (num(f, 10, "cpu_avg")?, num(f, 12, "mem_avg")?);
+                let cpu_max = if f[11].is_empty() {
+                    cpu_avg
+                } else {
+                    num(f, 11, "cpu_max")?
+                };
                 if cpu_avg < 0.0 || cpu_max < 0.0 || !(0.0..=100.0).contains(&mem_avg) {
                     return Err("cpu_avg/cpu_max negative or mem_avg outside 0–100".into());
                 }
@@ -733,9 +766,18 @@ pub fn convert<R: BufRead>(
             machines.len()
         )));
     }
+    // The last event: a run's end, or a container's last usage sample.
     let last = pods
         .iter()
-        .map(|p| p.arrival_s + p.duration_s)
+        .map(|p| {
+            let samples = p
+                .usage
+                .series
+                .as_ref()
+                .and_then(|s| s.last())
+                .map_or(0.0, |s| s.0);
+            p.arrival_s + p.duration_s.max(samples)
+        })
         .fold(0.0, f64::max);
     report.window = (start, if end.is_finite() { end } else { start + last });
     report.machines = machines.len();
@@ -909,10 +951,49 @@ mod tests {
                 ("outside the window", 1),
             ]
         );
+        // c_3 (created after the window) and m_2's row are reported, not just missing.
+        let cm = &c.report.tables["container_meta.csv"];
+        assert_eq!(cm.skipped["created after the window"], (1, 3));
+        assert_eq!(cm.kept + cm.skipped.values().map(|v| v.0).sum::<u64>(), 3);
+        let mm = &c.report.tables["machine_meta.csv"];
+        assert_eq!(mm.kept, 1);
+        assert_eq!(mm.skipped["machine not kept (--machines)"], (1, 2));
         let cu = &c.report.tables["container_usage.csv"];
         assert_eq!(cu.kept, 1);
         assert_eq!(cu.skipped["outside the window"], (1, 3));
         assert!(c.report.render().contains("skipped 1: machine not kept"));
+    }
+
+    #[test]
+    fn the_window_runs_to_the_last_sample_and_empty_figures_are_skipped() {
+        // Containers only, no --window-s: the window ends at the last usage sample.
+        let t = Tables {
+            machine_meta: MACHINES.as_bytes(),
+            container_meta: Some("c_1,m_1,0,a,started,100,100,1\n".as_bytes()),
+            container_usage: Some(
+                "c_1,m_1,100,10,10,1,1,1,1,1,1\nc_1,m_1,7300,10,10,1,1,1,1,1,1\n".as_bytes(),
+            ),
+            batch_task: None,
+            batch_instance: None,
+        };
+        let c = convert(t, &AlibabaOptions::default(), "test").expect("converts");
+        assert_eq!(c.report.window, (0.0, 7300.0));
+        // A batch instance that ran but has no usage figures is skipped by name.
+        let t = tables(
+            MACHINES,
+            "",
+            "",
+            "M1,2,j_1,1,Terminated,10,500,100,1\n",
+            "i_1,M1,j_1,1,Terminated,50,500,m_1,1,1,,,,\ni_2,M1,j_1,1,Terminated,50,500,m_1,1,1,100,,1,\n",
+        );
+        let c = convert(t, &AlibabaOptions::default(), "test").expect("converts");
+        let bi = &c.report.tables["batch_instance.csv"];
+        assert_eq!(
+            bi.skipped["no usage figures (cpu_avg or mem_avg empty)"],
+            (1, 1)
+        );
+        assert_eq!(bi.kept, 1, "an empty cpu_max alone is no burst");
+        assert_eq!(c.trace.pods[0].usage.pattern, Pattern::Flat);
     }
 
     #[test]
