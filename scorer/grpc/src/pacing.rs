@@ -1,8 +1,13 @@
 //! Backpressure on agents: the report interval the scorer asks for in every ack
 //! (`ReportAck.desired_interval_seconds`). With a CPU budget, a [`Pacer`] raises it while the
 //! scorer's own CPU use is above the budget's high mark (doubling, up to a maximum) and lowers
-//! it again, halving, once it has stayed below the low mark for a few observations; without
-//! one the interval is the configured constant. Agents keep sampling at their own interval and
+//! it again, halving, once it has stayed below the low mark; without one the interval is the
+//! configured constant. It doubles at every observation above the mark (an overloaded scorer
+//! acks late, so agents hear of the new interval late too; waiting for them would keep it
+//! overloaded for tens of seconds), but halves only after two intervals (at least
+//! `calm_observations`) of calm: agents adopt a new interval with their next report, and a
+//! pacer judging the agents' old pace would swing between the extremes. Agents keep the
+//! interval their last report stated, so a fast rise never makes a node stale. Agents keep sampling at their own interval and
 //! send their latest report at most this often, so the scorer's ingest cost falls in
 //! proportion while every node stays fresh by its (longer) report interval.
 use std::sync::Arc;
@@ -57,9 +62,10 @@ pub struct PacingConfig {
     pub cpu_budget_cores: f64,
     /// Above this share of the budget the interval doubles (at each observation).
     pub high: f64,
-    /// Below this share, for `calm_observations` in a row, the interval halves.
+    /// Below this share, for two intervals (and `calm_observations`) in a row, the
+    /// interval halves.
     pub low: f64,
-    /// Observations below `low` before each halving.
+    /// Fewest observations below `low` before a halving.
     pub calm_observations: u32,
 }
 
@@ -120,8 +126,8 @@ impl Pacer {
         self.current_s
     }
 
-    /// One observation of the scorer's CPU use (cores, averaged since the last one); returns
-    /// the interval to ask for from now on.
+    /// One observation of the scorer's CPU use (cores, averaged over about a second since
+    /// the last one); returns the interval to ask for from now on.
     pub fn observe(&mut self, cpu_cores: f64) -> f64 {
         let c = self.config;
         let load = cpu_cores / c.cpu_budget_cores;
@@ -131,8 +137,11 @@ impl Pacer {
             self.calm = 0;
             self.current_s = (self.current_s.max(floor / 2.0) * 2.0).min(c.max_s);
         } else if load < c.low {
-            self.calm += 1;
-            if self.calm >= c.calm_observations && self.current_s > c.base_s {
+            self.calm = self.calm.saturating_add(1);
+            let needed = c
+                .calm_observations
+                .max((2.0 * self.current_s).ceil() as u32);
+            if self.calm >= needed && self.current_s > c.base_s {
                 self.calm = 0;
                 let half = self.current_s / 2.0;
                 self.current_s = if half < floor { c.base_s } else { half };
@@ -152,27 +161,26 @@ mod tests {
     fn raises_under_load_and_recovers_when_calm() {
         let mut p = Pacer::new(PacingConfig::new(0.5, 0.0, 16.0).expect("valid"));
         assert_eq!(p.current(), 0.0, "no preference while calm");
-        // Over 90 % of half a core: 1 → 2 → 4 … capped at 16.
+        // Over 90 % of half a core: doubles at every observation, 1 → 2 → 4 … capped at 16.
         let raised: Vec<f64> = (0..6).map(|_| p.observe(0.6)).collect();
         assert_eq!(raised, [1.0, 2.0, 4.0, 8.0, 16.0, 16.0]);
         // Between the marks: holds, and resets the calm count.
         assert_eq!(p.observe(0.4), 16.0);
-        // Calm (below 60 %): halves after every 5 observations, back to no preference.
-        let mut seen = Vec::new();
-        for _ in 0..30 {
-            seen.push(p.observe(0.1));
-        }
-        assert_eq!(seen[3], 16.0);
-        assert_eq!(seen[4], 8.0);
-        assert_eq!(seen[9], 4.0);
-        assert_eq!(*seen.last().expect("seen"), 0.0);
+        // Calm (below 60 %) for two intervals: 16 → 8 after 32 s, → 4 after 16 more, then
+        // every 8 s (at least 5 observations) down to no preference.
+        let calm: Vec<f64> = (0..80).map(|_| p.observe(0.1)).collect();
+        assert_eq!(calm[30], 16.0);
+        assert_eq!(calm[31], 8.0);
+        assert_eq!(calm[46], 8.0);
+        assert_eq!(calm[47], 4.0);
+        assert_eq!(*calm.last().expect("calm"), 0.0);
     }
 
     #[test]
     fn a_base_interval_is_the_floor() {
         let mut p = Pacer::new(PacingConfig::new(1.0, 3.0, 30.0).expect("valid"));
         assert_eq!(p.observe(2.0), 6.0);
-        for _ in 0..5 {
+        for _ in 0..12 {
             p.observe(0.0);
         }
         assert_eq!(p.current(), 3.0);

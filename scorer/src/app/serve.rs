@@ -70,8 +70,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 0.0)]
     pub desired_interval_seconds: f64,
     /// Cores the scorer may use before it asks agents to report less often (backpressure:
-    /// the interval in acks doubles while its CPU use is above 90 % of this, and halves back
-    /// after 5 s below 60 %); 0: off.
+    /// the interval in acks doubles every second its CPU use is above 90 % of this, and
+    /// halves back after two intervals below 60 %); 0: off.
     #[arg(long, default_value_t = 0.0)]
     pub ingest_cpu_budget: f64,
     /// Longest report interval backpressure asks for, seconds.
