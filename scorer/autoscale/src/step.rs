@@ -231,9 +231,14 @@ impl StepTolerance {
                 .max(current)
                 .clamp(c.floor, c.ceiling);
             if desired <= current {
+                let why = if current >= c.ceiling {
+                    "at the ceiling".to_string()
+                } else {
+                    format!("the measured pods need only {need} (the others are starting)")
+                };
                 return Decision::hold(
                     current,
-                    format!("mean {} above the band, at the ceiling", pct(mean)),
+                    format!("mean {} above the band, {why}", pct(mean)),
                 );
             }
             self.last_out_s = Some(now_s);
@@ -429,6 +434,12 @@ mod tests {
         hot.push(None);
         // ceil(180/60 + 2) = 5.
         assert_eq!(s.decide(0.0, 3, &hot).desired, 5);
+        // Hot, but the measured pods' need is covered by the pods still starting.
+        let mut s = StepTolerance::new(StepConfig::default()).expect("valid");
+        let mut starting = pods(&[80.0]);
+        starting.extend([None; 5]);
+        let d = s.decide(0.0, 6, &starting);
+        assert!(!d.scales() && d.reason.contains("need only 4"), "{d:?}");
         let d = s.decide(0.0, 3, &[None, None]);
         assert!(!d.scales(), "{d:?}");
     }
