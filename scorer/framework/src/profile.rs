@@ -143,6 +143,15 @@ pub trait FilterPlugin: Send + Sync + Debug {
     fn prefilter(&self, _ctx: &CycleContext<'_>, _pod: &PodInfo) -> Option<PreFilterState> {
         None
     }
+    /// `true` when this plugin passes every node for this pod whatever the node holds (the
+    /// pod asks nothing this plugin checks: no host ports, no volumes of its kind, no hard
+    /// spread constraint), given what [`FilterPlugin::prefilter`] returned. Evaluation then
+    /// leaves the plugin out of the per-node loop, like kube-scheduler's PreFilter `Skip`.
+    /// Must be exact: a skipped plugin would have passed every node. The default, `false`,
+    /// always runs it.
+    fn skips(&self, _state: Option<&PreFilterState>, _pod: &PodInfo) -> bool {
+        false
+    }
     /// [`FilterPlugin::filter`] with what [`FilterPlugin::prefilter`] returned for this pod.
     /// Plugins with a PreFilter override it; the default ignores the state.
     fn filter_prepared(
@@ -530,6 +539,14 @@ impl Profile {
             .map(|f| f.prefilter(&ctx, pod))
             .collect();
         let prefiltered = std::time::Instant::now();
+        // Only the filters that may refuse a node for this pod run per node.
+        let active: Vec<(&dyn FilterPlugin, Option<&PreFilterState>)> = self
+            .filters
+            .iter()
+            .zip(&states)
+            .filter(|(f, s)| !f.skips(s.as_ref(), pod))
+            .map(|(f, s)| (f.as_ref(), s.as_ref()))
+            .collect();
         'nodes: for &i in indices {
             let node = &snapshot.nodes[i];
             if node.stale && self.stale_policy == StalePolicy::Filter {
@@ -540,8 +557,8 @@ impl Profile {
                 });
                 continue;
             }
-            for (f, state) in self.filters.iter().zip(&states) {
-                if let Err(reason) = f.filter_prepared(&ctx, state.as_ref(), pod, node) {
+            for &(f, state) in &active {
+                if let Err(reason) = f.filter_prepared(&ctx, state, pod, node) {
                     filtered.push(FilteredNode {
                         index: i,
                         plugin: f.name(),

@@ -53,6 +53,10 @@ impl FilterPlugin for NodePorts {
         NAME
     }
 
+    fn skips(&self, _: Option<&loadstar_framework::PreFilterState>, pod: &PodInfo) -> bool {
+        pod.host_ports.is_empty()
+    }
+
     /// Evicting the pod holding the port frees it (upstream: `Unschedulable`).
     fn preemption_may_help(&self, _reason: &str) -> bool {
         true

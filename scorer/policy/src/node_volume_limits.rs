@@ -110,6 +110,10 @@ impl FilterPlugin for NodeVolumeLimits {
         CSI_NAME
     }
 
+    fn skips(&self, _: Option<&loadstar_framework::PreFilterState>, pod: &PodInfo) -> bool {
+        !pod.attachable.iter().any(|v| v.kind == AttachKind::Csi)
+    }
+
     /// Evicting pods detaches their volumes (upstream: `Unschedulable`).
     fn preemption_may_help(&self, _reason: &str) -> bool {
         true
@@ -189,6 +193,10 @@ impl InTreeVolumeLimits {
 impl FilterPlugin for InTreeVolumeLimits {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn skips(&self, _: Option<&loadstar_framework::PreFilterState>, pod: &PodInfo) -> bool {
+        !pod.attachable.iter().any(|v| v.kind == self.kind)
     }
 
     /// Evicting pods detaches their disks (upstream: `Unschedulable`).

@@ -336,6 +336,11 @@ impl FilterPlugin for PodTopologySpread {
         NAME
     }
 
+    fn skips(&self, state: Option<&PreFilterState>, pod: &PodInfo) -> bool {
+        // PreFilter returns no state exactly when the pod has no hard constraint.
+        state.is_none() && hard_constraints(&self.constraints(pod)).is_empty()
+    }
+
     fn prefilter(&self, ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<PreFilterState> {
         let cs = self.constraints(pod);
         if hard_constraints(&cs).is_empty() {

@@ -152,6 +152,10 @@ impl FilterPlugin for VolumeBinding {
         NAME
     }
 
+    fn skips(&self, _: Option<&loadstar_framework::PreFilterState>, pod: &PodInfo) -> bool {
+        pod.volumes.is_none()
+    }
+
     fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
         let Some(v) = &pod.volumes else {
             return Ok(());

@@ -30,6 +30,10 @@ impl FilterPlugin for VolumeRestrictions {
         NAME
     }
 
+    fn skips(&self, _: Option<&loadstar_framework::PreFilterState>, pod: &PodInfo) -> bool {
+        pod.disks.is_empty()
+    }
+
     /// Evicting the pod that holds the disk frees it (upstream: `Unschedulable`).
     fn preemption_may_help(&self, _reason: &str) -> bool {
         true

@@ -37,6 +37,10 @@ impl FilterPlugin for VolumeZone {
         NAME
     }
 
+    fn skips(&self, _: Option<&loadstar_framework::PreFilterState>, pod: &PodInfo) -> bool {
+        pod.volumes.as_ref().is_none_or(|v| v.zones.is_empty())
+    }
+
     fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
         let Some(v) = pod.volumes.as_ref().filter(|v| !v.zones.is_empty()) else {
             return Ok(());
