@@ -2,7 +2,9 @@
 # Ingest capacity of the scorer: N simulated agents, each its own report stream at 1 Hz
 # (spread over --connections HTTP/2 connections), against a release `loadstar-scorer serve`
 # on loopback. Prints, per N: the scorer's CPU (cores), accepted/rejected/delayed reports,
-# ack latency and the p99 lag from a report's sample time to its visibility (WatchNodes).
+# ack latency and the p99 lag from a report's sample time to its visibility (WatchNodes), and
+# the scorer's peak RSS. On a machine with 2+ CPUs the scorer runs on CPU 0 and the load
+# generator on CPU 1 (taskset), so the generator's cost is not counted against the scorer.
 # Usage: bench/scorer-ingest.sh [N ...]   (default: 1000 2500 5000 7500 10000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +14,9 @@ cargo build --release -q -p loadstar-scorer --bin loadstar-scorer -p loadstar-te
 bin=${CARGO_TARGET_DIR:-target}/release
 port=$((20000 + RANDOM % 20000))
 for n in "${counts[@]}"; do
-  "$bin/loadstar-scorer" serve --insecure-allow-unauthenticated --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
+  pin0=(); pin1=()
+  if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then pin0=(taskset -c 0); pin1=(taskset -c 1); fi
+  "${pin0[@]}" "$bin/loadstar-scorer" serve --insecure-allow-unauthenticated --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
     > /tmp/loadstar-ingest-scorer.log 2>&1 &
   pid=$!
   trap 'kill $pid 2>/dev/null || true' EXIT
@@ -21,7 +25,7 @@ for n in "${counts[@]}"; do
     sleep 0.1
   done
   echo "== $n agents"
-  RUST_LOG=warn "$bin/loadstar-loadgen" --scorer "http://127.0.0.1:$port" --agents "$n" \
+  RUST_LOG=warn "${pin1[@]}" "$bin/loadstar-loadgen" --scorer "http://127.0.0.1:$port" --agents "$n" \
     --connections $(( (n + 99) / 100 )) --duration "$DURATION" --warmup 5 --scorer-pid "$pid"
   echo "scorer_peak_rss          $(awk '/VmHWM/ {print $2, $3}' /proc/$pid/status)"
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
