@@ -4,25 +4,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use loadstar_common::procstat::cpu_seconds;
 use loadstar_grpc::pacing::{Pace, Pacer, PacingConfig};
 use loadstar_store::metrics::Metrics;
 use tracing::{info, warn};
 
-/// `/proc/<pid>/stat` counts CPU time in USER_HZ ticks, 100 per second on every Linux
-/// architecture the scorer ships for (`sysconf(_SC_CLK_TCK)`; fixed by the kernel ABI).
-const USER_HZ: f64 = 100.0;
-
-/// The process's user + system CPU time in seconds from the text of `/proc/self/stat`.
-/// Fields are counted after the command name's closing parenthesis (the name itself may hold
-/// spaces and parentheses): utime and stime are fields 14 and 15.
-pub fn cpu_seconds(stat: &str) -> Option<f64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: f64 = fields.next()?.parse().ok()?;
-    let stime: f64 = fields.next()?.parse().ok()?;
-    Some((utime + stime) / USER_HZ)
-}
-
+/// This process's CPU seconds so far.
 fn read_cpu_seconds() -> Option<f64> {
     cpu_seconds(&std::fs::read_to_string("/proc/self/stat").ok()?)
 }
@@ -85,13 +72,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_utime_and_stime_after_the_command_name() {
-        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
-        // utime stime …; the name may hold spaces and parentheses.
-        let stat = "4242 (loadstar (x) y) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 50 0 0 20 0";
-        assert_eq!(cpu_seconds(stat), Some(3.0));
-        assert_eq!(cpu_seconds("4242 (x) S 1"), None);
-        assert_eq!(cpu_seconds("garbage"), None);
+    fn reads_this_process_cpu_time() {
         let own = read_cpu_seconds().expect("this process's /proc/self/stat");
         assert!(own >= 0.0);
     }

@@ -132,12 +132,9 @@ pub async fn fresh_nodes(
 
 /// CPU seconds (user + system) process `pid` has used, from `/proc/<pid>/stat`.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command's closing parenthesis; utime and stime are the 14th and 15th.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
+    loadstar_common::procstat::cpu_seconds(
+        &std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?,
+    )
 }
 
 /// Samples a process's CPU every 250 ms; [`CpuPeak::peak`] is the highest 1 s average in

@@ -81,10 +81,9 @@ fn rss_kib(pid: u32) -> Option<u64> {
 }
 
 fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    loadstar_common::procstat::cpu_ticks(
+        &std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?,
+    )
 }
 
 impl Probe {
@@ -335,7 +334,7 @@ async fn flood(scorer: &str, pid: Option<u32>, reports: u64) -> Result<String> {
     let secs = start.elapsed().as_secs_f64();
     sender.abort();
     let cpu = match (cpu0, pid.and_then(cpu_ticks)) {
-        (Some(a), Some(b)) => (b - a) as f64 / 100.0 / secs,
+        (Some(a), Some(b)) => (b - a) as f64 / loadstar_common::procstat::USER_HZ / secs,
         _ => f64::NAN,
     };
     Ok(format!(

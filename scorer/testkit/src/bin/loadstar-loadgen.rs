@@ -66,11 +66,9 @@ struct Counters {
 }
 
 fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    loadstar_common::procstat::cpu_ticks(
+        &std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?,
+    )
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -287,8 +285,7 @@ async fn main() -> anyhow::Result<()> {
         v.last().copied().unwrap_or(f64::NAN) * 1e3
     );
     if let (Some(a), Some(b)) = (cpu0, cpu1) {
-        // Linux reports CPU time in clock ticks of 100 Hz on every mainstream kernel.
-        let cores = (b - a) as f64 / 100.0 / wall;
+        let cores = (b - a) as f64 / loadstar_common::procstat::USER_HZ / wall;
         println!("scorer_cpu_cores       {cores:.3}");
     }
     Ok(())

@@ -333,11 +333,9 @@ async fn ready(scorer: &str, count: usize, timeout: u64) -> Result<()> {
 }
 
 pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
+    loadstar_common::procstat::cpu_seconds(
+        &std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?,
+    )
 }
 
 pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
