@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 use thiserror::Error;
@@ -96,6 +97,31 @@ fn write_figure<F: Figure>(dir: &Path, name: &str, fig: &F) -> Result<Vec<PathBu
     Ok(vec![svg, png])
 }
 
+/// A panel's chart over minutes `0..t_end` and values up to the highest `y_peak` (10 %
+/// headroom; 1 when there is nothing above 0), its mesh drawn: what every line panel shares.
+fn minutes_chart<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+    t_end: f64,
+    y_peak: f64,
+) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, String> {
+    let y_max = if y_peak > 0.0 { y_peak * 1.1 } else { 1.0 };
+    let mut chart = ChartBuilder::on(area)
+        .margin(10)
+        .caption(caption, ("sans-serif", 16))
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0.0..t_end, 0.0..y_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("minutes")
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 /// One panel: its caption, the series it plots and a scale factor.
 type Panel = (String, fn(&RunSeries) -> &[f64], f64);
 
@@ -125,26 +151,13 @@ impl Figure for Lines<'_> {
             .fold(1.0f64, |a, b| a.max(*b))
             / 60.0;
         for (p, (label, get, scale)) in self.panels.iter().enumerate() {
-            let y_max = self
+            let y_peak = self
                 .series
                 .iter()
                 .flat_map(|s| get(s).iter())
                 .fold(0.0f64, |a, b| a.max(*b))
                 * scale;
-            let y_max = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
-            let mut chart = ChartBuilder::on(&areas[p])
-                .margin(10)
-                .caption(label, ("sans-serif", 16))
-                .x_label_area_size(35)
-                .y_label_area_size(55)
-                .build_cartesian_2d(0.0..t_end, 0.0..y_max)
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc("minutes")
-                .light_line_style(WHITE.mix(0.0))
-                .draw()
-                .map_err(err)?;
+            let mut chart = minutes_chart(&areas[p], label, t_end, y_peak)?;
             for (i, s) in self.series.iter().enumerate() {
                 let c = color(i);
                 let ys = get(s);
@@ -375,24 +388,11 @@ impl Figure for Timeline {
         let areas = root.split_evenly((self.panels.len().max(1), 1));
         let t_end = self.t.last().copied().unwrap_or(1.0).max(1.0) / 60.0;
         for (area, (caption, lines)) in areas.iter().zip(&self.panels) {
-            let y_max = lines
+            let y_peak = lines
                 .iter()
                 .flat_map(|(_, ys)| ys.iter())
                 .fold(0.0f64, |a, b| a.max(*b));
-            let y_max = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
-            let mut chart = ChartBuilder::on(area)
-                .margin(10)
-                .caption(caption, ("sans-serif", 16))
-                .x_label_area_size(35)
-                .y_label_area_size(55)
-                .build_cartesian_2d(0.0..t_end, 0.0..y_max)
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .x_desc("minutes")
-                .light_line_style(WHITE.mix(0.0))
-                .draw()
-                .map_err(err)?;
+            let mut chart = minutes_chart(area, caption, t_end, y_peak)?;
             for (i, (name, ys)) in lines.iter().enumerate() {
                 let c = color(i);
                 let pts = self.t.iter().zip(ys).map(|(t, y)| (t / 60.0, *y));
