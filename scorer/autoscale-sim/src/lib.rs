@@ -17,7 +17,7 @@ use serde::Serialize;
 use loadstar_autoscale::hpa::{Hpa, HpaConfig, HpaPod};
 use loadstar_autoscale::step::{ConfigError, StepConfig, StepTolerance, Tolerance};
 
-use loadstar_sim::cli::SimArgs;
+use loadstar_sim::cli::{SimArgs, SimError, write_files};
 use loadstar_sim::plot::{self, PlotError, Timeline};
 use loadstar_sim::seeds::Estimate;
 use thiserror::Error;
@@ -29,14 +29,8 @@ pub enum AutoscaleSimError {
     #[error("autoscale: {0}")]
     Config(#[from] ConfigError),
     /// An output could not be written.
-    #[error("writing {path}: {source}")]
-    Write {
-        /// The file or directory.
-        path: String,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Output(#[from] SimError),
     /// A plot could not be drawn.
     #[error(transparent)]
     Plot(#[from] PlotError),
@@ -53,18 +47,10 @@ pub fn execute(args: &SimArgs) -> Result<Study, AutoscaleSimError> {
     let text = study.to_text();
     print!("{text}");
     if let Some(dir) = &args.out {
-        let io = |path: &Path| {
-            let path = path.display().to_string();
-            move |source| AutoscaleSimError::Write { path, source }
-        };
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        for (name, body) in [
-            ("autoscale.txt", text.clone()),
-            ("autoscale.csv", study.to_csv()),
-        ] {
-            let path = dir.join(name);
-            std::fs::write(&path, body).map_err(io(&path))?;
-        }
+        write_files(
+            dir,
+            &[("autoscale.txt", &text), ("autoscale.csv", &study.to_csv())],
+        )?;
         if args.no_plots {
             println!(
                 "\nwrote autoscale.txt and autoscale.csv to {}",

@@ -308,6 +308,16 @@ fn jobs(args: &SimArgs) -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// Creates `dir` and writes each `(file name, text)` into it: the outputs of `simulate`,
+/// `simulate --scenario autoscale` and `convert-trace`.
+pub fn write_files(dir: &Path, files: &[(&str, &str)]) -> Result<(), SimError> {
+    create_dir(dir)?;
+    for (name, text) in files {
+        write(&dir.join(name), text)?;
+    }
+    Ok(())
+}
+
 /// Creates the `--out` directory.
 fn create_dir(dir: &Path) -> Result<(), SimError> {
     std::fs::create_dir_all(dir).map_err(|source| SimError::Write {
@@ -398,9 +408,7 @@ pub fn run_seeds(args: &SimArgs) -> Result<SeedStudy, SimError> {
     let text = study.to_text();
     print!("{text}");
     if let Some(dir) = &args.out {
-        create_dir(dir)?;
-        write(&dir.join("seeds.txt"), &text)?;
-        write(&dir.join("seeds.csv"), &study.to_csv())?;
+        write_files(dir, &[("seeds.txt", &text), ("seeds.csv", &study.to_csv())])?;
         println!("\nwrote seeds.txt and seeds.csv to {}", dir.display());
     }
     Ok(study)
@@ -430,12 +438,16 @@ pub fn run(args: &SimArgs) -> Result<Comparison, SimError> {
     let text = cmp.to_text();
     print!("{text}");
     if let Some(dir) = &args.out {
-        create_dir(dir)?;
-        write(&dir.join("summary.txt"), &text)?;
-        write(&dir.join("summary.csv"), &cmp.summary_csv())?;
-        write(&dir.join("nodes.csv"), &cmp.nodes_csv())?;
-        write(&dir.join("summary.json"), &cmp.to_json())?;
-        write(&dir.join("timeseries.csv"), &series_csv(&cmp))?;
+        write_files(
+            dir,
+            &[
+                ("summary.txt", &text),
+                ("summary.csv", &cmp.summary_csv()),
+                ("nodes.csv", &cmp.nodes_csv()),
+                ("summary.json", &cmp.to_json()),
+                ("timeseries.csv", &series_csv(&cmp)),
+            ],
+        )?;
         if args.write_inputs {
             write(&dir.join("cluster.csv"), &sc.cluster.to_csv())?;
             write(&dir.join("trace.csv"), &sc.trace.to_csv())?;

@@ -1,11 +1,12 @@
 //! `loadstar-scorer convert-trace`: its flags, and the run that writes a real trace's
 //! conversion as the simulator's `nodes.csv`, `trace.csv` and `usage.csv`.
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use thiserror::Error;
 
 use crate::alibaba::{self, AlibabaError, AlibabaOptions, ConvertReport};
+use loadstar_sim::cli::{SimError, write_files};
 
 /// Errors of a conversion.
 #[derive(Debug, Error)]
@@ -14,21 +15,8 @@ pub enum ConvertError {
     #[error(transparent)]
     Alibaba(#[from] AlibabaError),
     /// An output could not be written.
-    #[error("writing {path}: {source}")]
-    Write {
-        /// The file or directory.
-        path: String,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> ConvertError + '_ {
-    move |source| ConvertError::Write {
-        path: path.display().to_string(),
-        source,
-    }
+    #[error(transparent)]
+    Output(#[from] SimError),
 }
 
 /// Real-trace formats `convert-trace` reads.
@@ -93,17 +81,16 @@ pub fn convert(args: &ConvertArgs) -> Result<ConvertReport, ConvertError> {
         TraceFormat::Alibaba2018 => alibaba::convert_dir(&args.input, &options)?,
     };
     let dir = &args.out;
-    std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     let text = converted.report.render();
-    for (name, body) in [
-        ("nodes.csv", converted.cluster.to_csv()),
-        ("trace.csv", converted.trace.to_csv()),
-        ("usage.csv", converted.trace.usage_csv()),
-        ("convert.txt", text.clone()),
-    ] {
-        let path = dir.join(name);
-        std::fs::write(&path, body).map_err(io_error(&path))?;
-    }
+    write_files(
+        dir,
+        &[
+            ("nodes.csv", &converted.cluster.to_csv()),
+            ("trace.csv", &converted.trace.to_csv()),
+            ("usage.csv", &converted.trace.usage_csv()),
+            ("convert.txt", &text),
+        ],
+    )?;
     print!("{text}");
     println!(
         "\nwrote nodes.csv, trace.csv, usage.csv and convert.txt to {d}; replay with\n  \
