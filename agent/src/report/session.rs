@@ -364,16 +364,18 @@ mod tests {
         assert!(read_token(&dir.path().join("missing")).is_err());
     }
 
+    /// What the sampler publishes: report `sequence`, sampled every second.
+    fn report(sequence: u64) -> Option<Arc<pb::NodeReport>> {
+        Some(Arc::new(pb::NodeReport {
+            sequence,
+            sample_interval_seconds: 1.0,
+            ..Default::default()
+        }))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn reports_follow_the_pace_the_scorer_asks_for() {
         use futures::StreamExt as _;
-        let report = |sequence| {
-            Some(Arc::new(pb::NodeReport {
-                sequence,
-                sample_interval_seconds: 1.0,
-                ..Default::default()
-            }))
-        };
         let (tx, rx) = tokio::sync::watch::channel(report(1));
         let acked = Arc::new(AtomicU64::new(0));
         let pace = Arc::new(AtomicU64::new(0f64.to_bits()));
@@ -431,13 +433,6 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_longer_pace_keeps_the_last_promise_and_shutdown_does_not_wait() {
         use futures::StreamExt as _;
-        let report = |sequence| {
-            Some(Arc::new(pb::NodeReport {
-                sequence,
-                sample_interval_seconds: 1.0,
-                ..Default::default()
-            }))
-        };
         let (tx, rx) = tokio::sync::watch::channel(report(1));
         let pace = Arc::new(AtomicU64::new(5f64.to_bits()));
         let stream = outbound(
