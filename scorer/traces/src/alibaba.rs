@@ -544,10 +544,10 @@ fn read_containers<R: BufRead>(
             Ok(())
         })?;
     }
-    let mut ids: Vec<&String> = containers.keys().collect();
-    ids.sort();
-    for id in ids {
-        let c = &containers[id];
+    // In id order; each container's samples are moved into its series, not copied.
+    let mut containers: Vec<(String, Container)> = containers.into_iter().collect();
+    containers.sort_by(|a, b| a.0.cmp(&b.0));
+    for (id, c) in containers {
         if c.created >= end {
             if let Some(t) = report.tables.get_mut("container_meta.csv") {
                 t.unkeep("created after the window", c.rows.1, c.rows.0);
@@ -562,7 +562,7 @@ fn read_containers<R: BufRead>(
             c.cpu_limit * 10.0
         };
         let memory_mib = options.mem_mib(c.mem_size);
-        let mut samples = c.samples.clone();
+        let mut samples = c.samples;
         samples.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut last = [0.0; 4];
         let mut series = Vec::with_capacity(samples.len());
@@ -591,7 +591,7 @@ fn read_containers<R: BufRead>(
         report.usage_samples += series.len();
         report.containers += 1;
         pods.push(PodSpec {
-            id: dns_name(&[id]),
+            id: dns_name(&[&id]),
             arrival_s: arrival_trace - start,
             duration_s: 0.0,
             class: "container".into(),
