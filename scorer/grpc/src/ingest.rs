@@ -64,17 +64,13 @@ pub struct Handled {
 }
 
 impl IngestService {
-    /// A service storing into `store`. `desired_interval_seconds` is pushed back to agents
-    /// in every ack (0: no preference).
-    pub fn new(
-        store: Arc<NodeStore>,
-        metrics: Arc<Metrics>,
-        desired_interval_seconds: f64,
-    ) -> Self {
+    /// A service storing into `store`. `pace` is the report interval pushed back to agents in
+    /// every ack (0: no preference; a [`crate::pacing::Pacer`] may move it).
+    pub fn new(store: Arc<NodeStore>, metrics: Arc<Metrics>, pace: Pace) -> Self {
         IngestService {
             store,
             metrics,
-            pace: Pace::fixed(desired_interval_seconds),
+            pace,
             closing: None,
             limits: IngestLimits::default(),
             gate: Gate::open(),
@@ -84,12 +80,6 @@ impl IngestService {
     /// Checks agents at `gate`.
     pub fn with_gate(mut self, gate: Gate) -> Self {
         self.gate = gate;
-        self
-    }
-
-    /// Takes the interval for its acks from `pace` (which a [`crate::pacing::Pacer`] may move).
-    pub fn with_pace(mut self, pace: Pace) -> Self {
-        self.pace = pace;
         self
     }
 
@@ -335,7 +325,7 @@ mod tests {
         let svc = IngestService::new(
             Arc::new(NodeStore::new(StoreConfig::default())),
             Metrics::new(),
-            1.0,
+            Pace::fixed(1.0),
         );
         let mut node = None;
         let stream = StreamId::next();

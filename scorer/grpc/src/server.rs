@@ -181,11 +181,14 @@ pub async fn serve(
         shutdown.await;
         let _ = closing_tx.send(true);
     };
-    let ingest = IngestService::new(parts.store.clone(), parts.metrics.clone(), 0.0)
-        .with_pace(parts.pace.clone())
-        .with_limits(parts.limits.ingest)
-        .with_closing(closing.clone())
-        .with_gate(parts.gate.clone());
+    let ingest = IngestService::new(
+        parts.store.clone(),
+        parts.metrics.clone(),
+        parts.pace.clone(),
+    )
+    .with_limits(parts.limits.ingest)
+    .with_closing(closing.clone())
+    .with_gate(parts.gate.clone());
     let l = parts.limits;
     let incoming = listener::incoming(
         listener,
