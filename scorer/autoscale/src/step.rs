@@ -187,6 +187,25 @@ impl StepTolerance {
         })
     }
 
+    /// A controller with `config` (validated) that last scaled out at `last_out_s` and in at
+    /// `last_in_s`: the cool-downs survive a restart or a change of leader when the caller
+    /// keeps these times (the StepScaler controller keeps them in the object's status).
+    pub fn with_history(
+        config: StepConfig,
+        last_out_s: Option<f64>,
+        last_in_s: Option<f64>,
+    ) -> Result<StepTolerance, ConfigError> {
+        let mut s = StepTolerance::new(config)?;
+        s.last_out_s = last_out_s;
+        s.last_in_s = last_in_s;
+        Ok(s)
+    }
+
+    /// When it last scaled out and in (seconds, the callers' clock).
+    pub fn history(&self) -> (Option<f64>, Option<f64>) {
+        (self.last_out_s, self.last_in_s)
+    }
+
     /// The settings.
     pub fn config(&self) -> &StepConfig {
         &self.config

@@ -1,5 +1,6 @@
 //! The scorer's run modes (`serve`, `standalone`, …) and what they share: logging setup,
 //! shutdown signals, and starting the gRPC and HTTP servers with a bounded drain.
+pub mod autoscale;
 pub mod http;
 pub mod limits;
 pub mod pacing;

@@ -130,6 +130,9 @@ pub struct ServeArgs {
     /// Who may call what.
     #[command(flatten)]
     pub auth: crate::app::security::AuthArgs,
+    /// The StepScaler controller and the metrics.k8s.io API.
+    #[command(flatten)]
+    pub autoscale: crate::app::autoscale::AutoscaleArgs,
 }
 
 fn secs(v: f64, what: &str) -> Result<Duration, AppError> {
@@ -175,6 +178,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         Some(Arc::new(loadstar_kube::convert::JsonPodDecoder));
     let mut binder: Option<Arc<dyn Binder>> = None;
     let mut kube = None;
+    let mut kube_side = None;
     let decisions = Arc::new(DecisionLog::new(DecisionLimits {
         capacity: args.decision_records,
         ..DecisionLimits::default()
@@ -205,6 +209,11 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         } else {
             None
         };
+        kube_side = Some(crate::app::autoscale::KubeSide {
+            kubeconfig: args.kubeconfig.clone(),
+            leader: leader.clone(),
+            identity: identity.clone(),
+        });
         let inflight = config.inflight().clone();
         let options = KubeOptions {
             kubeconfig: args.kubeconfig.clone(),
@@ -301,6 +310,14 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         )
         .await?;
     }
+    crate::app::autoscale::start(
+        &args.autoscale,
+        kube_side,
+        store.clone(),
+        metrics.clone(),
+        &shutdown,
+    )
+    .await?;
     let pace = Pace::fixed(args.desired_interval_seconds);
     if args.ingest_cpu_budget > 0.0 {
         let config = PacingConfig::new(

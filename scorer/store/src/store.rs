@@ -527,6 +527,20 @@ impl NodeStore {
         out
     }
 
+    /// What `name`'s agent last reported (validated), if it reported.
+    pub fn agent(&self, name: &str) -> Option<Arc<AgentNode>> {
+        lock_read(self.shard(name))
+            .get(name)
+            .and_then(|e| e.agent.clone())
+    }
+
+    /// What Kubernetes says about `name` (labels, allocatable), if the node is known there.
+    pub fn kube_node(&self, name: &str) -> Option<Arc<KubeNode>> {
+        lock_read(self.shard(name))
+            .get(name)
+            .and_then(|e| e.kube.clone())
+    }
+
     /// Every node's name, sorted.
     pub fn node_names(&self) -> Vec<Arc<str>> {
         let mut out = Vec::with_capacity(self.len());

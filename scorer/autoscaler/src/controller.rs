@@ -1,0 +1,561 @@
+//! The StepScaler control loop: watches every StepScaler, and while this scorer holds the
+//! StepScaler Lease polls each one at its period (and at once when its spec changes): reads
+//! the target's `scale`, lists its pods by the scale's selector, averages their usage from
+//! the book over the period, runs [`loadstar_autoscale::poll::poll`], writes the replica count
+//! through `/scale` (unless dry-run), records an Event on every scaling and on every change of
+//! condition, and writes the status. One bad StepScaler (invalid spec, missing target, no
+//! `/scale`) only sets its own conditions; the loop goes on.
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use loadstar_autoscale::poll::{Outcome, PodView, PollSettings, poll};
+use loadstar_autoscale::spec::{DEFAULT_POLL_PERIOD_S, StepScalerSpec};
+use loadstar_autoscale::step::StepTolerance;
+use loadstar_common::quantity;
+use loadstar_kube::leader::Leadership;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::feed::unix_now_s;
+use crate::status::{ABLE_TO_SCALE, SCALING_ACTIVE, StepScalerStatus, VALID, rfc3339, unix_s};
+use crate::target::Targets;
+use crate::{SharedBook, lock};
+
+/// The StepScaler resource.
+pub fn api_resource() -> ApiResource {
+    ApiResource {
+        group: "loadstar.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "loadstar.io/v1alpha1".into(),
+        kind: "StepScaler".into(),
+        plural: "stepscalers".into(),
+    }
+}
+
+/// The controller's settings.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// A pod whose newest usage sample is older than this is unmeasured (default 10 s: ten
+    /// missed 1 Hz reports, or a scorer-paced agent well past its interval).
+    pub stale_s: f64,
+    /// How often due StepScalers are looked for (default 1 s).
+    pub tick: Duration,
+    /// `source.component` of its Events and the status field manager.
+    pub component: String,
+    /// `reportingInstance` of its Events (the scorer's identity).
+    pub instance: String,
+}
+
+impl ControllerConfig {
+    /// Defaults for `instance`.
+    pub fn new(instance: &str) -> ControllerConfig {
+        ControllerConfig {
+            stale_s: 10.0,
+            tick: Duration::from_secs(1),
+            component: "loadstar-stepscaler".into(),
+            instance: instance.into(),
+        }
+    }
+}
+
+/// When each StepScaler is next due, and the spec generation last polled.
+#[derive(Debug, Clone, Copy)]
+struct Due {
+    at_s: f64,
+    generation: Option<i64>,
+}
+
+struct Controller {
+    client: Client,
+    book: SharedBook,
+    targets: Targets,
+    config: ControllerConfig,
+}
+
+/// Runs the controller until `shutdown` resolves; polls only while `leadership` says so.
+pub async fn run(
+    client: Client,
+    book: SharedBook,
+    mut leadership: watch::Receiver<Leadership>,
+    config: ControllerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let ar = api_resource();
+    let writer: Writer<DynamicObject> = Writer::new(ar.clone());
+    let reader = writer.as_reader();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let watch = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default()).default_backoff(),
+    );
+    let watching = tokio::spawn(async move {
+        futures::pin_mut!(watch);
+        let mut failing = false;
+        while let Some(ev) = watch.next().await {
+            match ev {
+                Ok(_) => failing = false,
+                Err(e) if !failing => {
+                    failing = true;
+                    warn!(error = %e, "watching StepScalers failed (is the CRD installed? \
+                          deploy/helm/loadstar/crds; RBAC: list/watch stepscalers.loadstar.io); \
+                          retrying with backoff");
+                }
+                Err(_) => {}
+            }
+        }
+    });
+    let c = Controller {
+        targets: Targets::new(client.clone()),
+        client,
+        book,
+        config,
+    };
+    let mut due: HashMap<String, Due> = HashMap::new();
+    let mut tick = tokio::time::interval(c.config.tick);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    info!("StepScaler controller started");
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            _ = tick.tick() => {}
+        }
+        if !leadership.borrow_and_update().is_leader {
+            // A new leader polls everything at once: its predecessor's schedule is unknown.
+            due.clear();
+            continue;
+        }
+        let now_s = unix_now_s();
+        let objects = reader.state();
+        due.retain(|k, _| objects.iter().any(|o| key(o) == *k));
+        for obj in objects {
+            let k = key(&obj);
+            let generation = obj.metadata.generation;
+            if due
+                .get(&k)
+                .is_some_and(|d| d.at_s > now_s && d.generation == generation)
+            {
+                continue;
+            }
+            let span = info_span!("stepscaler", scaler = %k);
+            let period = c.reconcile(&obj, now_s).instrument(span).await;
+            due.insert(
+                k,
+                Due {
+                    at_s: now_s + period,
+                    generation,
+                },
+            );
+        }
+    }
+    watching.abort();
+    info!("StepScaler controller stopped");
+}
+
+fn key(o: &DynamicObject) -> String {
+    format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
+}
+
+/// The sum of the containers' requests for `resource` (cores or bytes), as the HPA counts them.
+pub fn pod_request(pod: &Pod, resource: &str) -> f64 {
+    let Some(spec) = &pod.spec else { return 0.0 };
+    spec.containers
+        .iter()
+        .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get(resource))
+        .map(|q| {
+            if resource == "cpu" {
+                quantity::parse_nonneg_millis(&q.0).map_or(0.0, |m| m as f64 / 1000.0)
+            } else {
+                quantity::parse_nonneg_units(&q.0).map_or(0.0, |b| b as f64)
+            }
+        })
+        .sum()
+}
+
+/// The pod as a poll sees it; `None` for pods that no longer count (finished, deleting).
+pub fn pod_view(pod: &Pod, resource: &str) -> Option<PodView> {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if pod.metadata.deletion_timestamp.is_some() || matches!(phase, Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    Some(PodView {
+        name: format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
+        uid: pod.uid().unwrap_or_default(),
+        running: phase == Some("Running"),
+        request: pod_request(pod, resource),
+    })
+}
+
+impl Controller {
+    /// Polls one StepScaler; returns the seconds until its next poll.
+    async fn reconcile(&self, obj: &DynamicObject, now_s: f64) -> f64 {
+        let ns = obj.namespace().unwrap_or_default();
+        let mut status: StepScalerStatus = obj
+            .data
+            .get("status")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default();
+        status.observed_generation = obj.metadata.generation;
+        status.last_poll_time = Some(rfc3339(now_s));
+        let spec = obj.data.get("spec").cloned().unwrap_or(Value::Null);
+        let (spec, config) =
+            match StepScalerSpec::from_json(&spec).and_then(|s| s.config().map(|c| (s, c))) {
+                Ok(x) => x,
+                Err(e) => {
+                    let msg = e.to_string();
+                    warn!(error = %msg, "invalid StepScaler spec");
+                    if status.set_condition(VALID, false, "InvalidSpec", &msg, now_s) {
+                        self.event(obj, "Warning", "InvalidSpec", &msg).await;
+                    }
+                    self.write_status(obj, &status).await;
+                    return DEFAULT_POLL_PERIOD_S;
+                }
+            };
+        status.set_condition(VALID, true, "ValidSpec", "the spec is valid", now_s);
+        let period = spec.poll_period_s();
+        let retain = lock(&self.book).limits().retain_s;
+        if period > retain {
+            let msg = format!(
+                "pollPeriodSeconds {period} is longer than the usage this scorer keeps \
+                 (--pod-usage-retain-seconds {retain})"
+            );
+            if status.set_condition(VALID, false, "PeriodTooLong", &msg, now_s) {
+                self.event(obj, "Warning", "PeriodTooLong", &msg).await;
+            }
+            self.write_status(obj, &status).await;
+            return period;
+        }
+        let r = &spec.scale_target_ref;
+        status.reference = Some(format!("{}/{}", r.kind, r.name));
+        let ar = match self.targets.resolve(&r.api_version, &r.kind).await {
+            Ok(ar) => ar,
+            Err(e) => {
+                self.unable(obj, &mut status, e.reason(), &e.to_string(), now_s)
+                    .await;
+                return period;
+            }
+        };
+        let target: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &ar);
+        let scale = match target.get_scale(&r.name).await {
+            Ok(s) => s,
+            Err(e) => {
+                let msg = format!("reading the scale of {}/{}: {}", r.kind, r.name, brief(&e));
+                self.unable(obj, &mut status, "FailedGetScale", &msg, now_s)
+                    .await;
+                return period;
+            }
+        };
+        let current = scale
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+            .unwrap_or(0)
+            .max(0) as u32;
+        let Some(selector) = scale
+            .status
+            .as_ref()
+            .and_then(|s| s.selector.clone())
+            .filter(|s| !s.is_empty())
+        else {
+            let msg = format!(
+                "the scale of {}/{} has no selector: its pods cannot be found",
+                r.kind, r.name
+            );
+            self.unable(obj, &mut status, "InvalidSelector", &msg, now_s)
+                .await;
+            return period;
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let pods = match pods.list(&ListParams::default().labels(&selector)).await {
+            Ok(l) => l.items,
+            Err(e) => {
+                let msg = format!("listing pods by {selector:?}: {}", brief(&e));
+                if status.set_condition(SCALING_ACTIVE, false, "FailedGetPods", &msg, now_s) {
+                    self.event(obj, "Warning", "FailedGetPods", &msg).await;
+                }
+                self.write_status(obj, &status).await;
+                return period;
+            }
+        };
+        let resource = spec.metric.resource();
+        let views: Vec<PodView> = pods.iter().filter_map(|p| pod_view(p, resource)).collect();
+        let last_out = status.last_scale_out_time.as_deref().and_then(unix_s);
+        let last_in = status.last_scale_in_time.as_deref().and_then(unix_s);
+        let mut alg = match StepTolerance::with_history(config, last_out, last_in) {
+            Ok(a) => a,
+            // config() validated it; keep the loop alive regardless.
+            Err(e) => {
+                status.set_condition(VALID, false, "InvalidSpec", &e.to_string(), now_s);
+                self.write_status(obj, &status).await;
+                return period;
+            }
+        };
+        let settings = PollSettings {
+            now_s,
+            window_s: period,
+            stale_s: self.config.stale_s,
+            metric: spec.metric,
+        };
+        let p = {
+            let book = lock(&self.book);
+            poll(&mut alg, settings, current, &views, &book)
+        };
+        let d = &p.decision;
+        debug!(current, desired = d.desired, reason = %d.reason, "polled");
+        let (active, reason, msg) = match &p.outcome {
+            Outcome::Decided if p.measured > 0 => (
+                true,
+                "ValidMetricFound",
+                format!(
+                    "{:.1} % of the {resource} request over {period:.0} s ({} of {} pods measured)",
+                    p.mean.unwrap_or(0.0) * 100.0,
+                    p.measured,
+                    p.pods
+                ),
+            ),
+            Outcome::Decided => (
+                false,
+                "NoFreshMetrics",
+                format!(
+                    "none of {} pods has a fresh usage reading from the agents",
+                    p.pods
+                ),
+            ),
+            Outcome::Bounded => (true, "OutOfRange", d.reason.clone()),
+            Outcome::ScaledToZero => (false, "ScalingDisabled", d.reason.clone()),
+            Outcome::MissingRequest(_) => (false, "MissingRequest", d.reason.clone()),
+        };
+        if status.set_condition(SCALING_ACTIVE, active, reason, &msg, now_s) && !active {
+            self.event(obj, "Warning", reason, &msg).await;
+        }
+        let mut applied = false;
+        if d.scales() {
+            let what = format!("{}/{}", r.kind, r.name);
+            if spec.dry_run {
+                let msg = format!(
+                    "dry run: would scale {what} from {} to {}: {}",
+                    d.current, d.desired, d.reason
+                );
+                self.event(obj, "Normal", "DryRunRescale", &msg).await;
+                status.set_condition(ABLE_TO_SCALE, true, "DryRun", &msg, now_s);
+            } else {
+                let patch = json!({"spec": {"replicas": d.desired}});
+                match target
+                    .patch_scale(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {
+                        applied = true;
+                        let msg = format!("New size: {}; reason: {}", d.desired, d.reason);
+                        info!(target = %what, from = d.current, to = d.desired, reason = %d.reason, "rescaled");
+                        self.event(obj, "Normal", "SuccessfulRescale", &msg).await;
+                        status.set_condition(
+                            ABLE_TO_SCALE,
+                            true,
+                            "SucceededRescale",
+                            &format!("scaled {what} from {} to {}", d.current, d.desired),
+                            now_s,
+                        );
+                    }
+                    Err(e) => {
+                        let msg = format!(
+                            "scaling {what} from {} to {}: {}",
+                            d.current,
+                            d.desired,
+                            brief(&e)
+                        );
+                        warn!(error = %msg, "rescale failed");
+                        self.event(obj, "Warning", "FailedRescale", &msg).await;
+                        status.set_condition(
+                            ABLE_TO_SCALE,
+                            false,
+                            "FailedUpdateScale",
+                            &msg,
+                            now_s,
+                        );
+                    }
+                }
+            }
+        } else {
+            status.set_condition(
+                ABLE_TO_SCALE,
+                true,
+                "SucceededGetScale",
+                "the target's scale was read",
+                now_s,
+            );
+        }
+        let (out_s, in_s) = alg.history();
+        status.last_scale_out_time = out_s.map(rfc3339);
+        status.last_scale_in_time = in_s.map(rfc3339);
+        status.current_replicas = Some(current);
+        status.desired_replicas = Some(d.desired);
+        status.current_utilization_percent = p.mean.map(|m| (m * 1000.0).round() / 10.0);
+        status.measured_pods = Some(p.measured as u32);
+        status.pods = Some(p.pods as u32);
+        status.last_decision = Some(crate::status::LastDecision {
+            time: rfc3339(now_s),
+            from: d.current,
+            to: d.desired,
+            reason: d.reason.clone(),
+            applied,
+        });
+        self.write_status(obj, &status).await;
+        period
+    }
+
+    async fn unable(
+        &self,
+        obj: &DynamicObject,
+        status: &mut StepScalerStatus,
+        reason: &str,
+        msg: &str,
+        now_s: f64,
+    ) {
+        warn!(reason, error = %msg, "cannot scale the target");
+        if status.set_condition(ABLE_TO_SCALE, false, reason, msg, now_s) {
+            self.event(obj, "Warning", reason, msg).await;
+        }
+        self.write_status(obj, status).await;
+    }
+
+    async fn write_status(&self, obj: &DynamicObject, status: &StepScalerStatus) {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &obj.namespace().unwrap_or_default(),
+            &api_resource(),
+        );
+        // A merge patch keeps fields it does not mention: clear the optional ones explicitly.
+        let mut v = serde_json::to_value(status).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            for k in [
+                "currentUtilizationPercent",
+                "lastScaleOutTime",
+                "lastScaleInTime",
+                "reference",
+            ] {
+                m.entry(k).or_insert(Value::Null);
+            }
+        }
+        let pp = PatchParams::default();
+        if let Err(e) = api
+            .patch_status(&obj.name_any(), &pp, &Patch::Merge(json!({"status": v})))
+            .await
+        {
+            warn!(error = %brief(&e), "writing the StepScaler status failed");
+        }
+    }
+
+    async fn event(&self, obj: &DynamicObject, type_: &str, reason: &str, message: &str) {
+        let ns = obj.namespace().unwrap_or_default();
+        let now = Time(Timestamp::now());
+        let ev = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}.", obj.name_any())),
+                namespace: Some(ns.clone()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some(api_resource().api_version),
+                kind: Some("StepScaler".into()),
+                name: Some(obj.name_any()),
+                namespace: Some(ns.clone()),
+                uid: obj.uid(),
+                ..ObjectReference::default()
+            },
+            reason: Some(reason.into()),
+            // Event messages are capped at 1 KiB by the API server.
+            message: Some(message.chars().take(1000).collect()),
+            type_: Some(type_.into()),
+            source: Some(EventSource {
+                component: Some(self.config.component.clone()),
+                host: None,
+            }),
+            reporting_component: Some(self.config.component.clone()),
+            reporting_instance: Some(self.config.instance.clone()),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now),
+            count: Some(1),
+            ..Event::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        if let Err(e) = api.create(&PostParams::default(), &ev).await {
+            debug!(error = %brief(&e), reason, "recording a StepScaler Event failed");
+        }
+    }
+}
+
+/// A client error without the Debug dump kube's `Display` of an API error carries.
+fn brief(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => other.to_string(),
+    }
+}
+
+/// Starts the controller on its own task.
+pub fn spawn(
+    client: Client,
+    book: SharedBook,
+    leadership: watch::Receiver<Leadership>,
+    config: ControllerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(run(client, book, leadership, config, shutdown))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(phase: &str, cpu: &[&str], deleting: bool) -> Pod {
+        let containers: Vec<Value> = cpu
+            .iter()
+            .enumerate()
+            .map(|(i, c)| json!({"name": format!("c{i}"), "resources": {"requests": {"cpu": c, "memory": "64Mi"}}}))
+            .collect();
+        let mut v = json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"containers": containers},
+            "status": {"phase": phase}
+        });
+        if deleting {
+            v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        serde_json::from_value(v).expect("pod")
+    }
+
+    #[test]
+    fn requests_sum_over_containers() {
+        let p = pod("Running", &["250m", "0.5"], false);
+        assert!((pod_request(&p, "cpu") - 0.75).abs() < 1e-9);
+        assert_eq!(pod_request(&p, "memory"), 2.0 * 64.0 * 1024.0 * 1024.0);
+        assert_eq!(pod_request(&p, "nvidia.com/gpu"), 0.0);
+    }
+
+    #[test]
+    fn finished_and_deleting_pods_do_not_count() {
+        let v = pod_view(&pod("Running", &["1"], false), "cpu").expect("counts");
+        assert!(v.running);
+        assert_eq!((v.name.as_str(), v.uid.as_str()), ("ns/p", "u1"));
+        assert!(
+            !pod_view(&pod("Pending", &["1"], false), "cpu")
+                .expect("counts")
+                .running
+        );
+        assert!(pod_view(&pod("Succeeded", &["1"], false), "cpu").is_none());
+        assert!(pod_view(&pod("Failed", &["1"], false), "cpu").is_none());
+        assert!(pod_view(&pod("Running", &["1"], true), "cpu").is_none());
+    }
+}

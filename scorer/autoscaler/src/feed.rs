@@ -1,0 +1,165 @@
+//! Copies each agent report's per-pod usage from the node store into the shared usage book,
+//! as the store announces reports; when the announcements lag (a burst of reports), every
+//! node is read once instead, so a missed announcement costs one sample, never a pod.
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use loadstar_store::{ChangeKind, NodeStore};
+use tokio::sync::broadcast::error::RecvError;
+use tracing::{debug, warn};
+
+use crate::{SharedBook, lock};
+
+/// Wall-clock seconds since the Unix epoch: the book's clock, shared with the controller
+/// (whose cool-downs survive restarts in the object's status as wall-clock times).
+pub fn unix_now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// What the feeder already copied: the receive time of each node's last report.
+#[derive(Debug, Default)]
+pub struct Feeder {
+    seen: HashMap<Arc<str>, Instant>,
+}
+
+impl Feeder {
+    /// Copies `node`'s latest report into `book` unless it was copied before; returns the
+    /// pods recorded. The sample time is when the scorer received the report, on the wall
+    /// clock (`now_s` is the wall clock at `now`).
+    pub fn copy(
+        &mut self,
+        store: &NodeStore,
+        book: &SharedBook,
+        node: &Arc<str>,
+        now: Instant,
+        now_s: f64,
+    ) -> usize {
+        let Some(agent) = store.agent(node) else {
+            self.seen.remove(node);
+            return 0;
+        };
+        let Some(at) = agent.received_at else {
+            return 0;
+        };
+        if self.seen.get(node) == Some(&at) {
+            return 0;
+        }
+        self.seen.insert(node.clone(), at);
+        let at_s = now_s - now.saturating_duration_since(at).as_secs_f64();
+        let mut book = lock(book);
+        agent
+            .pods
+            .iter()
+            .filter(|(uid, p)| book.record(node, uid, at_s, p.cpu_millis / 1000.0, p.memory_bytes))
+            .count()
+    }
+
+    /// Forgets a removed node.
+    pub fn forget(&mut self, node: &str) {
+        self.seen.remove(node);
+    }
+}
+
+/// How often old samples are dropped.
+const PRUNE_EVERY: Duration = Duration::from_secs(10);
+
+/// Feeds `book` from `store` until `shutdown` resolves.
+pub fn spawn(
+    store: Arc<NodeStore>,
+    book: SharedBook,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let mut rx = store.subscribe();
+    tokio::spawn(async move {
+        let mut feeder = Feeder::default();
+        let mut prune = tokio::time::interval(PRUNE_EVERY);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => return,
+                _ = prune.tick() => {
+                    let dropped = lock(&book).prune(unix_now_s());
+                    debug!(dropped, "pod usage book pruned");
+                }
+                change = rx.recv() => match change {
+                    Ok(c) => match c.kind {
+                        ChangeKind::Added | ChangeKind::Updated => {
+                            feeder.copy(&store, &book, &c.node, Instant::now(), unix_now_s());
+                        }
+                        ChangeKind::Removed => feeder.forget(&c.node),
+                        ChangeKind::Stale => {}
+                    },
+                    Err(RecvError::Lagged(n)) => {
+                        warn!(missed = n, "pod usage feeder lagged; reading every node once");
+                        let (now, now_s) = (Instant::now(), unix_now_s());
+                        for node in store.node_names() {
+                            feeder.copy(&store, &book, &node, now, now_s);
+                        }
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loadstar_autoscale::usage::{BookLimits, PodUsageBook};
+    use loadstar_proto::pb;
+    use loadstar_store::StoreConfig;
+    use std::sync::Mutex;
+
+    fn report(node: &str, seq: u64, cpu: f64) -> pb::NodeReport {
+        let mut r = loadstar_testkit::agent::fixed_report(node, seq, 0.5, 0.5);
+        r.pods.push(pb::PodUsage {
+            pod_uid: "uid-1".into(),
+            cpu_cores: cpu,
+            memory_working_set_bytes: 1 << 20,
+        });
+        r
+    }
+
+    #[test]
+    fn each_report_is_copied_once_at_its_receive_time() {
+        let store = NodeStore::new(StoreConfig::default());
+        let book: SharedBook = Arc::new(Mutex::new(PodUsageBook::new(BookLimits::default())));
+        let mut f = Feeder::default();
+        let node: Arc<str> = Arc::from("n1");
+        let t0 = Instant::now();
+        store
+            .apply_report(report("n1", 1, 0.25), t0)
+            .expect("valid");
+        // Copied 2 s after it arrived: stamped 2 s before "now".
+        assert_eq!(
+            f.copy(&store, &book, &node, t0 + Duration::from_secs(2), 100.0),
+            1
+        );
+        assert_eq!(
+            f.copy(&store, &book, &node, t0 + Duration::from_secs(3), 101.0),
+            0,
+            "same report"
+        );
+        let w = lock(&book).window("uid-1", 100.0, 10.0).expect("sample");
+        assert!((w.last_s - 98.0).abs() < 1e-6, "{w:?}");
+        assert!((w.cpu_cores - 0.25).abs() < 1e-6);
+        assert_eq!(w.memory_bytes, f64::from(1u32 << 20));
+        store
+            .apply_report(report("n1", 2, 0.75), t0 + Duration::from_secs(4))
+            .expect("valid");
+        assert_eq!(
+            f.copy(&store, &book, &node, t0 + Duration::from_secs(4), 102.0),
+            1
+        );
+        let w = lock(&book).window("uid-1", 102.0, 10.0).expect("samples");
+        assert_eq!(w.samples, 2);
+        assert!((w.cpu_cores - 0.5).abs() < 1e-6);
+        // A node without an agent report records nothing.
+        assert_eq!(f.copy(&store, &book, &Arc::from("n2"), t0, 0.0), 0);
+    }
+}

@@ -1,0 +1,203 @@
+//! `serve`'s autoscaling side: the per-pod usage book fed from the node store, the StepScaler
+//! controller on its own Lease, and the `metrics.k8s.io` aggregated API; each only when its
+//! flag asks for it.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Args;
+use loadstar_autoscale::usage::{BookLimits, PodUsageBook};
+use loadstar_autoscaler::controller::{self, ControllerConfig};
+use loadstar_kube::leader::{self, LeaderConfig, LeaderElector};
+use loadstar_metrics_api::server::{self as metrics_api, MetricsApiConfig};
+use loadstar_store::NodeStore;
+use loadstar_store::metrics::Metrics;
+use tracing::{info, warn};
+
+use crate::app::{AppError, Shutdown};
+
+/// Flags of the autoscaling side.
+#[derive(Debug, Args)]
+pub struct AutoscaleArgs {
+    /// Run the StepScaler controller (`stepscalers.loadstar.io`; install the CRD from
+    /// deploy/helm/loadstar/crds), leader-elected on its own Lease (`--step-scaler-lease`).
+    #[arg(long)]
+    pub step_scalers: bool,
+    /// Name of the StepScaler controller's Lease (in the scorer's Lease namespace).
+    #[arg(long, default_value = "loadstar-stepscaler")]
+    pub step_scaler_lease: String,
+    /// A pod whose newest usage sample is older than this counts as unmeasured, seconds
+    /// (unmeasured pods add no load and block scale-in).
+    #[arg(long, default_value_t = 10.0)]
+    pub step_scaler_stale_seconds: f64,
+    /// How long each pod's usage samples are kept, seconds: the longest StepScaler
+    /// `pollPeriodSeconds` this scorer serves (memory: 16 bytes per pod per sample).
+    #[arg(long, default_value_t = 120.0)]
+    pub pod_usage_retain_seconds: f64,
+    /// HTTPS address of `metrics.k8s.io/v1beta1` (for an APIService; `kubectl top`, the
+    /// HPA); off when absent. Needs `--metrics-api-tls-cert` and `--metrics-api-tls-key`.
+    #[arg(long, requires_all = ["metrics_api_tls_cert", "metrics_api_tls_key"])]
+    pub metrics_api_listen: Option<SocketAddr>,
+    /// PEM serving certificate of the metrics API (the APIService's `caBundle` signs it).
+    #[arg(long)]
+    pub metrics_api_tls_cert: Option<PathBuf>,
+    /// PEM key of `--metrics-api-tls-cert`.
+    #[arg(long)]
+    pub metrics_api_tls_key: Option<PathBuf>,
+    /// Writable directory where the front-proxy CA read from
+    /// `kube-system/extension-apiserver-authentication` is kept for the TLS layer.
+    #[arg(long, default_value = "/tmp/loadstar-metrics-api")]
+    pub metrics_api_ca_dir: PathBuf,
+    /// Pods' usage in `metrics.k8s.io` is the mean over this many seconds.
+    #[arg(long, default_value_t = 15.0)]
+    pub metrics_api_window_seconds: f64,
+}
+
+/// What the Kubernetes side of `serve` hands over.
+pub struct KubeSide {
+    /// The kubeconfig (`None`: in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// The Lease settings of the scheduler, `None` without leader election.
+    pub leader: Option<LeaderConfig>,
+    /// This replica's identity.
+    pub identity: String,
+}
+
+impl AutoscaleArgs {
+    fn wanted(&self) -> bool {
+        self.step_scalers || self.metrics_api_listen.is_some()
+    }
+
+    fn check(&self) -> Result<(), AppError> {
+        for (name, v, min) in [
+            (
+                "step-scaler-stale-seconds",
+                self.step_scaler_stale_seconds,
+                1.0,
+            ),
+            (
+                "pod-usage-retain-seconds",
+                self.pod_usage_retain_seconds,
+                5.0,
+            ),
+            (
+                "metrics-api-window-seconds",
+                self.metrics_api_window_seconds,
+                1.0,
+            ),
+        ] {
+            if !(v.is_finite() && (min..=86_400.0).contains(&v)) {
+                return Err(AppError::Other(format!(
+                    "--{name} must be between {min} and 86400 seconds, got {v}"
+                )));
+            }
+        }
+        if self.metrics_api_window_seconds > self.pod_usage_retain_seconds {
+            return Err(AppError::Other(format!(
+                "--metrics-api-window-seconds {} is longer than --pod-usage-retain-seconds {}",
+                self.metrics_api_window_seconds, self.pod_usage_retain_seconds
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Starts what the flags ask for. Without a Kubernetes connection (`kube` is `None`) asking
+/// for either is an error.
+pub async fn start(
+    args: &AutoscaleArgs,
+    kube: Option<KubeSide>,
+    store: Arc<NodeStore>,
+    metrics: Arc<Metrics>,
+    shutdown: &Shutdown,
+) -> Result<(), AppError> {
+    if !args.wanted() {
+        return Ok(());
+    }
+    args.check()?;
+    let Some(kube) = kube else {
+        return Err(AppError::Other(
+            "--step-scalers and --metrics-api-listen need a Kubernetes connection \
+             (--kubeconfig or in-cluster)"
+                .into(),
+        ));
+    };
+    let config = loadstar_kube::client::load_config(kube.kubeconfig.as_deref())
+        .await
+        .map_err(|e| AppError::Other(e.to_string()))?;
+    let client =
+        loadstar_kube::client::build(&config, None).map_err(|e| AppError::Other(e.to_string()))?;
+    let book = Arc::new(Mutex::new(PodUsageBook::new(BookLimits {
+        retain_s: args.pod_usage_retain_seconds,
+        ..BookLimits::default()
+    })));
+    loadstar_autoscaler::feed::spawn(store.clone(), book.clone(), shutdown.wait());
+    if args.step_scalers {
+        let leadership = match &kube.leader {
+            Some(l) => {
+                let elector = LeaderElector::new(
+                    client.clone(),
+                    LeaderConfig {
+                        name: args.step_scaler_lease.clone(),
+                        ..l.clone()
+                    },
+                );
+                let rx = elector.subscribe();
+                tokio::spawn(elector.run(shutdown.wait()));
+                rx
+            }
+            None => leader::always_leader(&kube.identity),
+        };
+        let config = ControllerConfig {
+            stale_s: args.step_scaler_stale_seconds,
+            ..ControllerConfig::new(&kube.identity)
+        };
+        controller::spawn(
+            client.clone(),
+            book.clone(),
+            leadership,
+            config,
+            shutdown.wait(),
+        );
+        info!(lease = %args.step_scaler_lease, "StepScaler controller enabled");
+    }
+    if let (Some(listen), Some(cert), Some(key)) = (
+        args.metrics_api_listen,
+        args.metrics_api_tls_cert.clone(),
+        args.metrics_api_tls_key.clone(),
+    ) {
+        let config = MetricsApiConfig {
+            listen,
+            cert,
+            key,
+            ca_dir: args.metrics_api_ca_dir.clone(),
+            window_s: args.metrics_api_window_seconds,
+        };
+        let stop = shutdown.clone();
+        // A cluster not yet configured for aggregation, or an unreachable API server, must
+        // not take the scorer down: retry, saying why.
+        tokio::spawn(async move {
+            loop {
+                match metrics_api::start(
+                    config.clone(),
+                    client.clone(),
+                    store.clone(),
+                    book.clone(),
+                    metrics.clone(),
+                    stop.wait(),
+                )
+                .await
+                {
+                    Ok(_) => return,
+                    Err(e) => warn!(error = %e, "metrics.k8s.io API not started; retrying in 30 s"),
+                }
+                tokio::select! {
+                    () = stop.wait() => return,
+                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                }
+            }
+        });
+    }
+    Ok(())
+}
