@@ -37,7 +37,7 @@ cluster_up() {
   printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' "$san" >"$pki/ext.cnf"
   openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
     -CAcreateserial -days 2 -extfile "$pki/ext.cnf" -out "$pki/apiserver.crt" >/dev/null 2>&1
-  local kubelet_client=()
+  local node_flags=()
   if [ -n "${CLUSTER_NODE_IP:-}" ]; then
     # The API server's client certificate towards kubelets (logs, exec), from the same CA.
     openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
@@ -45,9 +45,29 @@ cluster_up() {
     printf 'extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n' >"$pki/client.cnf"
     openssl x509 -req -in "$pki/kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
       -CAcreateserial -days 2 -extfile "$pki/client.cnf" -out "$pki/kubelet-client.crt" >/dev/null 2>&1
-    kubelet_client=(--kubelet-client-certificate="$pki/kubelet-client.crt"
+    node_flags=(--kubelet-client-certificate="$pki/kubelet-client.crt"
       --kubelet-client-key="$pki/kubelet-client.key"
       --kubelet-preferred-address-types=InternalIP,Hostname)
+    # The aggregation layer (Loadstar's metrics.k8s.io): a front-proxy CA of its own and the
+    # client certificate the API server presents to aggregated APIs, as kubeadm sets them up;
+    # requests go straight to the APIService's endpoints (no kube-proxy needed on the host).
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=front-proxy-ca" \
+      -keyout "$pki/front-proxy-ca.key" -out "$pki/front-proxy-ca.crt" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+      >/dev/null 2>&1
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=front-proxy-client" \
+      -keyout "$pki/front-proxy-client.key" -out "$pki/front-proxy-client.csr" >/dev/null 2>&1
+    openssl x509 -req -in "$pki/front-proxy-client.csr" -CA "$pki/front-proxy-ca.crt" \
+      -CAkey "$pki/front-proxy-ca.key" -CAcreateserial -days 2 -extfile "$pki/client.cnf" \
+      -out "$pki/front-proxy-client.crt" >/dev/null 2>&1
+    node_flags+=(--requestheader-client-ca-file="$pki/front-proxy-ca.crt"
+      --requestheader-allowed-names=front-proxy-client
+      --requestheader-username-headers=X-Remote-User
+      --requestheader-group-headers=X-Remote-Group
+      --requestheader-extra-headers-prefix=X-Remote-Extra-
+      --proxy-client-cert-file="$pki/front-proxy-client.crt"
+      --proxy-client-key-file="$pki/front-proxy-client.key"
+      --enable-aggregator-routing=true)
   fi
   openssl genrsa -out "$pki/sa.key" 2048 >/dev/null 2>&1
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" >/dev/null 2>&1
@@ -77,7 +97,7 @@ cluster_up() {
     --api-audiences=https://kubernetes.default.svc.cluster.local \
     --disable-admission-plugins="$admission_off" \
     --service-cluster-ip-range=10.96.0.0/16 \
-    --cert-dir="$dir/certs" "${kubelet_client[@]}" \
+    --cert-dir="$dir/certs" "${node_flags[@]}" \
     --max-requests-inflight=2000 --max-mutating-requests-inflight=1000 \
     --logtostderr=true --v=1)
   # Each process's command line, pid and (etcd) client URL, for the fault scenarios

@@ -116,6 +116,7 @@ EOF
     --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
     --use-service-account-credentials=false --leader-elect=false --port=0 --secure-port=0 \
     --controllers='*' --cluster-cidr="$NODE_CLUSTER_CIDR" --allocate-node-cidrs=false \
+    --horizontal-pod-autoscaler-downscale-stabilization="${NODE_HPA_DOWNSCALE_STABILIZATION:-45s}" \
     --logtostderr=true --v=1 >"$nd/logs/kube-controller-manager.log" 2>&1 &
   CONTROLLER_MANAGER_PID=$!
   # The default scheduler places what Loadstar does not (its own Deployment, the DaemonSet).

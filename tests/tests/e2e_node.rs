@@ -5,7 +5,10 @@
 //! pod's own cgroup; the agent's footprint is measured from its cgroup and its process; the
 //! scorer holds the leader Lease with its ServiceAccount's credentials; and deleting the agent
 //! pod is timed until the node reports again, checking the default profile's stale policy on
-//! the way. Every figure is printed (recorded in bench/README.md).
+//! the way. `autoscale`: the StepScaler and the real HPA on Loadstar's `metrics.k8s.io` (issue
+//! #19). Every figure is printed (recorded in bench/README.md).
+#[path = "e2e_node/autoscale.rs"]
+mod autoscale;
 mod e2e_support;
 
 /// The script that runs this suite and sets its environment.
@@ -586,6 +589,19 @@ async fn check_scorer_in_cluster(admin: &Client, since: Instant) -> Result<(Stri
     Ok((name, held_after))
 }
 
+/// The values every install here uses: the node's kubelet evicts at 1 % free disk
+/// (tests/e2e/node.sh: this machine's disk is often ~90 % full); the scorer's eviction
+/// thresholds mirror the kubelet's, or it would see disk pressure the kubelet does not.
+fn node_values(env: &NodeEnv) -> Result<String> {
+    let values = env.e2e.logs.join("node-values.yaml");
+    std::fs::write(
+        &values,
+        "scorer:\n  config:\n    eviction:\n      hard:\n        memory.available: 100Mi\n        \
+         nodefs.available: \"1%\"\n        nodefs.inodesFree: \"1%\"\n",
+    )?;
+    Ok(values.to_string_lossy().to_string())
+}
+
 fn helm(env: &NodeEnv, args: &[&str]) -> Result<String> {
     let out = Command::new(&env.helm)
         .args(args)
@@ -705,16 +721,7 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
     let chart = env.chart.to_string_lossy().to_string();
 
     // 1. helm install → agent Ready → the node's first report.
-    // The node's kubelet evicts at 1 % free disk (tests/e2e/node.sh: this machine's disk is
-    // often ~90 % full); the scorer's eviction thresholds mirror the kubelet's, or it would
-    // see disk pressure the kubelet does not.
-    let values = env.e2e.logs.join("node-values.yaml");
-    std::fs::write(
-        &values,
-        "scorer:\n  config:\n    eviction:\n      hard:\n        memory.available: 100Mi\n        \
-         nodefs.available: \"1%\"\n        nodefs.inodesFree: \"1%\"\n",
-    )?;
-    let values = values.to_string_lossy().to_string();
+    let values = node_values(&env)?;
     let t0 = Instant::now();
     // No cluster DNS here: agents reach the scorer through its Service's environment
     // variable, expanded by the kubelet. One replica, so that every query sees the reports.

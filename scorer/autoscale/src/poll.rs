@@ -236,7 +236,7 @@ mod tests {
     #[test]
     fn memory_uses_the_memory_request() {
         let b = book(&[0.0], 100.0); // 1e6 bytes each sample
-        let pods = vec![pod(0, true, 4e6), pod(1, true, 4e6)];
+        let pods = [pod(0, true, 4e6), pod(1, true, 4e6)];
         let s = PollSettings {
             metric: Metric::Memory,
             ..settings(100.0)

@@ -184,6 +184,30 @@ fn fail(code: StatusCode, reason: &str, message: &str) -> Response {
     json(code, &wire::status(code.as_u16(), reason, message))
 }
 
+/// A refused request, answered as a `Status`.
+#[derive(Debug)]
+struct Refusal {
+    code: StatusCode,
+    reason: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        fail(self.code, self.reason, &self.message)
+    }
+}
+
 /// The query parameters a list reads.
 #[derive(Debug, Default)]
 struct ListQuery {
@@ -207,17 +231,17 @@ impl ListQuery {
 
 impl AppState {
     /// Refuses callers that are not the aggregator.
-    fn check(&self, peer: &Peer) -> Result<(), Response> {
+    fn check(&self, peer: &Peer) -> Result<(), Refusal> {
         let allowed = self.allowed.read().unwrap_or_else(|p| p.into_inner());
         match &peer.common_name {
-            None => Err(fail(
+            None => Err(Refusal::new(
                 StatusCode::UNAUTHORIZED,
                 "Unauthorized",
                 "a front-proxy client certificate is required",
             )),
             Some(cn) if !allowed.is_empty() && !allowed.contains(cn) => {
                 warn!(peer = %peer.addr, cn = %cn, "metrics API: certificate CN not allowed");
-                Err(fail(
+                Err(Refusal::new(
                     StatusCode::FORBIDDEN,
                     "Forbidden",
                     "the client certificate's CN is not among requestheader-allowed-names",
@@ -292,16 +316,16 @@ impl AppState {
     }
 }
 
-fn selector(q: &ListQuery) -> Result<Selector, Response> {
+fn selector(q: &ListQuery) -> Result<Selector, Refusal> {
     if q.field_selector.as_deref().is_some_and(|f| !f.is_empty()) {
-        return Err(fail(
+        return Err(Refusal::new(
             StatusCode::BAD_REQUEST,
             "BadRequest",
             "fieldSelector is not supported by Loadstar's metrics API; use labelSelector",
         ));
     }
     Selector::parse(q.label_selector.as_deref().unwrap_or(""))
-        .map_err(|e| fail(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()))
+        .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()))
 }
 
 async fn list_nodes(
@@ -310,11 +334,11 @@ async fn list_nodes(
     RawQuery(raw): RawQuery,
 ) -> Response {
     if let Err(r) = s.check(&peer) {
-        return r;
+        return r.into_response();
     }
     let sel = match selector(&ListQuery::parse(raw.as_deref())) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let (now, now_s) = (Instant::now(), unix_now_s());
     let items = s
@@ -334,7 +358,7 @@ async fn get_node(
     Path(name): Path<String>,
 ) -> Response {
     if let Err(r) = s.check(&peer) {
-        return r;
+        return r.into_response();
     }
     match s.node_row(&name, Instant::now(), unix_now_s()) {
         Some(r) => json(StatusCode::OK, &wire::node_metrics(&r)),
@@ -355,14 +379,14 @@ async fn list_pods(
     RawQuery(raw): RawQuery,
 ) -> Response {
     if let Err(r) = s.check(&peer) {
-        return r;
+        return r.into_response();
     }
     match selector(&ListQuery::parse(raw.as_deref())) {
         Ok(sel) => json(
             StatusCode::OK,
             &wire::list("PodMetricsList", s.pods(None, &sel)),
         ),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -373,14 +397,14 @@ async fn list_namespace_pods(
     RawQuery(raw): RawQuery,
 ) -> Response {
     if let Err(r) = s.check(&peer) {
-        return r;
+        return r.into_response();
     }
     match selector(&ListQuery::parse(raw.as_deref())) {
         Ok(sel) => json(
             StatusCode::OK,
             &wire::list("PodMetricsList", s.pods(Some(&ns), &sel)),
         ),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
@@ -390,7 +414,7 @@ async fn get_pod(
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
     if let Err(r) = s.check(&peer) {
-        return r;
+        return r.into_response();
     }
     let found = s
         .pods
@@ -416,14 +440,14 @@ async fn get_pod(
 async fn discovery(State(s): State<AppState>, ConnectInfo(peer): ConnectInfo<Peer>) -> Response {
     match s.check(&peer) {
         Ok(()) => json(StatusCode::OK, &wire::resource_list()),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
 async fn group(State(s): State<AppState>, ConnectInfo(peer): ConnectInfo<Peer>) -> Response {
     match s.check(&peer) {
         Ok(()) => json(StatusCode::OK, &wire::api_group()),
-        Err(r) => r,
+        Err(r) => r.into_response(),
     }
 }
 
