@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 #! Generates everything that follows from the Helm chart (deploy/helm/loadstar), so that no
 #! manifest is kept by hand twice:
-#!   deploy/kustomize/loadstar.yaml      the chart rendered with its default values (release
+#!   deploy/kustomize/loadstar.yaml      the chart rendered with its default values and CRDs (release
 #!                                       `loadstar`, namespace `loadstar`) plus the Namespace
 #!   deploy/kustomize/kustomization.yaml the kustomize base over it (kubectl apply -k)
 #!   README.md                           the values table between the values-table markers,
@@ -57,7 +57,7 @@ kind: Namespace
 metadata:
   name: $NAMESPACE
 EOF
-  "$helm" template "$RELEASE" "$CHART" --namespace "$NAMESPACE"
+  "$helm" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" --include-crds
 } >"$out/deploy/kustomize/loadstar.yaml"
 
 cat >"$out/deploy/kustomize/kustomization.yaml" <<'EOF'
