@@ -7,6 +7,7 @@
 //! `/scale`) only sets its own conditions; the loop goes on.
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -23,6 +24,7 @@ use loadstar_autoscale::spec::{DEFAULT_POLL_PERIOD_S, StepScalerSpec};
 use loadstar_autoscale::step::StepTolerance;
 use loadstar_common::quantity;
 use loadstar_kube::leader::Leadership;
+use loadstar_store::metrics::{Metrics, ResultLabel};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -81,6 +83,7 @@ struct Controller {
     book: SharedBook,
     targets: Targets,
     config: ControllerConfig,
+    metrics: Arc<Metrics>,
 }
 
 /// Runs the controller until `shutdown` resolves; polls only while `leadership` says so.
@@ -89,6 +92,7 @@ pub async fn run(
     book: SharedBook,
     mut leadership: watch::Receiver<Leadership>,
     config: ControllerConfig,
+    metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let ar = api_resource();
@@ -120,6 +124,7 @@ pub async fn run(
         client,
         book,
         config,
+        metrics,
     };
     let mut due: HashMap<String, Due> = HashMap::new();
     let mut tick = tokio::time::interval(c.config.tick);
@@ -149,7 +154,13 @@ pub async fn run(
                 continue;
             }
             let span = info_span!("stepscaler", scaler = %k);
-            let period = c.reconcile(&obj, now_s).instrument(span).await;
+            let (period, outcome) = c.reconcile(&obj, now_s).instrument(span).await;
+            c.metrics
+                .stepscaler_polls
+                .get_or_create(&ResultLabel {
+                    result: outcome.into(),
+                })
+                .inc();
             due.insert(
                 k,
                 Due {
@@ -198,8 +209,9 @@ pub fn pod_view(pod: &Pod, resource: &str) -> Option<PodView> {
 }
 
 impl Controller {
-    /// Polls one StepScaler; returns the seconds until its next poll.
-    async fn reconcile(&self, obj: &DynamicObject, now_s: f64) -> f64 {
+    /// Polls one StepScaler; returns the seconds until its next poll and the outcome
+    /// (`scaled`, `held`, `dry_run`, `invalid`, `unable`, `failed`) for the poll counter.
+    async fn reconcile(&self, obj: &DynamicObject, now_s: f64) -> (f64, &'static str) {
         let ns = obj.namespace().unwrap_or_default();
         let mut status: StepScalerStatus = obj
             .data
@@ -219,7 +231,7 @@ impl Controller {
                         self.event(obj, "Warning", "InvalidSpec", &msg).await;
                     }
                     self.write_status(obj, &status).await;
-                    return DEFAULT_POLL_PERIOD_S;
+                    return (DEFAULT_POLL_PERIOD_S, "invalid");
                 }
             };
         status.set_condition(VALID, true, "ValidSpec", "the spec is valid", now_s);
@@ -234,7 +246,7 @@ impl Controller {
                 self.event(obj, "Warning", "PeriodTooLong", &msg).await;
             }
             self.write_status(obj, &status).await;
-            return period;
+            return (period, "invalid");
         }
         let r = &spec.scale_target_ref;
         status.reference = Some(format!("{}/{}", r.kind, r.name));
@@ -243,7 +255,7 @@ impl Controller {
             Err(e) => {
                 self.unable(obj, &mut status, e.reason(), &e.to_string(), now_s)
                     .await;
-                return period;
+                return (period, "unable");
             }
         };
         let target: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &ar);
@@ -253,7 +265,7 @@ impl Controller {
                 let msg = format!("reading the scale of {}/{}: {}", r.kind, r.name, brief(&e));
                 self.unable(obj, &mut status, "FailedGetScale", &msg, now_s)
                     .await;
-                return period;
+                return (period, "unable");
             }
         };
         let current = scale
@@ -274,7 +286,7 @@ impl Controller {
             );
             self.unable(obj, &mut status, "InvalidSelector", &msg, now_s)
                 .await;
-            return period;
+            return (period, "unable");
         };
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         let pods = match pods.list(&ListParams::default().labels(&selector)).await {
@@ -285,7 +297,7 @@ impl Controller {
                     self.event(obj, "Warning", "FailedGetPods", &msg).await;
                 }
                 self.write_status(obj, &status).await;
-                return period;
+                return (period, "failed");
             }
         };
         let resource = spec.metric.resource();
@@ -298,7 +310,7 @@ impl Controller {
             Err(e) => {
                 status.set_condition(VALID, false, "InvalidSpec", &e.to_string(), now_s);
                 self.write_status(obj, &status).await;
-                return period;
+                return (period, "invalid");
             }
         };
         let settings = PollSettings {
@@ -340,6 +352,7 @@ impl Controller {
             self.event(obj, "Warning", reason, &msg).await;
         }
         let mut applied = false;
+        let mut outcome = "held";
         if d.scales() {
             let what = format!("{}/{}", r.kind, r.name);
             if spec.dry_run {
@@ -348,6 +361,7 @@ impl Controller {
                     d.current, d.desired, d.reason
                 );
                 self.event(obj, "Normal", "DryRunRescale", &msg).await;
+                outcome = "dry_run";
                 status.set_condition(ABLE_TO_SCALE, true, "DryRun", &msg, now_s);
             } else {
                 let patch = json!({"spec": {"replicas": d.desired}});
@@ -357,6 +371,7 @@ impl Controller {
                 {
                     Ok(_) => {
                         applied = true;
+                        outcome = "scaled";
                         let msg = format!("New size: {}; reason: {}", d.desired, d.reason);
                         info!(target = %what, from = d.current, to = d.desired, reason = %d.reason, "rescaled");
                         self.event(obj, "Normal", "SuccessfulRescale", &msg).await;
@@ -376,6 +391,7 @@ impl Controller {
                             brief(&e)
                         );
                         warn!(error = %msg, "rescale failed");
+                        outcome = "failed";
                         self.event(obj, "Warning", "FailedRescale", &msg).await;
                         status.set_condition(
                             ABLE_TO_SCALE,
@@ -412,7 +428,7 @@ impl Controller {
             applied,
         });
         self.write_status(obj, &status).await;
-        period
+        (period, outcome)
     }
 
     async fn unable(
@@ -510,9 +526,10 @@ pub fn spawn(
     book: SharedBook,
     leadership: watch::Receiver<Leadership>,
     config: ControllerConfig,
+    metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(run(client, book, leadership, config, shutdown))
+    tokio::spawn(run(client, book, leadership, config, metrics, shutdown))
 }
 
 #[cfg(test)]

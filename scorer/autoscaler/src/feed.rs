@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use loadstar_store::metrics::Metrics;
 use loadstar_store::{ChangeKind, NodeStore};
 use tokio::sync::broadcast::error::RecvError;
 use tracing::{debug, warn};
@@ -67,10 +68,11 @@ impl Feeder {
 /// How often old samples are dropped.
 const PRUNE_EVERY: Duration = Duration::from_secs(10);
 
-/// Feeds `book` from `store` until `shutdown` resolves.
+/// Feeds `book` from `store` until `shutdown` resolves; `metrics` shows the pods kept.
 pub fn spawn(
     store: Arc<NodeStore>,
     book: SharedBook,
+    metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     let mut rx = store.subscribe();
@@ -82,8 +84,12 @@ pub fn spawn(
             tokio::select! {
                 () = &mut shutdown => return,
                 _ = prune.tick() => {
-                    let dropped = lock(&book).prune(unix_now_s());
-                    debug!(dropped, "pod usage book pruned");
+                    let (dropped, kept) = {
+                        let mut b = lock(&book);
+                        (b.prune(unix_now_s()), b.len())
+                    };
+                    metrics.pod_usage_pods.set(i64::try_from(kept).unwrap_or(i64::MAX));
+                    debug!(dropped, kept, "pod usage book pruned");
                 }
                 change = rx.recv() => match change {
                     Ok(c) => match c.kind {

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::extract::connect_info::Connected;
-use axum::extract::{ConnectInfo, Path, RawQuery, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::StreamExt;
@@ -31,7 +32,7 @@ use loadstar_autoscale::usage::PodUsageBook;
 use loadstar_common::model::ResourceKind;
 use loadstar_extender::tls::TlsListener;
 use loadstar_store::NodeStore;
-use loadstar_store::metrics::Metrics;
+use loadstar_store::metrics::{Metrics, VerbResultLabel};
 use serde_json::Value;
 use thiserror::Error;
 use tracing::{debug, info, warn};
@@ -160,6 +161,7 @@ struct AppState {
     pods: Store<PartialObjectMeta<Pod>>,
     allowed: Arc<RwLock<Vec<String>>>,
     window_s: f64,
+    metrics: Arc<Metrics>,
 }
 
 fn unix_now_s() -> f64 {
@@ -230,6 +232,18 @@ impl ListQuery {
 }
 
 impl AppState {
+    /// Counts a request to `resource` answered with `response`'s status.
+    fn count(&self, resource: &str, response: Response) -> Response {
+        self.metrics
+            .metrics_api_requests
+            .get_or_create(&VerbResultLabel {
+                verb: resource.into(),
+                result: response.status().as_u16().to_string(),
+            })
+            .inc();
+        response
+    }
+
     /// Refuses callers that are not the aggregator.
     fn check(&self, peer: &Peer) -> Result<(), Refusal> {
         let allowed = self.allowed.read().unwrap_or_else(|p| p.into_inner());
@@ -461,6 +475,25 @@ async fn openapi() -> Response {
     )
 }
 
+/// What a path asks for, for the request counter.
+fn resource_of(path: &str) -> &'static str {
+    if path.contains("/nodes") {
+        "nodes"
+    } else if path.contains("/pods") {
+        "pods"
+    } else if path.starts_with("/apis") {
+        "discovery"
+    } else {
+        "other"
+    }
+}
+
+async fn counted(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let resource = resource_of(req.uri().path());
+    let response = next.run(req).await;
+    s.count(resource, response)
+}
+
 fn router(state: AppState) -> Router {
     const GV: &str = "/apis/metrics.k8s.io/v1beta1";
     Router::new()
@@ -481,6 +514,7 @@ fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
+        .layer(middleware::from_fn_with_state(state.clone(), counted))
         .with_state(state)
 }
 
@@ -516,7 +550,7 @@ pub async fn start(
             require_client_cert: true,
         },
         &[b"http/1.1"],
-        metrics,
+        metrics.clone(),
     )?);
     let reload = tls.watch(Duration::from_secs(30));
     let allowed = Arc::new(RwLock::new(fp.allowed_names.clone()));
@@ -576,6 +610,7 @@ pub async fn start(
         pods: reader,
         allowed,
         window_s: config.window_s,
+        metrics,
     };
     let app = router(state).into_make_service_with_connect_info::<Peer>();
     info!(listen = %config.listen, window_s = config.window_s, "metrics.k8s.io API serving");
@@ -595,6 +630,16 @@ pub async fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_are_counted_by_resource() {
+        const GV: &str = "/apis/metrics.k8s.io/v1beta1";
+        assert_eq!(resource_of(&format!("{GV}/nodes")), "nodes");
+        assert_eq!(resource_of(&format!("{GV}/nodes/n1")), "nodes");
+        assert_eq!(resource_of(&format!("{GV}/namespaces/a/pods/b")), "pods");
+        assert_eq!(resource_of(GV), "discovery");
+        assert_eq!(resource_of("/openapi/v2"), "other");
+    }
 
     #[test]
     fn front_proxy_trust_from_the_configmap() {

@@ -132,7 +132,12 @@ pub async fn start(
         retain_s: args.pod_usage_retain_seconds,
         ..BookLimits::default()
     })));
-    loadstar_autoscaler::feed::spawn(store.clone(), book.clone(), shutdown.wait());
+    loadstar_autoscaler::feed::spawn(
+        store.clone(),
+        book.clone(),
+        metrics.clone(),
+        shutdown.wait(),
+    );
     if args.step_scalers {
         let leadership = match &kube.leader {
             Some(l) => {
@@ -158,6 +163,7 @@ pub async fn start(
             book.clone(),
             leadership,
             config,
+            metrics.clone(),
             shutdown.wait(),
         );
         info!(lease = %args.step_scaler_lease, "StepScaler controller enabled");

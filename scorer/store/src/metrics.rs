@@ -91,6 +91,12 @@ pub const STALE_NODES: &str = "loadstar_scorer_stale_nodes";
 pub const DECISIONS: &str = "loadstar_scorer_decisions";
 /// The report interval asked of agents in acks (0: no preference); raised under load.
 pub const DESIRED_INTERVAL: &str = "loadstar_scorer_desired_interval_seconds";
+/// StepScaler polls, by outcome (`scaled`, `held`, `dry_run`, `invalid`, `unable`, `failed`).
+pub const STEPSCALER_POLLS: &str = "loadstar_scorer_stepscaler_polls";
+/// Pods whose recent usage the scorer keeps for the StepScaler and `metrics.k8s.io`.
+pub const POD_USAGE_PODS: &str = "loadstar_scorer_pod_usage_pods";
+/// `metrics.k8s.io` requests, by resource (`nodes`, `pods`, `discovery`) and HTTP status.
+pub const METRICS_API_REQUESTS: &str = "loadstar_scorer_metrics_api_requests";
 
 /// Label set of scheduling attempts.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -243,6 +249,12 @@ pub struct Metrics {
     pub decisions: Gauge,
     /// See [`DESIRED_INTERVAL`].
     pub desired_interval: Gauge<f64, AtomicU64>,
+    /// See [`STEPSCALER_POLLS`].
+    pub stepscaler_polls: Family<ResultLabel, Counter>,
+    /// See [`POD_USAGE_PODS`].
+    pub pod_usage_pods: Gauge,
+    /// See [`METRICS_API_REQUESTS`].
+    pub metrics_api_requests: Family<VerbResultLabel, Counter>,
     registry: Registry,
 }
 
@@ -457,6 +469,24 @@ impl Metrics {
             "Report interval asked of agents in acks, seconds (0: no preference)",
             desired_interval.clone(),
         );
+        let stepscaler_polls = Family::<ResultLabel, Counter>::default();
+        let pod_usage_pods = Gauge::default();
+        let metrics_api_requests = Family::<VerbResultLabel, Counter>::default();
+        registry.register(
+            STEPSCALER_POLLS,
+            "StepScaler polls, by outcome",
+            stepscaler_polls.clone(),
+        );
+        registry.register(
+            POD_USAGE_PODS,
+            "Pods whose recent usage is kept for the StepScaler and metrics.k8s.io",
+            pod_usage_pods.clone(),
+        );
+        registry.register(
+            METRICS_API_REQUESTS,
+            "metrics.k8s.io requests, by resource and HTTP status",
+            metrics_api_requests.clone(),
+        );
         Arc::new(Metrics {
             schedule_attempts,
             extension_point_duration,
@@ -466,6 +496,9 @@ impl Metrics {
             stale_nodes,
             decisions,
             desired_interval,
+            stepscaler_polls,
+            pod_usage_pods,
+            metrics_api_requests,
             watch_failures,
             watch_relists,
             watch_relist_duration,
