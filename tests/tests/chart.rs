@@ -574,6 +574,66 @@ fn nondefault_values_render_what_they_ask() {
         serde_json::from_str(cm["data"]["loadstar.json"].as_str().unwrap_or_default())
             .expect("dashboard JSON");
     assert_eq!(dashboard["uid"].as_str(), Some("loadstar-overview"));
+
+    // The StepScaler controller on its own Lease, with RBAC on stepscalers and every /scale.
+    for want in [
+        "--step-scalers",
+        "--step-scaler-lease=ls-scorer-stepscaler",
+        "--metrics-api-listen=0.0.0.0:4443",
+        "--metrics-api-window-seconds=30",
+        "--metrics-api-tls-cert=/etc/loadstar/metrics-api/tls.crt",
+        "--metrics-api-ca-dir=/var/run/loadstar/metrics-api",
+    ] {
+        assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+    }
+    let rules = &find(&docs, "ClusterRole", "ls-scorer")["rules"];
+    let grants = |resource: &str, verb: &str| {
+        rules.as_sequence().into_iter().flatten().any(|r| {
+            strings(&r["resources"]).iter().any(|x| x == resource)
+                && strings(&r["verbs"]).iter().any(|x| x == verb)
+        })
+    };
+    for (resource, verb) in [
+        ("stepscalers", "watch"),
+        ("stepscalers/status", "patch"),
+        ("*/scale", "patch"),
+    ] {
+        assert!(grants(resource, verb), "{verb} {resource} in {rules:?}");
+    }
+    // metrics.k8s.io: the APIService names the Service, whose port reaches the container's,
+    // and trusts the CA that signed the mounted serving certificate.
+    let api = find(&docs, "APIService", "v1beta1.metrics.k8s.io");
+    assert_eq!(
+        api["spec"]["service"]["name"].as_str(),
+        Some("ls-scorer-metrics-api")
+    );
+    assert_eq!(
+        api["spec"]["service"]["namespace"].as_str(),
+        Some("loadstar")
+    );
+    let secret = find(&docs, "Secret", "ls-scorer-metrics-api-tls");
+    assert_eq!(api["spec"]["caBundle"], secret["data"]["ca.crt"]);
+    let svc = find(&docs, "Service", "ls-scorer-metrics-api");
+    assert_eq!(
+        svc["spec"]["ports"][0]["targetPort"].as_str(),
+        Some("metrics-api")
+    );
+    let port = named(&c["ports"], "metrics-api").expect("metrics-api port");
+    assert_eq!(port["containerPort"].as_u64(), Some(4443));
+    let vol = named(&pod["volumes"], "metrics-api-tls").expect("serving certificate volume");
+    assert_eq!(
+        vol["secret"]["secretName"].as_str(),
+        Some("ls-scorer-metrics-api-tls")
+    );
+    let reader = find(&docs, "RoleBinding", "ls-scorer-auth-reader");
+    assert_eq!(
+        reader["metadata"]["namespace"].as_str(),
+        Some("kube-system")
+    );
+    assert_eq!(
+        reader["roleRef"]["name"].as_str(),
+        Some("extension-apiserver-authentication-reader")
+    );
 }
 
 // --- (d) bad values fail, naming the field ---------------------------------------------------
