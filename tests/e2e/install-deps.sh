@@ -93,11 +93,18 @@ apt_install chromium chromium-driver
 K8S_TOOLS=(kube-apiserver kube-scheduler kubectl kube-controller-manager kubelet kube-proxy)
 missing=()
 for what in "${K8S_TOOLS[@]}"; do [ -x "$K8S_BIN/$what" ] || missing+=("$what"); done
+# Go 1.18 changed the runtime's map iterator: the vendored reflect2 1.0.1 then faults ("fatal
+# error: fault" in UnsafeMapType.UnsafeIterate) the first time json-iterator encodes a map —
+# kube-apiserver dies on the first custom resource written (a StepScaler). Debian's reflect2
+# 1.0.2 carries the upstream fix; binaries built with it are marked by this stamp, and a cache
+# without the stamp is rebuilt.
+STAMP="$K8S_BIN/.reflect2-1.0.2"
+[ -f "$STAMP" ] || missing=("${K8S_TOOLS[@]}")
 if [ ${#missing[@]} -eq 0 ]; then
   log "cached Kubernetes binaries in $K8S_BIN"
   exit 0
 fi
-apt_install golang-go rsync dpkg-dev build-essential ca-certificates
+apt_install golang-go rsync dpkg-dev build-essential ca-certificates golang-github-modern-go-reflect2-dev
 if [ $apt_updated -eq 0 ]; then ensure_deb_src; DEBIAN_FRONTEND=noninteractive apt-get update -qq; apt_updated=1; fi
 SRC="$CACHE/src"
 mkdir -p "$SRC" "$K8S_BIN"
@@ -107,6 +114,13 @@ if ! ls -d kubernetes-1.20* >/dev/null 2>&1; then
   apt-get source -qq kubernetes >/dev/null
 fi
 dir=$(ls -d kubernetes-1.20*/ | head -1)
+vendored="$SRC/$dir/vendor/github.com/modern-go/reflect2"
+fixed=/usr/share/gocode/src/github.com/modern-go/reflect2
+if ! [ -f "$vendored/go_above_118.go" ]; then
+  log "vendoring Debian's reflect2 1.0.2 (Go 1.18+ map iteration) into the Kubernetes source"
+  rm -f "$vendored"/*.go "$vendored"/*.s
+  find "$fixed" -maxdepth 1 \( -name '*.go' -o -name '*.s' \) ! -name '*_test.go' -exec cp {} "$vendored/" \;
+fi
 # The Makefile expects a GOPATH layout: k8s.io/kubernetes inside a GOPATH.
 GP="$CACHE/gopath"
 mkdir -p "$GP/src/k8s.io"
@@ -125,4 +139,5 @@ done
 # The build tree (binaries and Go's build cache, ~3 GB) is not needed once the binaries are
 # copied; the source stays for reading.
 rm -rf _output
+touch "$STAMP"
 log "built into $K8S_BIN"

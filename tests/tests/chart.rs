@@ -581,7 +581,6 @@ fn nondefault_values_render_what_they_ask() {
         "--step-scaler-lease=ls-scorer-stepscaler",
         "--metrics-api-listen=0.0.0.0:4443",
         "--metrics-api-window-seconds=30",
-        "--metrics-api-tls-cert=/etc/loadstar/metrics-api/tls.crt",
         "--metrics-api-ca-dir=/var/run/loadstar/metrics-api",
     ] {
         assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
@@ -600,30 +599,54 @@ fn nondefault_values_render_what_they_ask() {
     ] {
         assert!(grants(resource, verb), "{verb} {resource} in {rules:?}");
     }
-    // metrics.k8s.io: the APIService names the Service, whose port reaches the container's,
-    // and trusts the CA that signed the mounted serving certificate.
+    // metrics.k8s.io and the admission webhook: the APIService and the webhook name the
+    // Service, whose ports reach the container's, and trust the CA that signed the mounted
+    // serving certificate.
+    for want in [
+        "--admission-listen=0.0.0.0:8443",
+        "--admission-tls-cert=/etc/loadstar/https/tls.crt",
+        "--metrics-api-tls-cert=/etc/loadstar/https/tls.crt",
+    ] {
+        assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+    }
     let api = find(&docs, "APIService", "v1beta1.metrics.k8s.io");
     assert_eq!(
         api["spec"]["service"]["name"].as_str(),
-        Some("ls-scorer-metrics-api")
+        Some("ls-scorer-https")
     );
     assert_eq!(
         api["spec"]["service"]["namespace"].as_str(),
         Some("loadstar")
     );
-    let secret = find(&docs, "Secret", "ls-scorer-metrics-api-tls");
+    let secret = find(&docs, "Secret", "ls-scorer-https-tls");
     assert_eq!(api["spec"]["caBundle"], secret["data"]["ca.crt"]);
-    let svc = find(&docs, "Service", "ls-scorer-metrics-api");
+    let hook = &find(
+        &docs,
+        "ValidatingWebhookConfiguration",
+        "ls-scorer-stepscalers",
+    )["webhooks"][0];
+    assert_eq!(hook["clientConfig"]["caBundle"], secret["data"]["ca.crt"]);
     assert_eq!(
-        svc["spec"]["ports"][0]["targetPort"].as_str(),
-        Some("metrics-api")
+        hook["clientConfig"]["service"]["path"].as_str(),
+        Some("/validate-stepscaler")
     );
-    let port = named(&c["ports"], "metrics-api").expect("metrics-api port");
-    assert_eq!(port["containerPort"].as_u64(), Some(4443));
-    let vol = named(&pod["volumes"], "metrics-api-tls").expect("serving certificate volume");
+    let svc = find(&docs, "Service", "ls-scorer-https");
+    for (port, target, container) in [(443, "metrics-api", 4443), (8443, "webhook", 8443)] {
+        let p = named(&svc["spec"]["ports"], target).expect("service port");
+        assert_eq!(p["port"].as_u64(), Some(port));
+        assert_eq!(p["targetPort"].as_str(), Some(target));
+        let c = named(&c["ports"], target).expect("container port");
+        assert_eq!(c["containerPort"].as_u64(), Some(container));
+    }
+    assert_eq!(
+        hook["clientConfig"]["service"]["port"].as_u64(),
+        Some(8443),
+        "the webhook port"
+    );
+    let vol = named(&pod["volumes"], "https-tls").expect("serving certificate volume");
     assert_eq!(
         vol["secret"]["secretName"].as_str(),
-        Some("ls-scorer-metrics-api-tls")
+        Some("ls-scorer-https-tls")
     );
     let reader = find(&docs, "RoleBinding", "ls-scorer-auth-reader");
     assert_eq!(

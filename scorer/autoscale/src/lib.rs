@@ -3,6 +3,7 @@
 //! ([`spec`]), each pod's recent usage from the agents ([`usage`]) and one controller poll over
 //! them ([`poll`]). The simulator and the StepScaler controller (`loadstar-autoscaler`) call
 //! these with their own clocks.
+pub mod admission;
 pub mod hpa;
 pub mod poll;
 pub mod spec;

@@ -1,6 +1,6 @@
 //! `serve`'s autoscaling side: the per-pod usage book fed from the node store, the StepScaler
-//! controller on its own Lease, and the `metrics.k8s.io` aggregated API; each only when its
-//! flag asks for it.
+//! controller on its own Lease, its admission webhook, and the `metrics.k8s.io` aggregated
+//! API; each only when its flag asks for it.
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -10,6 +10,7 @@ use clap::Args;
 use loadstar_autoscale::usage::{BookLimits, PodUsageBook};
 use loadstar_autoscaler::controller::{self, ControllerConfig};
 use loadstar_kube::leader::{self, LeaderConfig, LeaderElector};
+use loadstar_metrics_api::admission::AdmissionConfig;
 use loadstar_metrics_api::server::{self as metrics_api, MetricsApiConfig};
 use loadstar_store::NodeStore;
 use loadstar_store::metrics::Metrics;
@@ -52,6 +53,17 @@ pub struct AutoscaleArgs {
     /// Pods' usage in `metrics.k8s.io` is the mean over this many seconds.
     #[arg(long, default_value_t = 15.0)]
     pub metrics_api_window_seconds: f64,
+    /// HTTPS address of the StepScaler validating admission webhook (`POST
+    /// /validate-stepscaler`); off when absent. Needs `--admission-tls-cert` and
+    /// `--admission-tls-key`.
+    #[arg(long, requires_all = ["admission_tls_cert", "admission_tls_key"])]
+    pub admission_listen: Option<SocketAddr>,
+    /// PEM serving certificate of the webhook (its configuration's `caBundle` signs it).
+    #[arg(long)]
+    pub admission_tls_cert: Option<PathBuf>,
+    /// PEM key of `--admission-tls-cert`.
+    #[arg(long)]
+    pub admission_tls_key: Option<PathBuf>,
 }
 
 /// What the Kubernetes side of `serve` hands over.
@@ -112,6 +124,19 @@ pub async fn start(
     metrics: Arc<Metrics>,
     shutdown: &Shutdown,
 ) -> Result<(), AppError> {
+    if let (Some(listen), Some(cert), Some(key)) = (
+        args.admission_listen,
+        args.admission_tls_cert.clone(),
+        args.admission_tls_key.clone(),
+    ) {
+        loadstar_metrics_api::admission::start(
+            AdmissionConfig { listen, cert, key },
+            metrics.clone(),
+            shutdown.wait(),
+        )
+        .await
+        .map_err(|e| AppError::Other(e.to_string()))?;
+    }
     if !args.wanted() {
         return Ok(());
     }
