@@ -212,7 +212,10 @@ impl StepScalerSpec {
             };
             return Err(field(
                 "minReplicas",
-                format!("{floor}{implied} is above maxReplicas {}", self.max_replicas),
+                format!(
+                    "{floor}{implied} is above maxReplicas {}",
+                    self.max_replicas
+                ),
             ));
         }
         let mut cooldowns = [d.scale_out_cooldown_s, d.scale_in_cooldown_s];
@@ -313,7 +316,10 @@ mod tests {
             (json!({"targetUtilizationPercent": -5}), "must be above 0"),
             (json!({"minReplicas": 11}), "11 is above maxReplicas 10"),
             (json!({"minReplicas": 0}), "spec.minReplicas: must be ≥ 1"),
-            (json!({"maxReplicas": 1}), "2 (the default minReplicas) is above maxReplicas 1"),
+            (
+                json!({"maxReplicas": 1}),
+                "2 (the default minReplicas) is above maxReplicas 1",
+            ),
             (json!({"step": 0}), "spec.step"),
             (json!({"tolerance": {"value": 0.9}}), "a ratio must be ≥ 1"),
             (
