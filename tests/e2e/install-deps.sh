@@ -116,6 +116,7 @@ fi
 dir=$(ls -d kubernetes-1.20*/ | head -1)
 vendored="$SRC/$dir/vendor/github.com/modern-go/reflect2"
 fixed=/usr/share/gocode/src/github.com/modern-go/reflect2
+[ -f "$fixed/go_above_118.go" ] || { log "no reflect2 1.0.2 in $fixed (golang-github-modern-go-reflect2-dev)"; exit 1; }
 if ! [ -f "$vendored/go_above_118.go" ]; then
   log "vendoring Debian's reflect2 1.0.2 (Go 1.18+ map iteration) into the Kubernetes source"
   rm -f "$vendored"/*.go "$vendored"/*.s

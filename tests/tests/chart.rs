@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use base64::Engine as _;
 use clap::Parser;
 use loadstar_agent::config::AgentConfig;
 use loadstar_policy::config::ScorerConfig;
@@ -620,6 +621,26 @@ fn nondefault_values_render_what_they_ask() {
     );
     let secret = find(&docs, "Secret", "ls-scorer-https-tls");
     assert_eq!(api["spec"]["caBundle"], secret["data"]["ca.crt"]);
+    // That CA really signs the serving certificate, which names the Service.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pem = |key: &str| {
+        let b64 = secret["data"][key].as_str().unwrap_or_default();
+        let path = dir.path().join(key);
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .expect("base64 in the Secret");
+        std::fs::write(&path, der).expect("write");
+        path.to_string_lossy().into_owned()
+    };
+    let (ca, crt) = (pem("ca.crt"), pem("tls.crt"));
+    let openssl = Path::new("openssl");
+    let verified = ok(openssl, &["verify", "-CAfile", &ca, &crt]);
+    assert!(verified.contains(": OK"), "{verified}");
+    let sans = ok(
+        openssl,
+        &["x509", "-in", &crt, "-noout", "-ext", "subjectAltName"],
+    );
+    assert!(sans.contains("DNS:ls-scorer-https.loadstar.svc"), "{sans}");
     let hook = &find(
         &docs,
         "ValidatingWebhookConfiguration",

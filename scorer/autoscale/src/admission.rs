@@ -32,11 +32,16 @@ pub fn review(body: &[u8]) -> Result<Value, AdmissionError> {
         .get("apiVersion")
         .and_then(Value::as_str)
         .unwrap_or("admission.k8s.io/v1");
-    let verdict = match request.get("object").and_then(|o| o.get("spec")) {
-        Some(spec) => StepScalerSpec::from_json(spec)
+    let spec = request.get("object").and_then(|o| o.get("spec"));
+    let old_spec = request.get("oldObject").and_then(|o| o.get("spec"));
+    // An update that leaves the spec as it was (labels, finalizers) passes: an object
+    // admitted while the webhook was down must stay editable.
+    let unchanged = spec.is_some() && spec == old_spec;
+    let verdict = match spec {
+        Some(spec) if !unchanged => StepScalerSpec::from_json(spec)
             .and_then(|s| s.config())
             .err(),
-        None => None,
+        _ => None,
     };
     let response = match verdict {
         None => json!({"uid": uid, "allowed": true}),
@@ -91,6 +96,21 @@ mod tests {
             "operation": "DELETE", "object": null}});
         let r = review(delete.to_string().as_bytes()).expect("answered");
         assert_eq!(r["response"]["allowed"], true);
+    }
+
+    #[test]
+    fn updates_that_keep_an_invalid_spec_pass() {
+        let bad = spec(5, 3);
+        let review_of = |old: Value| {
+            json!({"apiVersion": "admission.k8s.io/v1", "request": {"uid": "x",
+                "operation": "UPDATE", "object": {"metadata": {"labels": {"a": "b"}}, "spec": bad},
+                "oldObject": {"spec": old}}})
+            .to_string()
+        };
+        let r = review(review_of(spec(5, 3)).as_bytes()).expect("answered");
+        assert_eq!(r["response"]["allowed"], true, "a label change");
+        let r = review(review_of(spec(2, 3)).as_bytes()).expect("answered");
+        assert_eq!(r["response"]["allowed"], false, "a spec made invalid");
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! - A pod's utilisation is its mean usage over the last poll period divided by its request
 //!   (the sum of its containers' requests for the metric).
 //! - **Start-up reservation**: a pod that is not running yet, or has no sample in the window,
-//!   or whose newest sample is older than `stale_s`, is *unmeasured*: it adds no load and is
-//!   not averaged, and while any pod is unmeasured nothing scales in (see [`crate::step`]).
+//!   or whose newest sample is older than `stale_s` (or three report intervals of its node,
+//!   when backpressure has lengthened them), is *unmeasured*: it adds no load and is not
+//!   averaged, and while any pod is unmeasured nothing scales in (see [`crate::step`]).
 //! - A running pod without a request for the metric makes utilisation undefined: the poll
 //!   holds and says which pod (as the HPA does).
 //! - A workload scaled to 0 is left alone (the HPA's convention: autoscaling is off).
@@ -130,7 +131,9 @@ pub fn poll(
                 return None;
             }
             let w = book.window(&p.uid, settings.now_s, settings.window_s)?;
-            if settings.now_s - w.last_s > settings.stale_s {
+            // Stale after `stale_s`, or after three of its node's report intervals when the
+            // scorer has slowed its agents down (backpressure).
+            if settings.now_s - w.last_s > settings.stale_s.max(3.0 * w.interval_s) {
                 return None;
             }
             let used = match settings.metric {
@@ -156,7 +159,7 @@ pub fn poll(
 mod tests {
     use super::*;
     use crate::step::StepConfig;
-    use crate::usage::BookLimits;
+    use crate::usage::{BookLimits, Reading};
 
     fn pod(i: usize, running: bool, request: f64) -> PodView {
         PodView {
@@ -181,7 +184,8 @@ mod tests {
         let mut b = PodUsageBook::new(BookLimits::default());
         for t in 0..30 {
             for (i, c) in cores.iter().enumerate() {
-                b.record("n", &format!("u{i}"), now - f64::from(t), *c, 1e6);
+                let r = Reading::new(now - f64::from(t), *c, 1e6);
+                b.record("n", 1.0, &format!("u{i}"), r);
             }
         }
         b
@@ -227,10 +231,17 @@ mod tests {
         assert_eq!(p.decision.desired, 4, "{p:?}");
         assert!(p.decision.reason.contains("no fresh measurement"), "{p:?}");
         assert_eq!((p.measured, p.pods), (2, 4));
-        // The same pods measured 20 s ago only: stale, so nothing is measured.
-        let p = poll(&mut alg(), settings(1040.0), 4, &pods[..2], &b);
-        assert_eq!(p.measured, 0);
+        // 15 s after their last sample (still in the 30 s window): stale past 10 s.
+        let p = poll(&mut alg(), settings(1015.0), 4, &pods[..2], &b);
+        assert_eq!(p.measured, 0, "{p:?}");
         assert_eq!(p.decision.desired, 4);
+        // Unless their node reports every 10 s (paced): then 30 s is the limit.
+        let mut slow = PodUsageBook::new(BookLimits::default());
+        for i in 0..2 {
+            slow.record("n", 10.0, &format!("u{i}"), Reading::new(1000.0, 0.1, 1e6));
+        }
+        let p = poll(&mut alg(), settings(1015.0), 4, &pods[..2], &slow);
+        assert_eq!(p.measured, 2, "{p:?}");
     }
 
     #[test]

@@ -37,7 +37,31 @@ struct Sample {
 #[derive(Debug, Default)]
 struct Series {
     node: String,
+    /// Time between the node's reports, seconds (its agent's, or the scorer-paced one).
+    interval_s: f32,
     samples: VecDeque<Sample>,
+}
+
+/// One reading of a pod, as the caller hands it in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reading {
+    /// When, on the caller's clock, seconds.
+    pub at_s: f64,
+    /// CPU, cores.
+    pub cpu_cores: f64,
+    /// Memory working set, bytes.
+    pub memory_bytes: f64,
+}
+
+impl Reading {
+    /// A reading at `at_s`.
+    pub fn new(at_s: f64, cpu_cores: f64, memory_bytes: f64) -> Reading {
+        Reading {
+            at_s,
+            cpu_cores,
+            memory_bytes,
+        }
+    }
 }
 
 /// A pod's usage averaged over a window.
@@ -55,6 +79,8 @@ pub struct WindowUsage {
     pub last_s: f64,
     /// The node that reported the newest sample.
     pub node: String,
+    /// Time between that node's reports, seconds: a reader judges staleness against it.
+    pub interval_s: f64,
 }
 
 /// Per-pod usage, keyed by pod UID.
@@ -80,17 +106,15 @@ impl PodUsageBook {
         &self.limits
     }
 
-    /// Records pod `uid`'s reading from `node` at `at_s`. A reading not newer than the pod's
-    /// last is ignored (a replayed report); a new pod beyond `max_pods` is refused and
-    /// counted. Returns whether it was recorded.
-    pub fn record(
-        &mut self,
-        node: &str,
-        uid: &str,
-        at_s: f64,
-        cpu_cores: f64,
-        memory_bytes: f64,
-    ) -> bool {
+    /// Records pod `uid`'s reading from `node` (reporting every `interval_s`) at `at_s`. A
+    /// reading not newer than the pod's last is ignored (a replayed report); a new pod beyond
+    /// `max_pods` is refused and counted. Returns whether it was recorded.
+    pub fn record(&mut self, node: &str, interval_s: f64, uid: &str, reading: Reading) -> bool {
+        let Reading {
+            at_s,
+            cpu_cores,
+            memory_bytes,
+        } = reading;
         if !(at_s.is_finite() && cpu_cores.is_finite() && memory_bytes.is_finite()) {
             return false;
         }
@@ -105,6 +129,7 @@ impl PodUsageBook {
         if series.node != node {
             series.node = node.to_string();
         }
+        series.interval_s = interval_s.max(0.0) as f32;
         if series.samples.len() >= self.limits.max_samples.max(1) {
             series.samples.pop_front();
         }
@@ -158,6 +183,7 @@ impl PodUsageBook {
             first_s: first,
             last_s: last,
             node: series.node.clone(),
+            interval_s: f64::from(series.interval_s),
         })
     }
 
@@ -191,7 +217,12 @@ mod tests {
         let mut b = PodUsageBook::new(BookLimits::default());
         for t in 0..60 {
             let cpu = if t < 30 { 0.2 } else { 0.8 };
-            assert!(b.record("n1", "u", f64::from(t), cpu, 100.0 * f64::from(t)));
+            assert!(b.record(
+                "n1",
+                1.0,
+                "u",
+                Reading::new(f64::from(t), cpu, 100.0 * f64::from(t))
+            ));
         }
         // The last 30 s (t = 30..59) all ran at 0.8.
         let w = b.window("u", 59.0, 30.0).expect("samples");
@@ -211,11 +242,17 @@ mod tests {
     #[test]
     fn replays_and_garbage_are_ignored() {
         let mut b = PodUsageBook::new(BookLimits::default());
-        assert!(b.record("n", "u", 10.0, 1.0, 1.0));
-        assert!(!b.record("n", "u", 10.0, 9.0, 9.0), "same time");
-        assert!(!b.record("n", "u", 5.0, 9.0, 9.0), "older");
-        assert!(!b.record("n", "u", 11.0, f64::NAN, 1.0));
-        assert!(!b.record("n", "u", f64::INFINITY, 1.0, 1.0));
+        assert!(b.record("n", 1.0, "u", Reading::new(10.0, 1.0, 1.0)));
+        assert!(
+            !b.record("n", 1.0, "u", Reading::new(10.0, 9.0, 9.0)),
+            "same time"
+        );
+        assert!(
+            !b.record("n", 1.0, "u", Reading::new(5.0, 9.0, 9.0)),
+            "older"
+        );
+        assert!(!b.record("n", 1.0, "u", Reading::new(11.0, f64::NAN, 1.0)));
+        assert!(!b.record("n", 1.0, "u", Reading::new(f64::INFINITY, 1.0, 1.0)));
         assert_eq!(b.window("u", 11.0, 30.0).expect("one").samples, 1);
     }
 
@@ -226,25 +263,28 @@ mod tests {
             max_pods: 2,
             max_samples: 5,
         });
-        assert!(b.record("n", "a", 0.0, 1.0, 1.0));
-        assert!(b.record("n", "b", 0.0, 1.0, 1.0));
-        assert!(!b.record("n", "c", 0.0, 1.0, 1.0));
+        assert!(b.record("n", 1.0, "a", Reading::new(0.0, 1.0, 1.0)));
+        assert!(b.record("n", 1.0, "b", Reading::new(0.0, 1.0, 1.0)));
+        assert!(!b.record("n", 1.0, "c", Reading::new(0.0, 1.0, 1.0)));
         assert_eq!(b.refused(), 1);
         for t in 1..20 {
-            b.record("n", "a", f64::from(t), 1.0, 1.0);
+            b.record("n", 1.0, "a", Reading::new(f64::from(t), 1.0, 1.0));
         }
         assert_eq!(b.window("a", 19.0, 100.0).expect("a").samples, 5);
         // At t = 19 b's only sample (t = 0) is past the 10 s retention.
         assert_eq!(b.prune(19.0), 1);
         assert_eq!(b.len(), 1);
-        assert!(b.record("n", "c", 19.0, 1.0, 1.0), "room again");
+        assert!(
+            b.record("n", 1.0, "c", Reading::new(19.0, 1.0, 1.0)),
+            "room again"
+        );
     }
 
     #[test]
     fn a_pod_moving_node_follows_the_newest_report() {
         let mut b = PodUsageBook::new(BookLimits::default());
-        b.record("n1", "u", 1.0, 1.0, 1.0);
-        b.record("n2", "u", 2.0, 1.0, 1.0);
+        b.record("n1", 1.0, "u", Reading::new(1.0, 1.0, 1.0));
+        b.record("n2", 1.0, "u", Reading::new(2.0, 1.0, 1.0));
         assert_eq!(b.window("u", 2.0, 10.0).expect("u").node, "n2");
     }
 }

@@ -78,12 +78,16 @@ struct Due {
     generation: Option<i64>,
 }
 
+/// When each StepScaler (by UID) last scaled out and in, as this process decided.
+type History = HashMap<String, (Option<f64>, Option<f64>)>;
+
 struct Controller {
     client: Client,
     book: SharedBook,
     targets: Targets,
     config: ControllerConfig,
     metrics: Arc<Metrics>,
+    history: std::sync::Mutex<History>,
 }
 
 /// Runs the controller until `shutdown` resolves; polls only while `leadership` says so.
@@ -125,6 +129,7 @@ pub async fn run(
         book,
         config,
         metrics,
+        history: std::sync::Mutex::new(HashMap::new()),
     };
     let mut due: HashMap<String, Due> = HashMap::new();
     let mut tick = tokio::time::interval(c.config.tick);
@@ -144,6 +149,7 @@ pub async fn run(
         let now_s = unix_now_s();
         let objects = reader.state();
         due.retain(|k, _| objects.iter().any(|o| key(o) == *k));
+        c.forget_missing(&objects);
         for obj in objects {
             let k = key(&obj);
             let generation = obj.metadata.generation;
@@ -209,6 +215,36 @@ pub fn pod_view(pod: &Pod, resource: &str) -> Option<PodView> {
 }
 
 impl Controller {
+    fn history(&self, uid: &str) -> (Option<f64>, Option<f64>) {
+        self.history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn remember(&self, uid: &str, times: (Option<f64>, Option<f64>)) {
+        if !uid.is_empty() {
+            self.history
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(uid.to_string(), times);
+        }
+    }
+
+    /// Drops the memory of StepScalers that are gone.
+    fn forget_missing(&self, objects: &[Arc<DynamicObject>]) {
+        self.history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|uid, _| {
+                objects
+                    .iter()
+                    .any(|o| o.uid().as_deref() == Some(uid.as_str()))
+            });
+    }
+
     /// Polls one StepScaler; returns the seconds until its next poll and the outcome
     /// (`scaled`, `held`, `dry_run`, `invalid`, `unable`, `failed`) for the poll counter.
     async fn reconcile(&self, obj: &DynamicObject, now_s: f64) -> (f64, &'static str) {
@@ -234,7 +270,6 @@ impl Controller {
                     return (DEFAULT_POLL_PERIOD_S, "invalid");
                 }
             };
-        status.set_condition(VALID, true, "ValidSpec", "the spec is valid", now_s);
         let period = spec.poll_period_s();
         let retain = lock(&self.book).limits().retain_s;
         if period > retain {
@@ -248,6 +283,7 @@ impl Controller {
             self.write_status(obj, &status).await;
             return (period, "invalid");
         }
+        status.set_condition(VALID, true, "ValidSpec", "the spec is valid", now_s);
         let r = &spec.scale_target_ref;
         status.reference = Some(format!("{}/{}", r.kind, r.name));
         let ar = match self.targets.resolve(&r.api_version, &r.kind).await {
@@ -302,8 +338,22 @@ impl Controller {
         };
         let resource = spec.metric.resource();
         let views: Vec<PodView> = pods.iter().filter_map(|p| pod_view(p, resource)).collect();
-        let last_out = status.last_scale_out_time.as_deref().and_then(unix_s);
-        let last_in = status.last_scale_in_time.as_deref().and_then(unix_s);
+        // The later of the status and this process's memory: a status write that failed, or a
+        // watch that lags behind it, must not lose a cool-down.
+        let uid = obj.uid().unwrap_or_default();
+        let remembered = self.history(&uid);
+        let later = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.max(y)),
+            (x, y) => x.or(y),
+        };
+        let last_out = later(
+            status.last_scale_out_time.as_deref().and_then(unix_s),
+            remembered.0,
+        );
+        let last_in = later(
+            status.last_scale_in_time.as_deref().and_then(unix_s),
+            remembered.1,
+        );
         let mut alg = match StepTolerance::with_history(config, last_out, last_in) {
             Ok(a) => a,
             // config() validated it; keep the loop alive regardless.
@@ -360,7 +410,15 @@ impl Controller {
                     "dry run: would scale {what} from {} to {}: {}",
                     d.current, d.desired, d.reason
                 );
-                self.event(obj, "Normal", "DryRunRescale", &msg).await;
+                // Once per decision: a dry run outside the replica bounds has no cool-down
+                // and would otherwise repeat the same Event every poll.
+                let repeated = status
+                    .last_decision
+                    .as_ref()
+                    .is_some_and(|l| (l.from, l.to, l.applied) == (d.current, d.desired, false));
+                if !repeated {
+                    self.event(obj, "Normal", "DryRunRescale", &msg).await;
+                }
                 outcome = "dry_run";
                 status.set_condition(ABLE_TO_SCALE, true, "DryRun", &msg, now_s);
             } else {
@@ -412,7 +470,13 @@ impl Controller {
                 now_s,
             );
         }
-        let (out_s, in_s) = alg.history();
+        // A failed update did not scale: its cool-down must not start (the next poll retries).
+        let (out_s, in_s) = if outcome == "failed" {
+            (last_out, last_in)
+        } else {
+            alg.history()
+        };
+        self.remember(&uid, (out_s, in_s));
         status.last_scale_out_time = out_s.map(rfc3339);
         status.last_scale_in_time = in_s.map(rfc3339);
         status.current_replicas = Some(current);
@@ -440,6 +504,8 @@ impl Controller {
         now_s: f64,
     ) {
         warn!(reason, error = %msg, "cannot scale the target");
+        // Figures of an earlier poll would read as current.
+        status.current_utilization_percent = None;
         if status.set_condition(ABLE_TO_SCALE, false, reason, msg, now_s) {
             self.event(obj, "Warning", reason, msg).await;
         }

@@ -12,6 +12,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tracing::{debug, warn};
 
 use crate::{SharedBook, lock};
+use loadstar_autoscale::usage::Reading;
 
 /// Wall-clock seconds since the Unix epoch: the book's clock, shared with the controller
 /// (whose cool-downs survive restarts in the object's status as wall-clock times).
@@ -51,11 +52,15 @@ impl Feeder {
         }
         self.seen.insert(node.clone(), at);
         let at_s = now_s - now.saturating_duration_since(at).as_secs_f64();
+        let every = agent.interval_seconds.max(agent.report_interval_seconds);
         let mut book = lock(book);
         agent
             .pods
             .iter()
-            .filter(|(uid, p)| book.record(node, uid, at_s, p.cpu_millis / 1000.0, p.memory_bytes))
+            .filter(|(uid, p)| {
+                let r = Reading::new(at_s, p.cpu_millis / 1000.0, p.memory_bytes);
+                book.record(node, every, uid, r)
+            })
             .count()
     }
 
@@ -79,16 +84,19 @@ pub fn spawn(
     tokio::spawn(async move {
         let mut feeder = Feeder::default();
         let mut prune = tokio::time::interval(PRUNE_EVERY);
+        let mut refused_before = 0u64;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => return,
                 _ = prune.tick() => {
-                    let (dropped, kept) = {
+                    let (dropped, kept, refused) = {
                         let mut b = lock(&book);
-                        (b.prune(unix_now_s()), b.len())
+                        (b.prune(unix_now_s()), b.len(), b.refused())
                     };
                     metrics.pod_usage_pods.set(i64::try_from(kept).unwrap_or(i64::MAX));
+                    metrics.pod_usage_refused.inc_by(refused.saturating_sub(refused_before));
+                    refused_before = refused;
                     debug!(dropped, kept, "pod usage book pruned");
                 }
                 change = rx.recv() => match change {

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::connect_info::Connected;
@@ -29,10 +29,13 @@ use kube::{Client, ResourceExt};
 use loadstar_auth::identity::Identity;
 use loadstar_auth::tls::{ServerTls, TlsFiles};
 use loadstar_autoscale::usage::PodUsageBook;
+use loadstar_autoscaler::feed::unix_now_s;
+use loadstar_autoscaler::status::rfc3339;
+use loadstar_autoscaler::{SharedBook, lock};
 use loadstar_common::model::ResourceKind;
 use loadstar_extender::tls::TlsListener;
 use loadstar_store::NodeStore;
-use loadstar_store::metrics::{Metrics, VerbResultLabel};
+use loadstar_store::metrics::{Metrics, ResourceResultLabel};
 use serde_json::Value;
 use thiserror::Error;
 use tracing::{debug, info, warn};
@@ -157,23 +160,11 @@ impl Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
 #[derive(Clone)]
 struct AppState {
     store: Arc<NodeStore>,
-    book: Arc<Mutex<PodUsageBook>>,
+    book: SharedBook,
     pods: Store<PartialObjectMeta<Pod>>,
     allowed: Arc<RwLock<Vec<String>>>,
     window_s: f64,
     metrics: Arc<Metrics>,
-}
-
-fn unix_now_s() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
-fn rfc3339(unix_s: f64) -> String {
-    k8s_openapi::jiff::Timestamp::from_second(unix_s.floor() as i64)
-        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
-        .to_string()
 }
 
 /// A JSON body (axum's `json` feature stays off: the workspace shares one axum build).
@@ -236,8 +227,8 @@ impl AppState {
     fn count(&self, resource: &str, response: Response) -> Response {
         self.metrics
             .metrics_api_requests
-            .get_or_create(&VerbResultLabel {
-                verb: resource.into(),
+            .get_or_create(&ResourceResultLabel {
+                resource: resource.into(),
                 result: response.status().as_u16().to_string(),
             })
             .inc();
@@ -316,7 +307,7 @@ impl AppState {
 
     fn pods(&self, namespace: Option<&str>, selector: &Selector) -> Vec<Value> {
         let now_s = unix_now_s();
-        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let book = lock(&self.book);
         let mut rows: Vec<PodRow> = self
             .pods
             .state()
@@ -434,7 +425,7 @@ async fn get_pod(
         .pods
         .get(&reflector::ObjectRef::new(&name).within(&ns))
         .and_then(|m| {
-            let book = s.book.lock().unwrap_or_else(|p| p.into_inner());
+            let book = lock(&s.book);
             s.pod_row(&m, &book, unix_now_s())
         });
     match found {
@@ -477,14 +468,19 @@ async fn openapi() -> Response {
 
 /// What a path asks for, for the request counter.
 fn resource_of(path: &str) -> &'static str {
-    if path.contains("/nodes") {
-        "nodes"
-    } else if path.contains("/pods") {
-        "pods"
-    } else if path.starts_with("/apis") {
-        "discovery"
-    } else {
-        "other"
+    let Some(rest) = path.strip_prefix("/apis/metrics.k8s.io") else {
+        return "other";
+    };
+    let segments: Vec<&str> = rest
+        .trim_start_matches("/v1beta1")
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    match segments.as_slice() {
+        [] => "discovery",
+        ["nodes", ..] => "nodes",
+        ["pods"] | ["namespaces", _, "pods", ..] => "pods",
+        _ => "other",
     }
 }
 
@@ -527,7 +523,7 @@ pub async fn start(
     config: MetricsApiConfig,
     client: Client,
     store: Arc<NodeStore>,
-    book: Arc<Mutex<PodUsageBook>>,
+    book: SharedBook,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<tokio::task::JoinHandle<()>, MetricsApiError> {
@@ -552,7 +548,19 @@ pub async fn start(
         &[b"http/1.1"],
         metrics.clone(),
     )?);
-    let reload = tls.watch(Duration::from_secs(30));
+    // Everything that can fail comes before any task starts: a retried start leaks nothing.
+    let reload_tls = tls.clone();
+    let tcp = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| MetricsApiError::Listen {
+            addr: config.listen,
+            reason: e.to_string(),
+        })?;
+    let listener = TlsListener::new(tcp, tls).map_err(|e| MetricsApiError::Listen {
+        addr: config.listen,
+        reason: e.to_string(),
+    })?;
+    let reload = reload_tls.watch(Duration::from_secs(30));
     let allowed = Arc::new(RwLock::new(fp.allowed_names.clone()));
     let refresh = {
         let (client, allowed, ca_path) = (client.clone(), allowed.clone(), ca_path.clone());
@@ -584,7 +592,14 @@ pub async fn start(
             Api::<PartialObjectMeta<Pod>>::all(client),
             watcher::Config::default().any_semantic(),
         )
-        .default_backoff(),
+        .default_backoff()
+        // Only names, namespaces, UIDs and labels are served: the rest of each pod's metadata
+        // (managed fields, annotations) would only cost memory.
+        .modify(|m| {
+            m.metadata.managed_fields = None;
+            m.metadata.annotations = None;
+            m.metadata.owner_references = None;
+        }),
     );
     let watching = tokio::spawn(async move {
         futures::pin_mut!(pods);
@@ -594,16 +609,6 @@ pub async fn start(
             }
         }
     });
-    let tcp = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| MetricsApiError::Listen {
-            addr: config.listen,
-            reason: e.to_string(),
-        })?;
-    let listener = TlsListener::new(tcp, tls).map_err(|e| MetricsApiError::Listen {
-        addr: config.listen,
-        reason: e.to_string(),
-    })?;
     let state = AppState {
         store,
         book,
@@ -631,12 +636,51 @@ pub async fn start(
 mod tests {
     use super::*;
 
+    fn state(allowed: &[&str]) -> AppState {
+        AppState {
+            store: Arc::new(NodeStore::new(loadstar_store::StoreConfig::default())),
+            book: Arc::new(std::sync::Mutex::new(PodUsageBook::new(
+                loadstar_autoscale::usage::BookLimits::default(),
+            ))),
+            pods: reflector::store().0,
+            allowed: Arc::new(RwLock::new(allowed.iter().map(|s| s.to_string()).collect())),
+            window_s: 15.0,
+            metrics: Metrics::new(),
+        }
+    }
+
+    fn peer(cn: Option<&str>) -> Peer {
+        Peer {
+            addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+            common_name: cn.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn only_the_front_proxy_may_call() {
+        let s = state(&["front-proxy-client"]);
+        let code = |p: Peer| s.check(&p).err().map(|r| r.code);
+        assert_eq!(code(peer(None)), Some(StatusCode::UNAUTHORIZED));
+        assert_eq!(code(peer(Some("mallory"))), Some(StatusCode::FORBIDDEN));
+        assert_eq!(code(peer(Some("front-proxy-client"))), None);
+        // No allowed names: any certificate the front-proxy CA signed (as upstream).
+        let open = state(&[]);
+        assert!(open.check(&peer(Some("anyone"))).is_ok());
+        assert!(open.check(&peer(None)).is_err());
+    }
+
     #[test]
     fn requests_are_counted_by_resource() {
         const GV: &str = "/apis/metrics.k8s.io/v1beta1";
         assert_eq!(resource_of(&format!("{GV}/nodes")), "nodes");
         assert_eq!(resource_of(&format!("{GV}/nodes/n1")), "nodes");
         assert_eq!(resource_of(&format!("{GV}/namespaces/a/pods/b")), "pods");
+        assert_eq!(
+            resource_of(&format!("{GV}/namespaces/nodes-x/pods")),
+            "pods"
+        );
+        assert_eq!(resource_of(&format!("{GV}/pods")), "pods");
+        assert_eq!(resource_of("/apis/metrics.k8s.io"), "discovery");
         assert_eq!(resource_of(GV), "discovery");
         assert_eq!(resource_of("/openapi/v2"), "other");
     }

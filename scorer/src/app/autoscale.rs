@@ -153,8 +153,11 @@ pub async fn start(
         .map_err(|e| AppError::Other(e.to_string()))?;
     let client =
         loadstar_kube::client::build(&config, None).map_err(|e| AppError::Other(e.to_string()))?;
+    // Up to five readings a second per pod over the whole retention (agents sample at 1 Hz
+    // by default), so a poll period as long as the retention is averaged in full.
     let book = Arc::new(Mutex::new(PodUsageBook::new(BookLimits {
         retain_s: args.pod_usage_retain_seconds,
+        max_samples: (args.pod_usage_retain_seconds * 5.0).ceil() as usize,
         ..BookLimits::default()
     })));
     loadstar_autoscaler::feed::spawn(

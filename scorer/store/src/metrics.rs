@@ -95,7 +95,10 @@ pub const DESIRED_INTERVAL: &str = "loadstar_scorer_desired_interval_seconds";
 pub const STEPSCALER_POLLS: &str = "loadstar_scorer_stepscaler_polls";
 /// Pods whose recent usage the scorer keeps for the StepScaler and `metrics.k8s.io`.
 pub const POD_USAGE_PODS: &str = "loadstar_scorer_pod_usage_pods";
-/// `metrics.k8s.io` requests, by resource (`nodes`, `pods`, `discovery`) and HTTP status.
+/// New pods whose usage was not kept because the book was full.
+pub const POD_USAGE_REFUSED: &str = "loadstar_scorer_pod_usage_refused";
+/// `metrics.k8s.io` requests, by resource (`nodes`, `pods`, `discovery`, `other`) and HTTP
+/// status.
 pub const METRICS_API_REQUESTS: &str = "loadstar_scorer_metrics_api_requests";
 
 /// Label set of scheduling attempts.
@@ -137,6 +140,15 @@ pub struct ServiceReasonLabel {
 pub struct ReasonLabel {
     /// The reason.
     pub reason: String,
+}
+
+/// Label set of requests by resource and result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceResultLabel {
+    /// What was asked for, e.g. `pods`.
+    pub resource: String,
+    /// The outcome, e.g. an HTTP status.
+    pub result: String,
 }
 
 /// Label set with a result.
@@ -253,8 +265,10 @@ pub struct Metrics {
     pub stepscaler_polls: Family<ResultLabel, Counter>,
     /// See [`POD_USAGE_PODS`].
     pub pod_usage_pods: Gauge,
+    /// See [`POD_USAGE_REFUSED`].
+    pub pod_usage_refused: Counter,
     /// See [`METRICS_API_REQUESTS`].
-    pub metrics_api_requests: Family<VerbResultLabel, Counter>,
+    pub metrics_api_requests: Family<ResourceResultLabel, Counter>,
     registry: Registry,
 }
 
@@ -471,7 +485,13 @@ impl Metrics {
         );
         let stepscaler_polls = Family::<ResultLabel, Counter>::default();
         let pod_usage_pods = Gauge::default();
-        let metrics_api_requests = Family::<VerbResultLabel, Counter>::default();
+        let metrics_api_requests = Family::<ResourceResultLabel, Counter>::default();
+        let pod_usage_refused = Counter::default();
+        registry.register(
+            POD_USAGE_REFUSED,
+            "New pods whose usage was not kept because the book was full",
+            pod_usage_refused.clone(),
+        );
         registry.register(
             STEPSCALER_POLLS,
             "StepScaler polls, by outcome",
@@ -498,6 +518,7 @@ impl Metrics {
             desired_interval,
             stepscaler_polls,
             pod_usage_pods,
+            pod_usage_refused,
             metrics_api_requests,
             watch_failures,
             watch_relists,
