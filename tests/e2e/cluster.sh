@@ -15,16 +15,21 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
+# e2e_ca CN PREFIX: a two-day CA, PREFIX.key and PREFIX.crt.
+e2e_ca() {
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$1" \
+    -keyout "$2.key" -out "$2.crt" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    >/dev/null 2>&1
+}
+
 # cluster_up DIR: everything lives in DIR (certificates, etcd data, logs, kubeconfigs).
 cluster_up() {
   local dir="$1"
   mkdir -p "$dir/pki" "$dir/etcd"
   local pki="$dir/pki"
   # A CA and a serving certificate for 127.0.0.1 (rustls needs a real CA and a SAN).
-  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=loadstar-e2e-ca" \
-    -keyout "$pki/ca.key" -out "$pki/ca.crt" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-    >/dev/null 2>&1
+  e2e_ca loadstar-e2e-ca "$pki/ca"
   openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
     -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" >/dev/null 2>&1
   local san="IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
@@ -51,10 +56,7 @@ cluster_up() {
     # The aggregation layer (Loadstar's metrics.k8s.io): a front-proxy CA of its own and the
     # client certificate the API server presents to aggregated APIs, as kubeadm sets them up;
     # requests go straight to the APIService's endpoints (no kube-proxy needed on the host).
-    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=front-proxy-ca" \
-      -keyout "$pki/front-proxy-ca.key" -out "$pki/front-proxy-ca.crt" \
-      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-      >/dev/null 2>&1
+    e2e_ca front-proxy-ca "$pki/front-proxy-ca"
     openssl req -newkey rsa:2048 -nodes -subj "/CN=front-proxy-client" \
       -keyout "$pki/front-proxy-client.key" -out "$pki/front-proxy-client.csr" >/dev/null 2>&1
     openssl x509 -req -in "$pki/front-proxy-client.csr" -CA "$pki/front-proxy-ca.crt" \

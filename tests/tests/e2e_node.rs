@@ -589,14 +589,18 @@ async fn check_scorer_in_cluster(admin: &Client, since: Instant) -> Result<(Stri
     Ok((name, held_after))
 }
 
-/// The values every install here uses: the node's kubelet evicts at 1 % free disk
+/// The values every install here uses. The node's kubelet evicts at 1 % free disk
 /// (tests/e2e/node.sh: this machine's disk is often ~90 % full); the scorer's eviction
-/// thresholds mirror the kubelet's, or it would see disk pressure the kubelet does not.
+/// thresholds mirror the kubelet's, or it would see disk pressure the kubelet does not. No
+/// cluster DNS here: agents reach the scorer through its Service's environment variable,
+/// expanded by the kubelet. One replica, so that every query sees the reports.
 fn node_values(env: &NodeEnv) -> Result<String> {
     let values = env.e2e.logs.join("node-values.yaml");
     std::fs::write(
         &values,
-        "scorer:\n  config:\n    eviction:\n      hard:\n        memory.available: 100Mi\n        \
+        "agent:\n  scorerAddresses: [\"http://$(LOADSTAR_SCORER_SERVICE_HOST):50051\"]\n\
+         scorer:\n  replicas: 1\n  podDisruptionBudget: {enabled: false}\n  config:\n    \
+         eviction:\n      hard:\n        memory.available: 100Mi\n        \
          nodefs.available: \"1%\"\n        nodefs.inodesFree: \"1%\"\n",
     )?;
     Ok(values.to_string_lossy().to_string())
@@ -723,8 +727,6 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
     // 1. helm install → agent Ready → the node's first report.
     let values = node_values(&env)?;
     let t0 = Instant::now();
-    // No cluster DNS here: agents reach the scorer through its Service's environment
-    // variable, expanded by the kubelet. One replica, so that every query sees the reports.
     helm(
         &env,
         &[
@@ -736,12 +738,6 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
             "--create-namespace",
             "-f",
             &values,
-            "--set",
-            "agent.scorerAddresses={http://$(LOADSTAR_SCORER_SERVICE_HOST):50051}",
-            "--set",
-            "scorer.replicas=1",
-            "--set",
-            "scorer.podDisruptionBudget.enabled=false",
         ],
     )?;
     let agent = eventually("the agent pod Ready", Duration::from_secs(120), || {

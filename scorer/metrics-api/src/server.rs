@@ -378,21 +378,26 @@ async fn get_node(
     }
 }
 
+/// A pod list in `ns` (all namespaces when `None`), filtered by the query's label selector.
+fn pod_list(s: &AppState, peer: &Peer, ns: Option<&str>, raw: Option<&str>) -> Response {
+    if let Err(r) = s.check(peer) {
+        return r.into_response();
+    }
+    match selector(&ListQuery::parse(raw)) {
+        Ok(sel) => json(
+            StatusCode::OK,
+            &wire::list("PodMetricsList", s.pods(ns, &sel)),
+        ),
+        Err(r) => r.into_response(),
+    }
+}
+
 async fn list_pods(
     State(s): State<AppState>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    if let Err(r) = s.check(&peer) {
-        return r.into_response();
-    }
-    match selector(&ListQuery::parse(raw.as_deref())) {
-        Ok(sel) => json(
-            StatusCode::OK,
-            &wire::list("PodMetricsList", s.pods(None, &sel)),
-        ),
-        Err(r) => r.into_response(),
-    }
+    pod_list(&s, &peer, None, raw.as_deref())
 }
 
 async fn list_namespace_pods(
@@ -401,16 +406,7 @@ async fn list_namespace_pods(
     Path(ns): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    if let Err(r) = s.check(&peer) {
-        return r.into_response();
-    }
-    match selector(&ListQuery::parse(raw.as_deref())) {
-        Ok(sel) => json(
-            StatusCode::OK,
-            &wire::list("PodMetricsList", s.pods(Some(&ns), &sel)),
-        ),
-        Err(r) => r.into_response(),
-    }
+    pod_list(&s, &peer, Some(&ns), raw.as_deref())
 }
 
 async fn get_pod(
