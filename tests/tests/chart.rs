@@ -874,7 +874,8 @@ fn schema_plugin_names_are_the_registrys() {
 #[test]
 #[ignore = "needs helm, kubectl 1.20 and kubectl-1.29 (tests/e2e/install-deps.sh)"]
 fn kustomize_base_builds_the_charts_objects_with_kustomize_v2_and_v5() {
-    let mut chart = render("loadstar", &[]);
+    // The base carries the CRD too (`kubectl apply -k` installs everything).
+    let mut chart = render("loadstar", &["--include-crds"]);
     chart.insert(
         0,
         serde_norway::from_str("{apiVersion: v1, kind: Namespace, metadata: {name: loadstar}}")
