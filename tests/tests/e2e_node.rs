@@ -7,8 +7,10 @@
 //! pod is timed until the node reports again, checking the default profile's stale policy on
 //! the way. `autoscale`: the StepScaler and the real HPA on Loadstar's `metrics.k8s.io` (issue
 //! #19). Every figure is printed (recorded in bench/README.md).
+// Named to sort after `the_chart_runs_on_a_real_node` (libtest runs tests in name order): it
+// upgrades the release that test installs.
 #[path = "e2e_node/autoscale.rs"]
-mod autoscale;
+mod with_autoscaling;
 mod e2e_support;
 
 /// The script that runs this suite and sets its environment.
