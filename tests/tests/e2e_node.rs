@@ -9,9 +9,9 @@
 //! #19). Every figure is printed (recorded in bench/README.md).
 // Named to sort after `the_chart_runs_on_a_real_node` (libtest runs tests in name order): it
 // upgrades the release that test installs.
+mod e2e_support;
 #[path = "e2e_node/autoscale.rs"]
 mod with_autoscaling;
-mod e2e_support;
 
 /// The script that runs this suite and sets its environment.
 const RUNNER: &str = "tests/e2e/node-run.sh";

@@ -4,10 +4,13 @@
 //!
 //! - A pod's utilisation is its mean usage over the last poll period divided by its request
 //!   (the sum of its containers' requests for the metric).
-//! - **Start-up reservation**: a pod that is not running yet, or has no sample in the window,
-//!   or whose newest sample is older than `stale_s` (or three report intervals of its node,
-//!   when backpressure has lengthened them), is *unmeasured*: it adds no load and is not
-//!   averaged, and while any pod is unmeasured nothing scales in (see [`crate::step`]).
+//! - **Start-up reservation**: a pod that is not running yet adds no load and is not
+//!   averaged; it does not hold back a scale-in either (the ReplicaSet removes unscheduled
+//!   and pending pods first, and a pod the node cannot place must not pin the count up).
+//! - **Missing metrics**: a running pod with no sample in the window, or whose newest sample
+//!   is older than `stale_s` (or three report intervals of its node, when backpressure has
+//!   lengthened them), is *unmeasured*: it adds no load, and while any running pod is
+//!   unmeasured nothing scales in (see [`crate::step`]).
 //! - A running pod without a request for the metric makes utilisation undefined: the poll
 //!   holds and says which pod (as the HPA does).
 //! - A workload scaled to 0 is left alone (the HPA's convention: autoscaling is off).
@@ -124,12 +127,11 @@ pub fn poll(
             Outcome::MissingRequest(p.name.clone()),
         );
     }
+    // Pods not running yet are left out: no load, and no hold on scale-in.
     let utils: Vec<Option<f64>> = pods
         .iter()
+        .filter(|p| p.running)
         .map(|p| {
-            if !p.running {
-                return None;
-            }
             let w = book.window(&p.uid, settings.now_s, settings.window_s)?;
             // Stale after `stale_s`, or after three of its node's report intervals when the
             // scorer has slowed its agents down (backpressure).
@@ -229,8 +231,18 @@ mod tests {
         ];
         let p = poll(&mut alg(), settings(1000.0), 4, &pods, &b);
         assert_eq!(p.decision.desired, 4, "{p:?}");
-        assert!(p.decision.reason.contains("no fresh measurement"), "{p:?}");
+        assert!(p.decision.reason.contains("1 of 3 pods"), "{p:?}");
         assert_eq!((p.measured, p.pods), (2, 4));
+        // A pending pod alone does not hold the scale-in back (one the node cannot place
+        // must not pin the count up): 4 − 2.
+        let p = poll(
+            &mut alg(),
+            settings(1000.0),
+            4,
+            &[pods[0].clone(), pods[1].clone(), pods[3].clone()],
+            &b,
+        );
+        assert_eq!(p.decision.desired, 2, "{p:?}");
         // 15 s after their last sample (still in the 30 s window): stale past 10 s.
         let p = poll(&mut alg(), settings(1015.0), 4, &pods[..2], &b);
         assert_eq!(p.measured, 0, "{p:?}");
