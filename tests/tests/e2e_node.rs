@@ -609,15 +609,22 @@ fn node_values(env: &NodeEnv) -> Result<String> {
 }
 
 fn helm(env: &NodeEnv, args: &[&str]) -> Result<String> {
-    let out = Command::new(&env.helm)
+    cluster_tool(&env.helm, args, &env.e2e.admin_kubeconfig)
+}
+
+/// Runs a cluster tool (helm, kubectl) with `args` against `kubeconfig`; its stdout, or an
+/// error naming the command and carrying its stderr.
+fn cluster_tool(bin: &Path, args: &[&str], kubeconfig: &Path) -> Result<String> {
+    let name = bin.file_name().unwrap_or_default().to_string_lossy();
+    let out = Command::new(bin)
         .args(args)
         .arg("--kubeconfig")
-        .arg(&env.e2e.admin_kubeconfig)
+        .arg(kubeconfig)
         .output()
-        .context("running helm")?;
+        .with_context(|| format!("running {name}"))?;
     if !out.status.success() {
         bail!(
-            "helm {}: {}",
+            "{name} {}: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr)
         );

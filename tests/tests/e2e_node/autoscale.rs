@@ -83,20 +83,7 @@ fn condition(o: &DynamicObject, type_: &str) -> Option<(String, String, String)>
 
 fn kubectl(args: &[&str], kubeconfig: &Path) -> Result<String> {
     let bin = required("LOADSTAR_E2E_KUBECTL", RUNNER)?;
-    let out = Command::new(bin)
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .output()
-        .context("running kubectl")?;
-    if !out.status.success() {
-        bail!(
-            "kubectl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    cluster_tool(Path::new(&bin), args, kubeconfig)
 }
 
 async fn replicas(api: &Api<Deployment>, name: &str) -> Result<i32> {
