@@ -87,4 +87,7 @@ export LOADSTAR_HELM="${LOADSTAR_CACHE:-$HOME/.cache/loadstar}/bin/helm"
 export LOADSTAR_E2E_CHART="$ROOT/deploy/helm/loadstar"
 export LOADSTAR_E2E_BURNER_IMAGE="$BURNER_IMAGE"
 export LOADSTAR_E2E_KUBECTL="$K8S_BIN/kubectl"
+# The in-pod agent's footprint is compared with this binary run on the host in the same window.
+export LOADSTAR_E2E_AGENT_BIN
+LOADSTAR_E2E_AGENT_BIN=$(realpath "${LOADSTAR_RELEASE_TARGET:-target}/release/loadstar-agent")
 cargo test -p loadstar-tests --test e2e_node -- --ignored --test-threads=1 --nocapture "$@"
