@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 /// Operator of a selector requirement (node selectors accept all six, label selectors the
 /// first four).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SelectorOp {
     /// Label value is one of `values`.
     In,
@@ -25,7 +25,7 @@ pub enum SelectorOp {
 }
 
 /// One requirement of a selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SelectorRequirement {
     /// Label key (for a node's `matchFields`, the field: only `metadata.name`).
     pub key: String,
@@ -91,7 +91,7 @@ impl NodeSelectorTerm {
 /// A `metav1.LabelSelector`: all of `match_labels` and every expression must hold. The
 /// empty selector matches everything; an absent one (`Option::None` where it is used)
 /// matches nothing, as `LabelSelectorAsSelector(nil)` does.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct LabelSelector {
     /// `matchLabels`.
     pub match_labels: BTreeMap<String, String>,
@@ -119,7 +119,7 @@ pub fn selector_matches(
 
 /// A pod (anti-)affinity term as kube-scheduler's `framework.AffinityTerm`: the namespaces
 /// are already resolved (an empty list in the spec means the owning pod's namespace).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct AffinityTerm {
     /// Namespaces whose pods the term looks at; never empty once converted.
     pub namespaces: Vec<String>,

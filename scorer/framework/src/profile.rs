@@ -12,8 +12,8 @@ use rand::Rng;
 use std::borrow::Cow;
 
 use crate::snapshot::{
-    AgentNode, AttachKind, ClusterSnapshot, DigestTable, NodeDigest, NodeView, PodInfo, Usage,
-    raw_usage,
+    AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, DigestTable, NodeDigest, NodeView,
+    PodInfo, Usage, raw_usage,
 };
 
 /// What a profile does with a node whose load is stale (or was never reported).
@@ -100,9 +100,22 @@ impl<'a> CycleContext<'a> {
     /// The table row of `node`, when the node is in the snapshot and unchanged since.
     #[inline]
     fn row(&self, node: &NodeView) -> Option<&'a NodeDigest> {
-        let table = self.digests?;
-        let row = table.rows.get(self.snapshot.position_of(node)?)?;
-        row.matches(node).then_some(row)
+        self.row_at(self.snapshot.position_of(node)?)
+    }
+
+    /// Existing pods' required anti-affinity terms grouped by term
+    /// ([`DigestTable::anti_affinity`]), when the cycle has a digest table.
+    pub fn anti_affinity_index(&self) -> Option<&'a AntiAffinityIndex> {
+        Some(self.digests?.anti_affinity(self.snapshot))
+    }
+
+    /// The table row of the snapshot's node `index`, when the cycle has a table and that
+    /// node is unchanged since it was built: for passes over `snapshot.nodes` by index,
+    /// which then read the row's totals instead of the node's own data.
+    #[inline]
+    pub fn row_at(&self, index: usize) -> Option<&'a NodeDigest> {
+        let row = self.digests?.rows.get(index)?;
+        row.matches(self.snapshot.nodes.get(index)?).then_some(row)
     }
 
     /// The node's digest row (Kubernetes facts, totals, pressure data and CPU/memory usage

@@ -593,6 +593,13 @@ pub struct NodeDigest {
     pub has_extended: bool,
     /// A pod on the node uses host ports (read them from the view).
     pub has_host_ports: bool,
+    /// Pods on the node with required anti-affinity terms: the incoming pod's PreFilter
+    /// reads only the nodes where this is not 0 (unless the pod has required terms itself).
+    pub pods_with_required_anti: u32,
+    /// Pods on the node with terms that score other pods (required or preferred affinity,
+    /// preferred anti-affinity): the affinity score reads only the nodes where this is not 0
+    /// (unless the pod has preferred terms itself).
+    pub pods_with_scoring_affinity: u32,
     /// An agent has reported.
     pub has_agent: bool,
     /// The node has GPUs (allocatable `nvidia.com/gpu` or agent GPUs).
@@ -641,6 +648,10 @@ pub struct NodeDigest {
     pub last_pressure_at: Option<Instant>,
 }
 
+fn count_u32<T>(items: impl Iterator<Item = T>) -> u32 {
+    u32::try_from(items.count()).unwrap_or(u32::MAX)
+}
+
 fn arc_addr<T>(a: &Option<Arc<T>>) -> usize {
     a.as_ref().map_or(0, |a| Arc::as_ptr(a) as usize)
 }
@@ -663,6 +674,15 @@ impl NodeDigest {
             has_taints: kube.is_some_and(|k| !k.taints.is_empty()),
             has_extended: !allocatable.extended.is_empty() || !a.requested.extended.is_empty(),
             has_host_ports: a.pods.iter().any(|p| !p.host_ports.is_empty()),
+            pods_with_required_anti: count_u32(
+                a.affinity_pods()
+                    .iter()
+                    .filter(|p| !p.pod_affinity.required_anti.is_empty()),
+            ),
+            pods_with_scoring_affinity: count_u32(a.affinity_pods().iter().filter(|p| {
+                let t = &p.pod_affinity;
+                !(t.required.is_empty() && t.preferred.is_empty() && t.preferred_anti.is_empty())
+            })),
             has_agent: agent.is_some(),
             has_gpus: allocatable.gpus > 0 || agent_gpus > 0,
             allocatable_cpu_millis: allocatable.cpu_millis,
@@ -739,6 +759,50 @@ pub struct DigestTable {
     pub generation: u64,
     /// One row per node.
     pub rows: Vec<NodeDigest>,
+    /// Built on first use by [`DigestTable::anti_affinity`].
+    anti_affinity: std::sync::OnceLock<AntiAffinityIndex>,
+}
+
+/// Existing pods' required anti-affinity terms, one entry per distinct term with the pods
+/// that carry it, for the nodes whose rows are current when it is built. Replicas of one
+/// workload carry the same terms, so a PreFilter matches each distinct term once instead of
+/// once per pod (kube-scheduler keeps such pods per node; this groups them across nodes).
+#[derive(Debug, Default)]
+pub struct AntiAffinityIndex {
+    /// Each distinct term with its holders: (node index in the snapshot, index of the pod in
+    /// that node's [`NodeAllocation::pods`]).
+    pub terms: Vec<(AffinityTerm, Vec<(u32, u32)>)>,
+}
+
+impl DigestTable {
+    /// The [`AntiAffinityIndex`] of `snapshot` (the snapshot this table was built for),
+    /// built on first use from the nodes whose rows still match them. A node edited later
+    /// no longer matches its row: readers skip its entries and read the node itself.
+    pub fn anti_affinity(&self, snapshot: &ClusterSnapshot) -> &AntiAffinityIndex {
+        self.anti_affinity.get_or_init(|| {
+            let mut at: HashMap<&AffinityTerm, usize> = HashMap::new();
+            let mut terms: Vec<(AffinityTerm, Vec<(u32, u32)>)> = Vec::new();
+            for (i, (row, node)) in self.rows.iter().zip(&snapshot.nodes).enumerate() {
+                if row.pods_with_required_anti == 0 || !row.matches(node) {
+                    continue;
+                }
+                let (Ok(i), pods) = (u32::try_from(i), node.alloc.affinity_pods()) else {
+                    continue;
+                };
+                for (p, pod) in pods.iter().enumerate() {
+                    let Ok(p) = u32::try_from(p) else { break };
+                    for term in &pod.pod_affinity.required_anti {
+                        let k = *at.entry(term).or_insert_with(|| {
+                            terms.push((term.clone(), Vec::new()));
+                            terms.len() - 1
+                        });
+                        terms[k].1.push((i, p));
+                    }
+                }
+            }
+            AntiAffinityIndex { terms }
+        })
+    }
 }
 
 /// Digest tables built so far for a snapshot (at most [`DigestCache::MAX_TABLES`]). A clone
@@ -812,6 +876,7 @@ impl ClusterSnapshot {
                 .iter()
                 .map(|n| NodeDigest::of(n, window_seconds))
                 .collect(),
+            anti_affinity: std::sync::OnceLock::new(),
         });
         tables.retain(|t| t.generation == self.generation);
         if tables.len() >= DigestCache::MAX_TABLES {

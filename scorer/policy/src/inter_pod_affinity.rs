@@ -28,7 +28,7 @@
 //! labels.
 use std::collections::{BTreeMap, HashMap};
 
-use loadstar_framework::snapshot::{AffinityTerm, NodeView, PodInfo, PodOnNode};
+use loadstar_framework::snapshot::{AffinityTerm, AntiAffinityIndex, NodeView, PodInfo, PodOnNode};
 use loadstar_framework::{
     CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, REASON_SEPARATOR, ScorePlugin,
 };
@@ -142,13 +142,39 @@ fn apply_pod(
 
 /// Computes the PreFilter counts for `pod` over every node of the snapshot.
 pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
+    prefilter_state_where(nodes, pod, |_| true)
+}
+
+/// Whether the snapshot's node `index` may hold pods with required anti-affinity: `false`
+/// only when the cycle's digest row for it (still current) counts none, so the node's pods
+/// are never loaded. Most nodes of a cluster have none, and reading each one's pod list is
+/// the cluster-wide passes' main cost.
+fn may_hold_required_anti(ctx: &CycleContext<'_>, index: usize) -> bool {
+    ctx.row_at(index)
+        .is_none_or(|r| r.pods_with_required_anti > 0)
+}
+
+/// Whether the snapshot's node `index` may hold pods with terms that score other pods (as
+/// [`may_hold_required_anti`]).
+fn may_hold_scoring_terms(ctx: &CycleContext<'_>, index: usize) -> bool {
+    ctx.row_at(index)
+        .is_none_or(|r| r.pods_with_scoring_affinity > 0)
+}
+
+/// [`prefilter_state`] that, for a pod without required terms of its own, skips the nodes
+/// `may_hold(index)` rules out.
+fn prefilter_state_where(
+    nodes: &[NodeView],
+    pod: &PodInfo,
+    may_hold: impl Fn(usize) -> bool,
+) -> AffinityState {
     let mut s = AffinityState::default();
     // Without terms of its own only existing pods' anti-affinity matters: nodes without
     // pods carrying affinity are skipped unread.
     let every_pod =
         !pod.pod_affinity.required.is_empty() || !pod.pod_affinity.required_anti.is_empty();
-    for node in nodes {
-        if !every_pod && node.alloc.pods_with_affinity == 0 {
+    for (index, node) in nodes.iter().enumerate() {
+        if !every_pod && (!may_hold(index) || node.alloc.pods_with_affinity == 0) {
             continue;
         }
         let node_labels = node.labels_or_empty();
@@ -165,6 +191,57 @@ pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
             }
             // Pods past the affinity prefix have none: their terms are not even loaded.
             apply_pod(&mut s, pod, existing, node_labels, i < with_affinity, 1);
+        }
+    }
+    s
+}
+
+/// [`prefilter_state`] for a pod without required terms of its own, where only existing
+/// pods' anti-affinity counts: each distinct term of `index` is matched once, its holders
+/// added when it matches; nodes edited since the index was built are read directly.
+fn existing_anti_state(
+    ctx: &CycleContext<'_>,
+    index: &AntiAffinityIndex,
+    pod: &PodInfo,
+) -> AffinityState {
+    let nodes = &ctx.snapshot.nodes;
+    let mut s = AffinityState::default();
+    for (term, holders) in &index.terms {
+        if !term.matches_pod(&pod.namespace, &pod.labels) {
+            continue;
+        }
+        for &(n, p) in holders {
+            let n = n as usize;
+            if ctx.row_at(n).is_none() {
+                continue; // edited since: read below
+            }
+            let node = &nodes[n];
+            // The pod itself (already assumed somewhere) never counts.
+            if node
+                .alloc
+                .pods
+                .get(p as usize)
+                .is_some_and(|e| e.uid == pod.uid)
+            {
+                continue;
+            }
+            add_to_pair(
+                &mut s.existing_anti,
+                &term.topology_key,
+                node.labels_or_empty(),
+                1,
+            );
+        }
+    }
+    for (n, node) in nodes.iter().enumerate() {
+        if ctx.row_at(n).is_some() || node.alloc.pods_with_affinity == 0 {
+            continue;
+        }
+        let labels = node.labels_or_empty();
+        for existing in node.alloc.affinity_pods() {
+            if existing.uid != pod.uid {
+                apply_pod(&mut s, pod, existing, labels, true, 1);
+            }
         }
     }
     s
@@ -270,7 +347,7 @@ impl InterPodAffinity {
     }
 
     /// Topology pair → summed weights, for scoring `pod` (upstream's PreScore).
-    fn topology_scores(&self, nodes: &[NodeView], pod: &PodInfo) -> PairCounts {
+    fn topology_scores(&self, ctx: &CycleContext<'_>, pod: &PodInfo) -> PairCounts {
         let mine = &pod.pod_affinity;
         let preferred = !mine.preferred.is_empty() || !mine.preferred_anti.is_empty();
         let hard = i64::from(self.args.hard_pod_affinity_weight);
@@ -278,8 +355,10 @@ impl InterPodAffinity {
         let mut add = |key: &str, l: &BTreeMap<String, String>, w: i64| {
             add_to_pair(&mut m, key, l, w);
         };
-        for node in nodes {
-            if !preferred && node.alloc.pods_with_affinity == 0 {
+        for (index, node) in ctx.snapshot.nodes.iter().enumerate() {
+            if !preferred
+                && (!may_hold_scoring_terms(ctx, index) || node.alloc.pods_with_affinity == 0)
+            {
                 continue;
             }
             let l = node.labels_or_empty();
@@ -337,7 +416,7 @@ impl ScorePlugin for InterPodAffinity {
     }
 
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
-        let topo = self.topology_scores(&ctx.snapshot.nodes, pod);
+        let topo = self.topology_scores(ctx, pod);
         if topo.is_empty() {
             out.fill(0);
             return;
@@ -373,7 +452,25 @@ impl FilterPlugin for InterPodAffinity {
     }
 
     fn prefilter(&self, ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<PreFilterState> {
-        Some(Box::new(prefilter_state(&ctx.snapshot.nodes, pod)))
+        let own_terms =
+            !pod.pod_affinity.required.is_empty() || !pod.pod_affinity.required_anti.is_empty();
+        Some(Box::new(match ctx.anti_affinity_index() {
+            Some(index) if !own_terms => existing_anti_state(ctx, index, pod),
+            _ => prefilter_state_where(&ctx.snapshot.nodes, pod, |index| {
+                may_hold_required_anti(ctx, index)
+            }),
+        }))
+    }
+
+    /// Nothing to check: no pair counted anywhere and no required affinity of the pod's own
+    /// (whose "first pod of a group" rule needs the check). Every node then passes `check`.
+    fn skips(&self, state: Option<&PreFilterState>, pod: &PodInfo) -> bool {
+        pod.pod_affinity.required.is_empty()
+            && state
+                .and_then(|s| s.downcast_ref::<AffinityState>())
+                .is_some_and(|s| {
+                    s.existing_anti.is_empty() && s.affinity.is_empty() && s.anti.is_empty()
+                })
     }
 
     fn filter_prepared(
@@ -521,6 +618,90 @@ mod tests {
             feasible(snap.nodes.clone(), &incoming("api", PodAffinity::default())).len(),
             2
         );
+    }
+
+    #[test]
+    fn the_term_index_counts_what_the_full_scan_counts_also_after_an_edit_in_place() {
+        let guard = |app: &str, key: &str| {
+            Arc::new(PodAffinity {
+                required_anti: vec![term(app, key)],
+                ..Default::default()
+            })
+        };
+        let mut snap = snapshot(vec![
+            zoned(
+                "a1",
+                Some("a"),
+                vec![running("1", "db", guard("web", "zone"))],
+            ),
+            zoned(
+                "a2",
+                Some("a"),
+                vec![
+                    running("2", "db", guard("web", "kubernetes.io/hostname")),
+                    running("3", "db", guard("web", "zone")),
+                ],
+            ),
+            zoned(
+                "b1",
+                Some("b"),
+                vec![running("4", "db", guard("api", "zone"))],
+            ),
+            zoned("b2", Some("b"), vec![running("5", "db", Arc::default())]),
+            // The incoming pod itself, already assumed: never counts.
+            zoned(
+                "b3",
+                Some("b"),
+                vec![running("uid-new", "web", guard("web", "zone"))],
+            ),
+        ]);
+        let plugin = InterPodAffinity::default();
+        let state = |snap: &loadstar_framework::snapshot::ClusterSnapshot, p: &PodInfo| {
+            let table = snap.digests(60);
+            let ctx = CycleContext {
+                digests: Some(&table),
+                ..ctx(snap)
+            };
+            assert!(ctx.anti_affinity_index().is_some());
+            let s = plugin.prefilter(&ctx, p).expect("a state");
+            s.downcast_ref::<AffinityState>()
+                .expect("affinity state")
+                .clone()
+        };
+        for app in ["web", "api", "db"] {
+            let p = incoming(app, PodAffinity::default());
+            assert_eq!(state(&snap, &p), prefilter_state(&snap.nodes, &p), "{app}");
+        }
+        let web = incoming("web", PodAffinity::default());
+        assert_eq!(
+            state(&snap, &web).existing_anti,
+            HashMap::from([
+                ("zone".to_string(), HashMap::from([("a".to_string(), 2)])),
+                (
+                    "kubernetes.io/hostname".to_string(),
+                    HashMap::from([("a2".to_string(), 1)])
+                ),
+            ])
+        );
+        // Edited in place after the table was built (as the scheduler assumes pods): the
+        // index's entries for b2 are stale, and the node is read itself.
+        let table = snap.digests(60);
+        let ctx_before = CycleContext {
+            digests: Some(&table),
+            ..ctx(&snap)
+        };
+        let _ = ctx_before.anti_affinity_index();
+        let mut alloc = (*snap.nodes[3].alloc).clone();
+        alloc.put_pod(running("6", "db", guard("web", "zone")));
+        snap.nodes[3].alloc = Arc::new(alloc);
+        let ctx_after = CycleContext {
+            digests: Some(&table),
+            ..ctx(&snap)
+        };
+        let s = plugin.prefilter(&ctx_after, &web).expect("a state");
+        let s = s.downcast_ref::<AffinityState>().expect("affinity state");
+        assert_eq!(*s, prefilter_state(&snap.nodes, &web));
+        assert_eq!(s.existing_anti["zone"]["b"], 1);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::ResourceKind;
 use loadstar_framework::snapshot::{NodeView, PodInfo};
-use loadstar_framework::{CycleContext, FilterPlugin, REASON_SEPARATOR};
+use loadstar_framework::{CycleContext, FilterPlugin, PreFilterState, REASON_SEPARATOR};
 
 use super::inflight::{InflightArgs, estimate};
 use super::util::{self, Statistic};
@@ -143,30 +143,75 @@ impl FilterPlugin for UsageThreshold {
         NAME
     }
 
+    /// The pod's own estimate, once per pod rather than once per node.
+    fn prefilter(&self, _ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<PreFilterState> {
+        Some(Box::new(PodEstimate::of(pod, &self.args)))
+    }
+
+    /// Nothing configured: every node passes.
+    fn skips(&self, _state: Option<&PreFilterState>, _pod: &PodInfo) -> bool {
+        self.checks.is_empty()
+    }
+
+    fn filter_prepared(
+        &self,
+        ctx: &CycleContext<'_>,
+        state: Option<&PreFilterState>,
+        pod: &PodInfo,
+        node: &NodeView,
+    ) -> Result<(), String> {
+        match state.and_then(|s| s.downcast_ref::<PodEstimate>()) {
+            Some(e) => self.check(ctx, e, node),
+            None => self.filter(ctx, pod, node),
+        }
+    }
+
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+        self.check(ctx, &PodEstimate::of(pod, &self.args), node)
+    }
+}
+
+/// What the pod adds: its CPU and memory estimate and its GPU count.
+#[derive(Debug, Clone, Copy)]
+struct PodEstimate {
+    cpu_millis: f64,
+    memory_bytes: f64,
+    gpus: f64,
+}
+
+impl PodEstimate {
+    fn of(pod: &PodInfo, args: &UsageThresholdArgs) -> Self {
+        let (cpu, mem) = estimate(pod, &args.pod_estimate);
+        PodEstimate {
+            cpu_millis: cpu as f64,
+            memory_bytes: mem as f64,
+            gpus: util::pod_gpus(pod) as f64,
+        }
+    }
+}
+
+impl UsageThreshold {
+    fn check(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodEstimate,
+        node: &NodeView,
+    ) -> Result<(), String> {
         let mut failed: Option<String> = None;
-        let mut estimated: Option<(i64, i64)> = None;
         let d = ctx.digest(node);
         for (kind, limit, reason) in &self.checks {
             let Some(u) = ctx.usage_of(node, &d, *kind) else {
                 continue;
             };
             let current = self.args.statistic.of(&u);
-            let add = match kind {
-                ResourceKind::Cpu | ResourceKind::Memory => {
-                    let (cpu, mem) =
-                        *estimated.get_or_insert_with(|| estimate(pod, &self.args.pod_estimate));
-                    let amount = if *kind == ResourceKind::Cpu { cpu } else { mem };
-                    let cap = util::capacity(&d, *kind);
-                    if cap > 0.0 { amount as f64 / cap } else { 0.0 }
-                }
-                ResourceKind::Gpu | ResourceKind::GpuMemory => {
-                    let cap = util::capacity(&d, *kind);
-                    let gpus = util::pod_gpus(pod) as f64;
-                    if cap > 0.0 { gpus / cap } else { 0.0 }
-                }
+            let amount = match kind {
+                ResourceKind::Cpu => pod.cpu_millis,
+                ResourceKind::Memory => pod.memory_bytes,
+                ResourceKind::Gpu | ResourceKind::GpuMemory => pod.gpus,
                 ResourceKind::Network | ResourceKind::DiskIo => 0.0,
             };
+            let cap = util::capacity(&d, *kind);
+            let add = if cap > 0.0 { amount / cap } else { 0.0 };
             if current + add > *limit {
                 match &mut failed {
                     Some(s) => {

@@ -1,9 +1,12 @@
 //! `FilterPlugin::skips` is exact: a filter that says it has nothing to check for a pod
 //! passes every node, whatever the nodes hold, and one that has something to check is not
 //! skipped. Run over every filter of every profile of the embedded default config.
-use loadstar_framework::snapshot::{HostPort, PodOnNode};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use loadstar_framework::snapshot::{AffinityTerm, HostPort, LabelSelector, PodAffinity, PodOnNode};
 use loadstar_policy::config::ScorerConfig;
-use loadstar_testkit::snapshot::{ctx, kube_node, pod, snapshot, with_pod};
+use loadstar_testkit::snapshot::{ctx, edit_kube, kube_node, pod, snapshot, with_pod};
 
 fn port(p: u16) -> HostPort {
     HostPort {
@@ -25,6 +28,32 @@ fn skipped_filters_pass_every_node_and_needed_ones_run() {
             ..Default::default()
         },
     );
+    // An HA replica: one per host, against pods labelled `ha=web` (a plain pod is not).
+    let ha = |k: &str| BTreeMap::from([(k.to_string(), "web".to_string())]);
+    let busy = with_pod(
+        busy,
+        PodOnNode {
+            uid: "ha-1".into(),
+            namespace: "default".into(),
+            labels: ha("ha"),
+            pod_affinity: Arc::new(PodAffinity {
+                required_anti: vec![AffinityTerm {
+                    namespaces: vec!["default".into()],
+                    selector: Some(LabelSelector {
+                        match_labels: ha("ha"),
+                        ..Default::default()
+                    }),
+                    topology_key: "kubernetes.io/hostname".into(),
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    let busy = edit_kube(busy, |k| {
+        k.labels
+            .insert("kubernetes.io/hostname".into(), "busy".into());
+    });
     let snap = snapshot(vec![
         kube_node("a", 4000, 8 * gib),
         busy,
@@ -62,6 +91,7 @@ fn skipped_filters_pass_every_node_and_needed_ones_run() {
         "NodeVolumeLimits",
         "EBSLimits",
         "PodTopologySpread",
+        "InterPodAffinity",
     ] {
         assert!(
             skipped.contains(name),
@@ -78,4 +108,20 @@ fn skipped_filters_pass_every_node_and_needed_ones_run() {
         .expect("NodePorts in the default profiles");
     assert!(!ports.skips(None, &wants_80));
     assert!(ports.filter(&ctx, &wants_80, &snap.nodes[1]).is_err());
+    // A pod labelled `ha=web`: the existing replica's anti-affinity matches it, so
+    // InterPodAffinity runs and refuses the replica's node.
+    let mut replica = pod(100, 64 << 20);
+    replica.labels = ha("ha");
+    let affinity = profiles
+        .iter()
+        .flat_map(|p| &p.filters)
+        .find(|f| f.name() == "InterPodAffinity")
+        .expect("InterPodAffinity in the default profiles");
+    let state = affinity.prefilter(&ctx, &replica);
+    assert!(!affinity.skips(state.as_ref(), &replica));
+    assert!(
+        affinity
+            .filter_prepared(&ctx, state.as_ref(), &replica, &snap.nodes[1])
+            .is_err()
+    );
 }
