@@ -6,11 +6,12 @@
 # the scorer's peak RSS. On a machine with 2+ CPUs the scorer runs on CPU 0 and the load
 # generator on CPU 1 (taskset), so the generator's cost is not counted against the scorer.
 # Usage: bench/scorer-ingest.sh [N ...]   (default: 1000 2500 5000 7500 10000)
+# SKIP_BUILD=1 runs the binaries already in ${CARGO_TARGET_DIR:-target}/release (to compare builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 counts=("$@"); [ ${#counts[@]} -gt 0 ] || counts=(1000 2500 5000 7500 10000)
 DURATION=${DURATION:-30}
-cargo build --release -q -p loadstar-scorer --bin loadstar-scorer -p loadstar-testkit --bin loadstar-loadgen
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release -q -p loadstar-scorer --bin loadstar-scorer -p loadstar-testkit --bin loadstar-loadgen
 bin=${CARGO_TARGET_DIR:-target}/release
 port=$((20000 + RANDOM % 20000))
 for n in "${counts[@]}"; do

@@ -24,6 +24,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(grpc)
         .build_server(grpc)
+        // tonic-prost's codec with smaller per-stream buffers (src/codec.rs).
+        .codec_path("crate::codec::CompactCodec")
         .file_descriptor_set_path(out.join("loadstar_v1_descriptor.bin"))
         .compile_with_config(config, &files, &[root])?;
     Ok(())

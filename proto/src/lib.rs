@@ -2,6 +2,8 @@
 //! default `grpc` feature, its tonic clients and servers), its descriptor set
 //! for reflection, and the validating conversions between wire and domain types. Kept apart
 //! from `loadstar-common` so that the policy layer builds without tonic or prost.
+#[cfg(feature = "grpc")]
+pub mod codec;
 pub mod convert;
 pub mod limits;
 

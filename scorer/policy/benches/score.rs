@@ -1,6 +1,7 @@
 //! Scoring one pod against 5 000 and 10 000 synthetic nodes with the default profile
 //! (`Profile::evaluate`, all filters and weighted scores, top 10 sorted), plus each plugin of
-//! the default profile alone at 5 000 nodes to show where the time goes.
+//! the default profile alone at 5 000 nodes to show where the time goes, and every other
+//! profile of the embedded config at 5 000 nodes.
 //!
 //! Also DefaultPreemption on a full cluster of 5 000 nodes (every pod of lower priority than
 //! the incoming one; 10 % of the nodes examined, as upstream).
@@ -323,6 +324,37 @@ fn bench_evaluate(c: &mut Criterion) {
     group.finish();
 }
 
+/// Every other profile of the embedded config over the same 5 000 nodes and pod.
+fn bench_profiles(c: &mut Criterion) {
+    if !selected("profiles") {
+        return;
+    }
+    let profiles = ScorerConfig::embedded_default()
+        .build_profiles()
+        .expect("embedded profiles build");
+    let snap = cluster(5_000, 42);
+    let pod = pod();
+    let mut group = c.benchmark_group("score_profile_5000");
+    for profile in profiles.iter().skip(1) {
+        let mut rng = StdRng::seed_from_u64(1);
+        let e = profile.evaluate(&snap, &pod, None, 10, &mut rng);
+        if let Some(us) = cpu_micros_per_eval(profile, &snap, &pod, 100) {
+            println!(
+                "score_profile_5000/{}: {us:.0} µs on-CPU per evaluation (mean of 100; {} \
+                 filters, {} scores; {})",
+                profile.name,
+                profile.filters.len(),
+                profile.scores.len(),
+                e.summary()
+            );
+        }
+        group.bench_function(profile.name.as_str(), |b| {
+            b.iter(|| black_box(profile.evaluate(&snap, black_box(&pod), None, 10, &mut rng)))
+        });
+    }
+    group.finish();
+}
+
 fn bench_plugins(c: &mut Criterion) {
     if !selected("plugins") {
         return;
@@ -440,6 +472,6 @@ fn bench_preempt(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(30).warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
-    targets = bench_evaluate, bench_plugins, bench_preempt
+    targets = bench_evaluate, bench_profiles, bench_plugins, bench_preempt
 }
 criterion_main!(benches);

@@ -1,0 +1,48 @@
+//! The protobuf codec of every generated service: tonic-prost's, with smaller per-stream
+//! buffers. tonic gives each stream an 8 KiB decode buffer and an 8 KiB encode buffer and
+//! keeps them for the stream's life; the scorer holds one agent stream per node, so at 10 000
+//! nodes that default alone is ~160 MiB of the scorer's memory for reports of ~1 KiB and
+//! acks of a few bytes. Buffers still grow to fit any larger message (tonic reserves what a
+//! message needs), so only idle capacity shrinks. Selected in `build.rs` with
+//! `codec_path`, as tonic's `codec_buffers` example does.
+use tonic::codec::{BufferSettings, Codec};
+use tonic_prost::ProstCodec;
+
+/// Initial (and idle) buffer per stream and direction, bytes. A report of the default
+/// agent encodes to a few hundred bytes up to ~2 KiB with many pods.
+pub const STREAM_BUFFER_BYTES: usize = 1024;
+/// tonic's default: how much encoded data a response stream buffers before yielding.
+const YIELD_THRESHOLD_BYTES: usize = 32 * 1024;
+
+fn settings() -> BufferSettings {
+    BufferSettings::new(STREAM_BUFFER_BYTES, YIELD_THRESHOLD_BYTES)
+}
+
+/// [`ProstCodec`] with [`STREAM_BUFFER_BYTES`] buffers.
+#[derive(Debug)]
+pub struct CompactCodec<T, U>(std::marker::PhantomData<(T, U)>);
+
+impl<T, U> Default for CompactCodec<T, U> {
+    fn default() -> Self {
+        CompactCodec(std::marker::PhantomData)
+    }
+}
+
+impl<T, U> Codec for CompactCodec<T, U>
+where
+    T: prost::Message + Send + 'static,
+    U: prost::Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = <ProstCodec<T, U> as Codec>::Encoder;
+    type Decoder = <ProstCodec<T, U> as Codec>::Decoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstCodec::<T, U>::raw_encoder(settings())
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstCodec::<T, U>::raw_decoder(settings())
+    }
+}
