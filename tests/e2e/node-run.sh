@@ -44,10 +44,14 @@ trap cleanup EXIT INT TERM
 log "building the test and the images"
 cargo test -q -p loadstar-tests --test e2e_node --no-run
 # Release builds go to LOADSTAR_RELEASE_TARGET when set (CI's cache), else target/.
+RELEASE_DIR=$(realpath -m "${LOADSTAR_RELEASE_TARGET:-${CARGO_TARGET_DIR:-target}}")/release
 (
   if [ -n "${LOADSTAR_RELEASE_TARGET:-}" ]; then export CARGO_TARGET_DIR="$LOADSTAR_RELEASE_TARGET"; fi
   bash deploy/images/build.sh --save "$WORK/images"
   node_images "$WORK/images"
+  # The in-pod agent's footprint is compared with the same binary run on the host, streaming
+  # to this stub scorer (bench/agent-footprint.sh's setup).
+  cargo build --release -q --locked -p loadstar-agent --example stub_scorer
 )
 
 export CLUSTER_NODE_IP
@@ -88,6 +92,6 @@ export LOADSTAR_E2E_CHART="$ROOT/deploy/helm/loadstar"
 export LOADSTAR_E2E_BURNER_IMAGE="$BURNER_IMAGE"
 export LOADSTAR_E2E_KUBECTL="$K8S_BIN/kubectl"
 # The in-pod agent's footprint is compared with this binary run on the host in the same window.
-export LOADSTAR_E2E_AGENT_BIN
-LOADSTAR_E2E_AGENT_BIN=$(realpath "${LOADSTAR_RELEASE_TARGET:-target}/release/loadstar-agent")
+export LOADSTAR_E2E_AGENT_BIN="$RELEASE_DIR/loadstar-agent"
+export LOADSTAR_E2E_STUB_SCORER_BIN="$RELEASE_DIR/examples/stub_scorer"
 cargo test -p loadstar-tests --test e2e_node -- --ignored --test-threads=1 --nocapture "$@"

@@ -368,31 +368,106 @@ fn proc_status_bytes(pid: u32, key: &str) -> Result<u64> {
 }
 
 /// The agent release binary run as a host process (`LOADSTAR_E2E_AGENT_BIN`, exported by
-/// node-run.sh), sampling every second with no scorer: the in-pod agent's peer. Killed on
-/// drop.
-struct HostAgent(std::process::Child);
+/// node-run.sh), sampling every second and streaming to a stub scorer
+/// (`LOADSTAR_E2E_STUB_SCORER_BIN`) as `bench/agent-footprint.sh` runs it: the in-pod
+/// agent's peer. Both are killed on drop; their stderr goes to `LOADSTAR_E2E_LOGS`.
+struct HostAgent {
+    agent: std::process::Child,
+    stub: std::process::Child,
+    log: std::path::PathBuf,
+}
 
 impl HostAgent {
     fn start() -> Result<Self> {
-        let bin = std::env::var("LOADSTAR_E2E_AGENT_BIN")
-            .context("LOADSTAR_E2E_AGENT_BIN is not set (tests/e2e/node-run.sh sets it)")?;
-        let child = std::process::Command::new(&bin)
-            .args(["--interval", "1s", "--metrics-addr", "127.0.0.1:0"])
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {bin}"))?;
-        Ok(Self(child))
+        let var = |name: &str| {
+            std::env::var(name).with_context(|| format!("{name} is not set (node-run.sh sets it)"))
+        };
+        let (agent_bin, stub_bin) = (
+            var("LOADSTAR_E2E_AGENT_BIN")?,
+            var("LOADSTAR_E2E_STUB_SCORER_BIN")?,
+        );
+        let logs = std::path::PathBuf::from(var("LOADSTAR_E2E_LOGS")?);
+        std::fs::create_dir_all(&logs)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let spawn = |bin: &str, args: &[&str], log: &str| -> Result<std::process::Child> {
+            let mut cmd = std::process::Command::new(bin);
+            cmd.args(args).env("RUST_LOG", "warn");
+            // Nothing of this run's configuration reaches the peer: its flags say it all.
+            for (k, _) in std::env::vars_os() {
+                if k.to_string_lossy().starts_with("LOADSTAR_") {
+                    cmd.env_remove(k);
+                }
+            }
+            cmd.stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(logs.join(log))?)
+                .spawn()
+                .with_context(|| format!("starting {bin}"))
+        };
+        let stub = spawn(
+            &stub_bin,
+            &[addr.as_str(), "--quiet"],
+            "host-stub-scorer.log",
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            if Instant::now() > deadline {
+                let mut stub = stub;
+                let _ = stub.kill();
+                bail!("the stub scorer never listened on {addr}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let scorer = format!("http://{addr}");
+        let args = [
+            "--scorer",
+            scorer.as_str(),
+            "--interval",
+            "1s",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ];
+        let agent = match spawn(&agent_bin, &args, "host-agent.log") {
+            Ok(a) => a,
+            Err(e) => {
+                let mut stub = stub;
+                let _ = stub.kill();
+                return Err(e);
+            }
+        };
+        Ok(Self {
+            agent,
+            stub,
+            log: logs.join("host-agent.log"),
+        })
     }
 
     fn pid(&self) -> u32 {
-        self.0.id()
+        self.agent.id()
+    }
+
+    /// Fails when the peer or its scorer has exited (a dead peer's run time stops growing).
+    fn check_running(&mut self) -> Result<()> {
+        for (what, child) in [
+            ("host agent", &mut self.agent),
+            ("stub scorer", &mut self.stub),
+        ] {
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "the {what} peer exited ({status}); see {}",
+                    self.log.display()
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Run time summed over the process's threads (`/proc/<pid>/task/*/schedstat`, ns).
     fn cpu_seconds(&self) -> Result<f64> {
         let mut ns = 0u64;
+        let mut read = 0;
         for task in std::fs::read_dir(format!("/proc/{}/task", self.pid()))? {
             // A thread that ended since the listing took its time with it; skip it.
             let stat = match std::fs::read_to_string(task?.path().join("schedstat")) {
@@ -404,6 +479,10 @@ impl HostAgent {
                 .next()
                 .and_then(|v| v.parse::<u64>().ok())
                 .with_context(|| format!("unreadable schedstat {stat:?}"))?;
+            read += 1;
+        }
+        if read == 0 {
+            bail!("no thread of the host agent {} had a schedstat", self.pid());
         }
         Ok(ns as f64 / 1e9)
     }
@@ -411,8 +490,10 @@ impl HostAgent {
 
 impl Drop for HostAgent {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        for child in [&mut self.agent, &mut self.stub] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -956,8 +1037,8 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
         .await?;
 
     // 4. The agent pod's own footprint over 30 s, beside a peer measured in the same window:
-    // the same release binary run as a host process with the same interval and no scorer
-    // (bench/agent-footprint.sh's `none` mode). A fixed figure from bench/README.md would
+    // the same release binary run as a host process with the same interval, streaming to a
+    // stub scorer (bench/agent-footprint.sh's default mode). A fixed figure from bench/README.md would
     // compare a loaded CI machine with a quiet one; the peer shares the load. CPU comes from
     // the pod's cgroup and from the peer's threads' run time; memory as bench/README.md's
     // "Agent" section measures the host process (VmHWM and VmRSS from /proc/<pid>/status),
@@ -967,11 +1048,13 @@ async fn the_chart_runs_on_a_real_node() -> Result<()> {
     // import), not to the agent.
     let auid = uid_of(&agent);
     let apid = agent_pid(&auid)?;
-    let peer = HostAgent::start()?;
+    let mut peer = HostAgent::start()?;
     tokio::time::sleep(Duration::from_secs(3)).await; // the peer's start-up, not measured
+    peer.check_running()?;
     let (a0, p0, ta0) = (cgroup_cpu_seconds(&auid)?, peer.cpu_seconds()?, unix_now());
     tokio::time::sleep(Duration::from_secs(30)).await;
     let (a1, p1, ta1) = (cgroup_cpu_seconds(&auid)?, peer.cpu_seconds()?, unix_now());
+    peer.check_running()?;
     let mcpu = (a1 - a0) / (ta1 - ta0) * 1000.0;
     let peer_mcpu = (p1 - p0) / (ta1 - ta0) * 1000.0;
     let mib = |b: u64| b as f64 / 1048576.0;

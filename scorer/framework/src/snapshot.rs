@@ -4,8 +4,10 @@
 //! nodes is built by cloning pointers, and the scheduler can change one node's allocation
 //! without copying the others.
 use std::borrow::Cow;
+
+pub use crate::anti_affinity::AntiAffinityIndex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use loadstar_common::model::{LoadSummary, NodeCapacity, ResourceKind, ResourceList};
@@ -574,13 +576,17 @@ impl Usage {
 /// scoring pass reads a few cache lines per node from one array instead of chasing four
 /// `Arc`s and two window vectors per node (cache misses, not arithmetic, dominate at 5 000
 /// nodes). Fields are laid out in 64-byte groups by use: identity, flags and CPU/memory
-/// totals first; CPU usage; memory usage; other totals; agent pressure data.
+/// totals first; CPU usage; memory usage; other totals; agent pressure data and affinity
+/// counts.
 #[derive(Debug, Clone, Default)]
 #[repr(C, align(64))]
 pub struct NodeDigest {
-    agent_ptr: usize,
-    kube_ptr: usize,
-    alloc_ptr: usize,
+    // What the row was computed from, held weakly: the allocations stay reserved while the
+    // row exists, so a replaced `Arc`'s address cannot be reused by a newer one that would
+    // then pass for the data the row was computed from.
+    agent_ref: Option<Weak<AgentNode>>,
+    kube_ref: Option<Weak<KubeNode>>,
+    alloc_ref: Weak<NodeAllocation>,
     /// Kubernetes knows the node.
     pub has_kube: bool,
     /// Ready condition (true without Kubernetes facts).
@@ -593,13 +599,6 @@ pub struct NodeDigest {
     pub has_extended: bool,
     /// A pod on the node uses host ports (read them from the view).
     pub has_host_ports: bool,
-    /// Pods on the node with required anti-affinity terms: the incoming pod's PreFilter
-    /// reads only the nodes where this is not 0 (unless the pod has required terms itself).
-    pub pods_with_required_anti: u32,
-    /// Pods on the node with terms that score other pods (required or preferred affinity,
-    /// preferred anti-affinity): the affinity score reads only the nodes where this is not 0
-    /// (unless the pod has preferred terms itself).
-    pub pods_with_scoring_affinity: u32,
     /// An agent has reported.
     pub has_agent: bool,
     /// The node has GPUs (allocatable `nvidia.com/gpu` or agent GPUs).
@@ -646,14 +645,17 @@ pub struct NodeDigest {
     pub nodefs_inodes_free_ratio: Option<f64>,
     /// Agent: last time under eviction pressure.
     pub last_pressure_at: Option<Instant>,
+    /// Pods on the node with required anti-affinity terms ([`AntiAffinityIndex`] covers
+    /// only the nodes where this is not 0).
+    pub pods_with_required_anti: u32,
+    /// Pods on the node with terms that score other pods (required or preferred affinity,
+    /// preferred anti-affinity): the affinity score reads only the nodes where this is not 0
+    /// (unless the pod has preferred terms itself).
+    pub pods_with_scoring_affinity: u32,
 }
 
 fn count_u32<T>(items: impl Iterator<Item = T>) -> u32 {
     u32::try_from(items.count()).unwrap_or(u32::MAX)
-}
-
-fn arc_addr<T>(a: &Option<Arc<T>>) -> usize {
-    a.as_ref().map_or(0, |a| Arc::as_ptr(a) as usize)
 }
 
 impl NodeDigest {
@@ -665,9 +667,9 @@ impl NodeDigest {
         let allocatable = node.allocatable_ref();
         let agent_gpus = agent.map_or(0, |g| g.gpus.len());
         NodeDigest {
-            agent_ptr: arc_addr(&node.agent),
-            kube_ptr: arc_addr(&node.kube),
-            alloc_ptr: Arc::as_ptr(&node.alloc) as usize,
+            agent_ref: node.agent.as_ref().map(Arc::downgrade),
+            kube_ref: node.kube.as_ref().map(Arc::downgrade),
+            alloc_ref: Arc::downgrade(&node.alloc),
             has_kube: kube.is_some(),
             ready: kube.is_none_or(|k| k.ready),
             unschedulable: kube.is_some_and(|k| k.unschedulable),
@@ -713,9 +715,16 @@ impl NodeDigest {
     /// data (a replaced `Arc` means the node changed since).
     #[inline]
     pub fn matches(&self, node: &NodeView) -> bool {
-        self.alloc_ptr == Arc::as_ptr(&node.alloc) as usize
-            && self.agent_ptr == arc_addr(&node.agent)
-            && self.kube_ptr == arc_addr(&node.kube)
+        fn same<T>(held: Option<&Weak<T>>, now: Option<&Arc<T>>) -> bool {
+            match (held, now) {
+                (Some(w), Some(a)) => std::ptr::eq(w.as_ptr(), Arc::as_ptr(a)),
+                (None, None) => true,
+                _ => false,
+            }
+        }
+        std::ptr::eq(self.alloc_ref.as_ptr(), Arc::as_ptr(&node.alloc))
+            && same(self.agent_ref.as_ref(), node.agent.as_ref())
+            && same(self.kube_ref.as_ref(), node.kube.as_ref())
     }
 
     /// Usage of CPU or memory (`None` for other kinds: read those from the view).
@@ -763,45 +772,12 @@ pub struct DigestTable {
     anti_affinity: std::sync::OnceLock<AntiAffinityIndex>,
 }
 
-/// Existing pods' required anti-affinity terms, one entry per distinct term with the pods
-/// that carry it, for the nodes whose rows are current when it is built. Replicas of one
-/// workload carry the same terms, so a PreFilter matches each distinct term once instead of
-/// once per pod (kube-scheduler keeps such pods per node; this groups them across nodes).
-#[derive(Debug, Default)]
-pub struct AntiAffinityIndex {
-    /// Each distinct term with its holders: (node index in the snapshot, index of the pod in
-    /// that node's [`NodeAllocation::pods`]).
-    pub terms: Vec<(AffinityTerm, Vec<(u32, u32)>)>,
-}
-
 impl DigestTable {
     /// The [`AntiAffinityIndex`] of `snapshot` (the snapshot this table was built for),
-    /// built on first use from the nodes whose rows still match them. A node edited later
-    /// no longer matches its row: readers skip its entries and read the node itself.
+    /// built on first use.
     pub fn anti_affinity(&self, snapshot: &ClusterSnapshot) -> &AntiAffinityIndex {
-        self.anti_affinity.get_or_init(|| {
-            let mut at: HashMap<&AffinityTerm, usize> = HashMap::new();
-            let mut terms: Vec<(AffinityTerm, Vec<(u32, u32)>)> = Vec::new();
-            for (i, (row, node)) in self.rows.iter().zip(&snapshot.nodes).enumerate() {
-                if row.pods_with_required_anti == 0 || !row.matches(node) {
-                    continue;
-                }
-                let (Ok(i), pods) = (u32::try_from(i), node.alloc.affinity_pods()) else {
-                    continue;
-                };
-                for (p, pod) in pods.iter().enumerate() {
-                    let Ok(p) = u32::try_from(p) else { break };
-                    for term in &pod.pod_affinity.required_anti {
-                        let k = *at.entry(term).or_insert_with(|| {
-                            terms.push((term.clone(), Vec::new()));
-                            terms.len() - 1
-                        });
-                        terms[k].1.push((i, p));
-                    }
-                }
-            }
-            AntiAffinityIndex { terms }
-        })
+        self.anti_affinity
+            .get_or_init(|| AntiAffinityIndex::build(&self.rows, &snapshot.nodes))
     }
 }
 

@@ -140,41 +140,24 @@ fn apply_pod(
     }
 }
 
-/// Computes the PreFilter counts for `pod` over every node of the snapshot.
-pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
-    prefilter_state_where(nodes, pod, |_| true)
-}
-
-/// Whether the snapshot's node `index` may hold pods with required anti-affinity: `false`
-/// only when the cycle's digest row for it (still current) counts none, so the node's pods
-/// are never loaded. Most nodes of a cluster have none, and reading each one's pod list is
-/// the cluster-wide passes' main cost.
-fn may_hold_required_anti(ctx: &CycleContext<'_>, index: usize) -> bool {
-    ctx.row_at(index)
-        .is_none_or(|r| r.pods_with_required_anti > 0)
-}
-
-/// Whether the snapshot's node `index` may hold pods with terms that score other pods (as
-/// [`may_hold_required_anti`]).
+/// Whether the snapshot's node `index` may hold pods with terms that score other pods:
+/// `false` only when the cycle's digest row for it (still current) counts none, so the
+/// node's pods are never loaded. Most nodes of a cluster have none, and reading each one's
+/// pod list is a cluster-wide pass's main cost.
 fn may_hold_scoring_terms(ctx: &CycleContext<'_>, index: usize) -> bool {
     ctx.row_at(index)
         .is_none_or(|r| r.pods_with_scoring_affinity > 0)
 }
 
-/// [`prefilter_state`] that, for a pod without required terms of its own, skips the nodes
-/// `may_hold(index)` rules out.
-fn prefilter_state_where(
-    nodes: &[NodeView],
-    pod: &PodInfo,
-    may_hold: impl Fn(usize) -> bool,
-) -> AffinityState {
+/// Computes the PreFilter counts for `pod` over every node of the snapshot.
+pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
     let mut s = AffinityState::default();
     // Without terms of its own only existing pods' anti-affinity matters: nodes without
     // pods carrying affinity are skipped unread.
     let every_pod =
         !pod.pod_affinity.required.is_empty() || !pod.pod_affinity.required_anti.is_empty();
-    for (index, node) in nodes.iter().enumerate() {
-        if !every_pod && (!may_hold(index) || node.alloc.pods_with_affinity == 0) {
+    for node in nodes {
+        if !every_pod && node.alloc.pods_with_affinity == 0 {
             continue;
         }
         let node_labels = node.labels_or_empty();
@@ -198,7 +181,8 @@ fn prefilter_state_where(
 
 /// [`prefilter_state`] for a pod without required terms of its own, where only existing
 /// pods' anti-affinity counts: each distinct term of `index` is matched once, its holders
-/// added when it matches; nodes edited since the index was built are read directly.
+/// added when it matches; nodes the index does not cover, or edited since it was built, are
+/// read directly.
 fn existing_anti_state(
     ctx: &CycleContext<'_>,
     index: &AntiAffinityIndex,
@@ -234,7 +218,7 @@ fn existing_anti_state(
         }
     }
     for (n, node) in nodes.iter().enumerate() {
-        if ctx.row_at(n).is_some() || node.alloc.pods_with_affinity == 0 {
+        if (index.covers(n) && ctx.row_at(n).is_some()) || node.alloc.pods_with_affinity == 0 {
             continue;
         }
         let labels = node.labels_or_empty();
@@ -456,9 +440,7 @@ impl FilterPlugin for InterPodAffinity {
             !pod.pod_affinity.required.is_empty() || !pod.pod_affinity.required_anti.is_empty();
         Some(Box::new(match ctx.anti_affinity_index() {
             Some(index) if !own_terms => existing_anti_state(ctx, index, pod),
-            _ => prefilter_state_where(&ctx.snapshot.nodes, pod, |index| {
-                may_hold_required_anti(ctx, index)
-            }),
+            _ => prefilter_state(&ctx.snapshot.nodes, pod),
         }))
     }
 
@@ -702,6 +684,31 @@ mod tests {
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
         assert_eq!(*s, prefilter_state(&snap.nodes, &web));
         assert_eq!(s.existing_anti["zone"]["b"], 1);
+        // The reverse: a node edited before the index was built, then given back the data
+        // its row was computed from. Its row matches again, yet the index never covered it.
+        let mut snap = snapshot(vec![zoned(
+            "c1",
+            Some("c"),
+            vec![running("7", "db", guard("web", "zone"))],
+        )]);
+        let table = snap.digests(60);
+        let original = snap.nodes[0].alloc.clone();
+        snap.nodes[0].alloc = Arc::new((*original).clone());
+        let edited = CycleContext {
+            digests: Some(&table),
+            ..ctx(&snap)
+        };
+        let _ = edited.anti_affinity_index();
+        snap.nodes[0].alloc = original;
+        let restored = CycleContext {
+            digests: Some(&table),
+            ..ctx(&snap)
+        };
+        assert!(restored.row_at(0).is_some());
+        let s = plugin.prefilter(&restored, &web).expect("a state");
+        let s = s.downcast_ref::<AffinityState>().expect("affinity state");
+        assert_eq!(*s, prefilter_state(&snap.nodes, &web));
+        assert_eq!(s.existing_anti["zone"]["c"], 1);
     }
 
     #[test]
