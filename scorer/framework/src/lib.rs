@@ -1,7 +1,6 @@
 //! Loadstar's scheduling framework, the bottom layer of the scorer: the immutable
 //! [`ClusterSnapshot`](snapshot::ClusterSnapshot) that scoring reads, the filter and score
 //! plugin traits, and [`Profile::evaluate`]. Pure: no I/O, no clock reads, no RPC.
-pub mod anti_affinity;
 pub mod constraints;
 pub mod preemption;
 pub mod profile;
