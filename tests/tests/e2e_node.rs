@@ -367,14 +367,54 @@ fn proc_status_bytes(pid: u32, key: &str) -> Result<u64> {
         .with_context(|| format!("no {key} in /proc/{pid}/status"))
 }
 
+/// A child process killed (and reaped) on drop, with the file its stderr goes to.
+struct Peer {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Peer {
+    /// Starts `bin` with `args` and none of this run's `LOADSTAR_*` variables (its flags say
+    /// it all), stderr to `log`.
+    fn spawn(bin: &str, args: &[&str], log: std::path::PathBuf) -> Result<Peer> {
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(args).env("RUST_LOG", "warn");
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("LOADSTAR_") {
+                cmd.env_remove(k);
+            }
+        }
+        let child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .with_context(|| format!("starting {bin}"))?;
+        Ok(Peer { child, log })
+    }
+
+    /// Fails when the process has exited.
+    fn check_running(&mut self, what: &str) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("the {what} exited ({status}); see {}", self.log.display());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The agent release binary run as a host process (`LOADSTAR_E2E_AGENT_BIN`, exported by
 /// node-run.sh), sampling every second and streaming to a stub scorer
 /// (`LOADSTAR_E2E_STUB_SCORER_BIN`) as `bench/agent-footprint.sh` runs it: the in-pod
 /// agent's peer. Both are killed on drop; their stderr goes to `LOADSTAR_E2E_LOGS`.
 struct HostAgent {
-    agent: std::process::Child,
-    stub: std::process::Child,
-    log: std::path::PathBuf,
+    agent: Peer,
+    stub: Peer,
 }
 
 impl HostAgent {
@@ -392,30 +432,14 @@ impl HostAgent {
             .local_addr()?
             .port();
         let addr = format!("127.0.0.1:{port}");
-        let spawn = |bin: &str, args: &[&str], log: &str| -> Result<std::process::Child> {
-            let mut cmd = std::process::Command::new(bin);
-            cmd.args(args).env("RUST_LOG", "warn");
-            // Nothing of this run's configuration reaches the peer: its flags say it all.
-            for (k, _) in std::env::vars_os() {
-                if k.to_string_lossy().starts_with("LOADSTAR_") {
-                    cmd.env_remove(k);
-                }
-            }
-            cmd.stdout(std::process::Stdio::null())
-                .stderr(std::fs::File::create(logs.join(log))?)
-                .spawn()
-                .with_context(|| format!("starting {bin}"))
-        };
-        let stub = spawn(
+        let stub = Peer::spawn(
             &stub_bin,
             &[addr.as_str(), "--quiet"],
-            "host-stub-scorer.log",
+            logs.join("host-stub-scorer.log"),
         )?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(&addr).is_err() {
             if Instant::now() > deadline {
-                let mut stub = stub;
-                let _ = stub.kill();
                 bail!("the stub scorer never listened on {addr}");
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -429,39 +453,18 @@ impl HostAgent {
             "--metrics-addr",
             "127.0.0.1:0",
         ];
-        let agent = match spawn(&agent_bin, &args, "host-agent.log") {
-            Ok(a) => a,
-            Err(e) => {
-                let mut stub = stub;
-                let _ = stub.kill();
-                return Err(e);
-            }
-        };
-        Ok(Self {
-            agent,
-            stub,
-            log: logs.join("host-agent.log"),
-        })
+        let agent = Peer::spawn(&agent_bin, &args, logs.join("host-agent.log"))?;
+        Ok(Self { agent, stub })
     }
 
     fn pid(&self) -> u32 {
-        self.agent.id()
+        self.agent.child.id()
     }
 
     /// Fails when the peer or its scorer has exited (a dead peer's run time stops growing).
     fn check_running(&mut self) -> Result<()> {
-        for (what, child) in [
-            ("host agent", &mut self.agent),
-            ("stub scorer", &mut self.stub),
-        ] {
-            if let Some(status) = child.try_wait()? {
-                bail!(
-                    "the {what} peer exited ({status}); see {}",
-                    self.log.display()
-                );
-            }
-        }
-        Ok(())
+        self.agent.check_running("host agent peer")?;
+        self.stub.check_running("host agent peer's stub scorer")
     }
 
     /// Run time summed over the process's threads (`/proc/<pid>/task/*/schedstat`, ns).
@@ -485,15 +488,6 @@ impl HostAgent {
             bail!("no thread of the host agent {} had a schedstat", self.pid());
         }
         Ok(ns as f64 / 1e9)
-    }
-}
-
-impl Drop for HostAgent {
-    fn drop(&mut self) {
-        for child in [&mut self.agent, &mut self.stub] {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 

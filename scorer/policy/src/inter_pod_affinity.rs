@@ -149,34 +149,43 @@ fn may_hold_scoring_terms(ctx: &CycleContext<'_>, index: usize) -> bool {
         .is_none_or(|r| r.pods_with_scoring_affinity > 0)
 }
 
+/// Whether `pod` has required (anti-)affinity terms of its own: then every existing pod may
+/// count, not only those with terms.
+fn has_required_terms(pod: &PodInfo) -> bool {
+    !pod.pod_affinity.required.is_empty() || !pod.pod_affinity.required_anti.is_empty()
+}
+
 /// Computes the PreFilter counts for `pod` over every node of the snapshot.
 pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
     let mut s = AffinityState::default();
-    // Without terms of its own only existing pods' anti-affinity matters: nodes without
-    // pods carrying affinity are skipped unread.
-    let every_pod =
-        !pod.pod_affinity.required.is_empty() || !pod.pod_affinity.required_anti.is_empty();
+    let every_pod = has_required_terms(pod);
     for node in nodes {
-        if !every_pod && node.alloc.pods_with_affinity == 0 {
-            continue;
-        }
-        let node_labels = node.labels_or_empty();
-        let candidates = if every_pod {
-            &node.alloc.pods[..]
-        } else {
-            node.alloc.affinity_pods()
-        };
-        let with_affinity = node.alloc.pods_with_affinity;
-        for (i, existing) in candidates.iter().enumerate() {
-            // The pod itself (already assumed somewhere) never counts.
-            if existing.uid == pod.uid {
-                continue;
-            }
-            // Pods past the affinity prefix have none: their terms are not even loaded.
-            apply_pod(&mut s, pod, existing, node_labels, i < with_affinity, 1);
-        }
+        add_node(&mut s, pod, node, every_pod);
     }
     s
+}
+
+/// Adds what `node`'s pods count for `pod`: all of them when `every_pod`, else only those
+/// with affinity terms (then a node without any is skipped unread).
+fn add_node(s: &mut AffinityState, pod: &PodInfo, node: &NodeView, every_pod: bool) {
+    if !every_pod && node.alloc.pods_with_affinity == 0 {
+        return;
+    }
+    let node_labels = node.labels_or_empty();
+    let candidates = if every_pod {
+        &node.alloc.pods[..]
+    } else {
+        node.alloc.affinity_pods()
+    };
+    let with_affinity = node.alloc.pods_with_affinity;
+    for (i, existing) in candidates.iter().enumerate() {
+        // The pod itself (already assumed somewhere) never counts.
+        if existing.uid == pod.uid {
+            continue;
+        }
+        // Pods past the affinity prefix have none: their terms are not even loaded.
+        apply_pod(s, pod, existing, node_labels, i < with_affinity, 1);
+    }
 }
 
 /// [`prefilter_state`] for a pod without required terms of its own, where only existing
@@ -218,14 +227,8 @@ fn existing_anti_state(
         }
     }
     for (n, node) in nodes.iter().enumerate() {
-        if (index.covers(n) && ctx.row_at(n).is_some()) || node.alloc.pods_with_affinity == 0 {
-            continue;
-        }
-        let labels = node.labels_or_empty();
-        for existing in node.alloc.affinity_pods() {
-            if existing.uid != pod.uid {
-                apply_pod(&mut s, pod, existing, labels, true, 1);
-            }
+        if !(index.covers(n) && ctx.row_at(n).is_some()) {
+            add_node(&mut s, pod, node, false);
         }
     }
     s
@@ -436,10 +439,8 @@ impl FilterPlugin for InterPodAffinity {
     }
 
     fn prefilter(&self, ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<PreFilterState> {
-        let own_terms =
-            !pod.pod_affinity.required.is_empty() || !pod.pod_affinity.required_anti.is_empty();
         Some(Box::new(match ctx.anti_affinity_index() {
-            Some(index) if !own_terms => existing_anti_state(ctx, index, pod),
+            Some(index) if !has_required_terms(pod) => existing_anti_state(ctx, index, pod),
             _ => prefilter_state(&ctx.snapshot.nodes, pod),
         }))
     }
