@@ -1013,22 +1013,29 @@ async fn preemption_evicts_the_fewest_lower_priority_pods_spares_budgets_and_bin
         vec!["a-mid", "b-high", "b-low", "hi"],
         "only a-low is evicted"
     );
-    let preempted: Vec<String> = events(&client, &ns)
-        .await?
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("Preempted"))
-        .map(|e| {
-            format!(
-                "{}: {}",
-                e.involved_object.name.unwrap_or_default(),
-                e.message.unwrap_or_default()
-            )
+    // Events go out through the scheduler's write queue, after the victim's delete: the
+    // pod may bind before its victim's event is written, so wait for it.
+    let expected = vec![format!("a-low: Preempted by {ns}/hi on node pre-a")];
+    eventually("the Preempted event", Duration::from_secs(15), || async {
+        let preempted: Vec<String> = events(&client, &ns)
+            .await?
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Preempted"))
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e.involved_object.name.unwrap_or_default(),
+                    e.message.unwrap_or_default()
+                )
+            })
+            .collect();
+        Ok(if preempted == expected {
+            Ok(())
+        } else {
+            Err(format!("Preempted events now: {preempted:?}"))
         })
-        .collect();
-    assert_eq!(
-        preempted,
-        vec![format!("a-low: Preempted by {ns}/hi on node pre-a")]
-    );
+    })
+    .await?;
     eventually(
         "hi's nominatedNodeName",
         Duration::from_secs(10),
