@@ -1,14 +1,17 @@
-//! The `loadstar.v1.Ingest` gRPC service: one task per agent stream, each report validated
-//! and stored, each answered with an ack. A bad report is rejected in its ack and the stream
-//! goes on; a broken stream (undecodable bytes) ends only that stream.
+//! The `loadstar.v1.Ingest` gRPC service: each agent stream's reports validated and stored,
+//! each answered with an ack, read as tonic sends the acks (no task per stream). A bad report
+//! is rejected in its ack and the stream goes on; a broken stream (undecodable bytes) ends
+//! only that stream.
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use loadstar_proto::pb;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use std::pin::Pin;
+
+use futures::Stream;
+use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, Span, debug, info, info_span, warn};
 
 use loadstar_auth::AgentGrant;
 use loadstar_common::rate::{RateLimit, TokenBucket};
@@ -207,86 +210,114 @@ impl IngestService {
         true
     }
 
-    /// Serves one agent stream until it ends, the server closes, or it must be refused.
-    async fn run_stream(
-        self,
-        mut inbound: Streaming<pb::NodeReport>,
-        tx: mpsc::Sender<Result<pb::ReportAck, Status>>,
-        grant: Option<AgentGrant>,
-        peer: Option<std::net::SocketAddr>,
-    ) {
-        let stream = StreamId::next();
-        let mut node: Option<String> = None;
-        let mut bucket = TokenBucket::new(
-            RateLimit {
-                qps: self.limits.reports_per_second,
-                burst: self.limits.burst,
-            },
-            std::time::Instant::now(),
-        );
-        let closed = crate::shutdown::closed(self.closing.clone());
-        tokio::pin!(closed);
-        loop {
-            if !self.pace(&mut bucket, &mut closed).await {
-                info!("scorer shutting down; ending agent stream");
-                break;
-            }
-            let next = tokio::select! {
-                m = inbound.message() => m,
-                _ = &mut closed => {
-                    info!("scorer shutting down; ending agent stream");
-                    break;
-                }
-            };
-            match next {
-                Ok(Some(report)) => {
-                    let first = node.is_none();
-                    let handled =
-                        self.handle(stream, &mut node, report, grant.as_ref().map(|g| (g, peer)));
-                    if first && let Some(n) = &node {
-                        // Recorded once per stream: the span's fields never grow.
-                        tracing::Span::current().record("node", n.as_str());
-                    }
-                    if tx.send(Ok(handled.ack)).await.is_err() {
-                        break; // The agent went away.
-                    }
-                    if let Some(status) = handled.end {
-                        warn!(reason = %status.message(), "agent stream refused");
-                        let _ = tx.send(Err(status)).await;
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(status) => {
-                    // Undecodable or oversized: the stream cannot go on, but the agent is
-                    // told why (a status, never a silent OK).
-                    let code = status.code();
-                    let reason = if code == tonic::Code::OutOfRange {
-                        "too_large"
-                    } else {
-                        "broken"
-                    };
-                    warn!(code = ?status.code(), message = %truncate(status.message(), 512), "agent stream broken");
-                    self.reject("stream");
-                    self.refuse(reason);
-                    let message = format!(
-                        "stream ended by the scorer: {}",
-                        truncate(status.message(), 1024)
-                    );
-                    let _ = tx.send(Err(Status::new(code, message))).await;
-                    break;
-                }
-            }
+    /// The next item of an agent stream: the ack of its next report, a final status, or
+    /// `None` when it ends (it ran out, the server closes, or it was refused).
+    async fn next_ack(&self, s: &mut StreamState) -> Option<Result<pb::ReportAck, Status>> {
+        if let Some(status) = s.end.take() {
+            s.done = true;
+            return Some(Err(status));
         }
-        if let Some(n) = &node {
-            self.store.release(n, stream);
+        if s.done {
+            return None;
+        }
+        if !self.pace(&mut s.bucket, &mut s.closed).await {
+            info!("scorer shutting down; ending agent stream");
+            s.done = true;
+            return None;
+        }
+        let next = tokio::select! {
+            m = s.inbound.message() => m,
+            _ = &mut s.closed => {
+                info!("scorer shutting down; ending agent stream");
+                s.done = true;
+                return None;
+            }
+        };
+        match next {
+            Ok(Some(report)) => {
+                let first = s.guard.node.is_none();
+                let grant = s.grant.as_ref().map(|g| (g, s.peer));
+                let handled = self.handle(s.guard.stream, &mut s.guard.node, report, grant);
+                if first && let Some(n) = &s.guard.node {
+                    // Recorded once per stream: the span's fields never grow.
+                    s.span.record("node", n.as_str());
+                }
+                if let Some(status) = handled.end {
+                    warn!(reason = %status.message(), "agent stream refused");
+                    s.end = Some(status);
+                }
+                Some(Ok(handled.ack))
+            }
+            Ok(None) => {
+                s.done = true;
+                None
+            }
+            Err(status) => {
+                // Undecodable or oversized: the stream cannot go on, but the agent is told
+                // why (a status, never a silent OK).
+                let code = status.code();
+                let reason = if code == tonic::Code::OutOfRange {
+                    "too_large"
+                } else {
+                    "broken"
+                };
+                warn!(code = ?status.code(), message = %truncate(status.message(), 512), "agent stream broken");
+                self.reject("stream");
+                self.refuse(reason);
+                let message = format!(
+                    "stream ended by the scorer: {}",
+                    truncate(status.message(), 1024)
+                );
+                s.done = true;
+                Some(Err(Status::new(code, message)))
+            }
         }
     }
 }
 
+/// One agent stream's state between two acks. The stream is served by its own response: each
+/// ack tonic asks for reads, handles and answers the next report, so a stream costs no task
+/// or ack channel of its own (at one stream per node, that is memory per node).
+struct StreamState {
+    inbound: Streaming<pb::NodeReport>,
+    grant: Option<AgentGrant>,
+    peer: Option<std::net::SocketAddr>,
+    bucket: TokenBucket,
+    closed: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// A status to end the stream with after the ack just sent.
+    end: Option<Status>,
+    done: bool,
+    span: Span,
+    guard: StreamGuard,
+}
+
+/// Gives the stream's node back to the store and counts the stream closed when the stream
+/// is dropped: when it ends, and when the agent or the server goes away mid-report.
+struct StreamGuard {
+    store: Arc<NodeStore>,
+    metrics: Arc<Metrics>,
+    stream: StreamId,
+    /// The node of the stream's first accepted report.
+    node: Option<String>,
+    span: Span,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        if let Some(n) = &self.node {
+            self.store.release(n, self.stream);
+        }
+        self.metrics.ingest_streams.dec();
+        self.span.in_scope(|| info!("agent stream closed"));
+    }
+}
+
+/// The acks of one agent stream (see [`StreamState`]).
+pub type AckStream = Pin<Box<dyn Stream<Item = Result<pb::ReportAck, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl pb::ingest_server::Ingest for IngestService {
-    type ReportStream = ReceiverStream<Result<pb::ReportAck, Status>>;
+    type ReportStream = AckStream;
 
     async fn report(
         &self,
@@ -296,21 +327,42 @@ impl pb::ingest_server::Ingest for IngestService {
         // Before any report is decoded: who is this?
         let grant = self.gate.agent(&request).await?;
         let inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(32);
-        let this = self.clone();
         let span = info_span!("ingest_stream", peer = ?peer, node = tracing::field::Empty,
                               pod = grant.as_ref().map(AgentGrant::pod_key));
-        tokio::spawn(
+        self.metrics.ingest_streams.inc();
+        let state = StreamState {
+            inbound,
+            grant,
+            peer,
+            bucket: TokenBucket::new(
+                RateLimit {
+                    qps: self.limits.reports_per_second,
+                    burst: self.limits.burst,
+                },
+                std::time::Instant::now(),
+            ),
+            closed: Box::pin(crate::shutdown::closed(self.closing.clone())),
+            end: None,
+            done: false,
+            span: span.clone(),
+            guard: StreamGuard {
+                store: self.store.clone(),
+                metrics: self.metrics.clone(),
+                stream: StreamId::next(),
+                node: None,
+                span,
+            },
+        };
+        let this = self.clone();
+        let acks = futures::stream::unfold((this, state), |(this, mut s)| {
+            let span = s.span.clone();
             async move {
-                this.metrics.ingest_streams.inc();
-                let metrics = this.metrics.clone();
-                this.run_stream(inbound, tx, grant, peer).await;
-                metrics.ingest_streams.dec();
-                info!("agent stream closed");
+                let item = this.next_ack(&mut s).await?;
+                Some((item, (this, s)))
             }
-            .instrument(span),
-        );
-        Ok(Response::new(ReceiverStream::new(rx)))
+            .instrument(span)
+        });
+        Ok(Response::new(Box::pin(acks)))
     }
 }
 

@@ -281,6 +281,55 @@ async fn a_second_stream_cannot_take_over_a_live_node() {
     server.stop().await;
 }
 
+/// The `loadstar_scorer_ingest_streams` gauge as the metrics endpoint shows it.
+fn open_streams(metrics: &Metrics) -> Option<String> {
+    metrics
+        .encode()
+        .lines()
+        .find(|l| l.starts_with("loadstar_scorer_ingest_streams "))
+        .map(str::to_string)
+}
+
+#[tokio::test]
+async fn an_agent_that_vanishes_mid_stream_gives_its_node_back() {
+    let server = TestServer::start(ServerLimits::default()).await;
+    // The agent's stream on its own connection, one report acknowledged, the stream left open.
+    let (tx, rx) = mpsc::channel(4);
+    let mut client = IngestClient::new(server.channel().await);
+    let mut acks = client
+        .report(ReceiverStream::new(rx))
+        .await
+        .expect("stream")
+        .into_inner();
+    tx.send(report("node-v", "gone", 1)).await.expect("send");
+    assert!(acks.message().await.expect("ack").expect("ack").accepted);
+    assert_eq!(
+        open_streams(&server.metrics).as_deref(),
+        Some("loadstar_scorer_ingest_streams 1")
+    );
+    // Then it vanishes: its connection drops with the stream unfinished.
+    drop((acks, client, tx));
+    eventually(
+        Duration::from_secs(10),
+        "the vanished stream counted closed",
+        || open_streams(&server.metrics),
+        |g| g.as_deref() == Some("loadstar_scorer_ingest_streams 0"),
+    )
+    .await;
+    // Its node is free: a restarted agent's first report is accepted.
+    let acks = stream(server.channel().await, vec![report("node-v", "back", 1)]).await;
+    assert!(acks[0].accepted, "{acks:?}");
+    assert_eq!(
+        server
+            .store
+            .node_status("node-v")
+            .and_then(|n| n.last_report)
+            .map(|r| r.agent_instance),
+        Some("back".to_string())
+    );
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn oversized_reports_end_the_stream_with_a_status() {
     let server = TestServer::start(ServerLimits::default()).await;
