@@ -6,7 +6,9 @@
 #! schedulers start as warm standbys (caches synced) that take their Lease (retry period
 #! 0.2 s) when a placeholder's Lease is deleted at the start mark.
 #! Prints pods/s from start to all bound, the ratio, p50/p99 latencies, and CPU seconds of the
-#! scheduler, kube-apiserver and etcd while scheduling. Release builds.
+#! scheduler, kube-apiserver and etcd while scheduling. Release builds. Loadstar's ingest CPU
+#! is reported separately: measured on the standby scorer with every agent reporting, before
+#! the start mark (INGEST_SECONDS, default 10), and subtracted pro rata.
 #! CONSTRAINED percent of the pods carry a hard inter-pod constraint (half required
 #! anti-affinity per host, half a hard host spread, in 50 groups), the same pods for both.
 #! Usage: bench/scheduler-throughput.sh [NODES] [PODS] [QPS] [CONSTRAINED]
@@ -60,6 +62,13 @@ H agents --scorer http://127.0.0.1:$GRPC_PORT --count "$NODES" >"$WORK/agents.lo
 AG=$!; PIDS+=("$AG")
 log "waiting for $NODES fresh agent reports"
 H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" --timeout 120
+# Ingest alone, reported separately: the standby scorer's CPU while every agent reports and
+# nothing is scheduled (INGEST_SECONDS, default 10).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+INGEST_SECONDS=${INGEST_SECONDS:-10}
+t0=$(cpu_ticks "$LS"); sleep "$INGEST_SECONDS"; t1=$(cpu_ticks "$LS")
+INGEST_CORES=$(python3 -c "print(round(($t1 - $t0) / $(getconf CLK_TCK) / $INGEST_SECONDS, 3))")
+log "ingest alone: $INGEST_CORES cores over ${INGEST_SECONDS} s ($NODES agents at 1 Hz)"
 log "releasing the Lease (start mark)"
 START=$(date +%s%3N)
 "$K8S_BIN/kubectl" --kubeconfig "$KC" -n loadstar delete lease loadstar-scorer >/dev/null
@@ -72,9 +81,10 @@ LS_JSON=$(H wait --namespace bench-loadstar --count "$PODS" --start-ms "$START" 
 log "loadstar: $LS_JSON"
 if [ -n "${PERF:-}" ]; then kill -INT "$PERF"; wait "$PERF" 2>/dev/null || true; fi
 
-python3 - "$KUBE_JSON" "$LS_JSON" "$NODES" "$PODS" "$QPS" "$CONSTRAINED" <<'EOF'
+python3 - "$KUBE_JSON" "$LS_JSON" "$NODES" "$PODS" "$QPS" "$CONSTRAINED" "$INGEST_CORES" <<'EOF'
 import json, sys
 k, l = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+ingest_cores = float(sys.argv[7])
 nodes, pods, qps = sys.argv[3:6]
 print(f"\nScheduler throughput: {nodes} nodes, {pods} pre-created pending pods each, client QPS/burst {qps}, {sys.argv[6]} % with a hard inter-pod constraint")
 print(f"{'':26}{'kube-scheduler':>16}{'loadstar':>16}")
@@ -90,5 +100,8 @@ row("creation→bound p99 (s)", "creation_to_bound_p99_s", "{:.2f}")
 for proc in ("scheduler", "apiserver", "etcd"):
     print(f"{'CPU s ' + proc:26}{k['cpu_seconds'][proc]:>16.2f}{l['cpu_seconds'][proc]:>16.2f}")
     print(f"{'CPU ms/pod ' + proc:26}{k['cpu_ms_per_pod'][proc]:>16.3f}{l['cpu_ms_per_pod'][proc]:>16.3f}")
+ingest_ms = ingest_cores * l["seconds"] * 1000 / int(pods)
+print(f"{'ingest CPU ms/pod':26}{'-':>16}{ingest_ms:>16.3f}   ({ingest_cores:.3f} cores measured before the start mark)")
+print(f"{'CPU ms/pod w/o ingest':26}{k['cpu_ms_per_pod']['scheduler']:>16.3f}{l['cpu_ms_per_pod']['scheduler'] - ingest_ms:>16.3f}")
 print(f"\nratio loadstar / kube-scheduler: {l['pods_per_second'] / k['pods_per_second']:.2f}x")
 EOF
