@@ -3,7 +3,7 @@
 //! [`ClusterSnapshot`], explaining every verdict (per-plugin scores, filter reasons, and a
 //! kube-scheduler-style summary).
 use std::any::Any;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 
 use loadstar_common::model::ResourceKind;
@@ -312,6 +312,17 @@ pub struct FilteredNode {
     pub reason: String,
 }
 
+/// How many nodes one filter rejected for one reason ([`Evaluation::filtered_groups`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilteredCount<'a> {
+    /// Filter plugin.
+    pub plugin: &'static str,
+    /// Reason (several joined by [`REASON_SEPARATOR`] when one filter failed on several).
+    pub reason: &'a str,
+    /// Nodes rejected so.
+    pub count: usize,
+}
+
 /// Filter name used for stale nodes under [`StalePolicy::Filter`].
 pub const STALE_FILTER: &str = "StaleLoad";
 /// Reason used for stale nodes under [`StalePolicy::Filter`].
@@ -375,9 +386,9 @@ impl Evaluation {
     /// nothing fits, else `N/M nodes are available`.
     pub fn summary(&self) -> String {
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for f in &self.filtered {
-            for reason in f.reason.split(REASON_SEPARATOR) {
-                *counts.entry(reason).or_default() += 1;
+        for g in self.filtered_groups() {
+            for reason in g.reason.split(REASON_SEPARATOR) {
+                *counts.entry(reason).or_default() += g.count;
             }
         }
         let mut parts: Vec<(usize, &str)> = counts.into_iter().map(|(r, c)| (c, r)).collect();
@@ -389,6 +400,32 @@ impl Evaluation {
             let reasons: Vec<String> = parts.iter().map(|(c, r)| format!("{c} {r}")).collect();
             format!("{head}: {}.", reasons.join(", "))
         }
+    }
+
+    /// The filtered nodes counted by (plugin, reason), in order of first appearance. Most
+    /// rejected nodes repeat the reason before them, so that is tried first; a map finds
+    /// the others (a cluster may word thousands of distinct reasons, one per taint).
+    pub fn filtered_groups(&self) -> Vec<FilteredCount<'_>> {
+        let mut groups: Vec<FilteredCount<'_>> = Vec::new();
+        let mut at: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut last = usize::MAX;
+        for f in &self.filtered {
+            let same = groups
+                .get(last)
+                .is_some_and(|g| g.plugin == f.plugin && g.reason == f.reason);
+            if !same {
+                last = *at.entry((f.plugin, f.reason.as_str())).or_insert_with(|| {
+                    groups.push(FilteredCount {
+                        plugin: f.plugin,
+                        reason: &f.reason,
+                        count: 0,
+                    });
+                    groups.len() - 1
+                });
+            }
+            groups[last].count += 1;
+        }
+        groups
     }
 
     /// Nodes that passed every filter (`ranked` may hold fewer: it is cut to the limit).
@@ -730,6 +767,59 @@ mod tests {
             ev.summary(),
             "0/4 nodes are available: 4 node(s) had stale load metrics."
         );
+    }
+
+    proptest::proptest! {
+        /// Grouping by (plugin, reason) counts what a plain tally counts, whatever the order
+        /// and however many reasons repeat or interleave, and the summary splits joined ones.
+        #[test]
+        fn filtered_groups_count_what_a_tally_counts(
+            picks in proptest::collection::vec((0usize..3, 0usize..4), 0..200)
+        ) {
+            const PLUGINS: [&str; 3] = ["A", "B", "C"];
+            const REASONS: [&str; 4] = ["r1", "r2", "r1, r2", "r3"];
+            let ev = Evaluation {
+                ranked: Vec::new(),
+                filtered: picks
+                    .iter()
+                    .enumerate()
+                    .map(|(index, &(p, r))| FilteredNode {
+                        index,
+                        plugin: PLUGINS[p],
+                        reason: REASONS[r].to_string(),
+                    })
+                    .collect(),
+                evaluated: picks.len() + 1,
+                timings: PhaseTimings::default(),
+            };
+            let mut tally: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+            for &(p, r) in &picks {
+                *tally.entry((PLUGINS[p], REASONS[r])).or_default() += 1;
+            }
+            let groups = ev.filtered_groups();
+            let got: BTreeMap<(&str, &str), usize> =
+                groups.iter().map(|g| ((g.plugin, g.reason), g.count)).collect();
+            proptest::prop_assert_eq!(got.len(), groups.len(), "one group per pair");
+            proptest::prop_assert_eq!(&got, &tally);
+            let mut expected: BTreeMap<String, usize> = BTreeMap::new();
+            for &(_, r) in &picks {
+                for part in REASONS[r].split(REASON_SEPARATOR) {
+                    *expected.entry(part.to_string()).or_default() += 1;
+                }
+            }
+            let summary = ev.summary();
+            let parts: BTreeMap<String, usize> = summary
+                .split_once(": ")
+                .map(|(_, rest)| rest.trim_end_matches('.'))
+                .into_iter()
+                .flat_map(|rest| rest.split(", "))
+                .filter_map(|p| {
+                    let (n, reason) = p.split_once(' ')?;
+                    Some((reason.to_string(), n.parse().ok()?))
+                })
+                .collect();
+            proptest::prop_assert_eq!(parts, expected, "{}", summary);
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! first), and per decision at most [`DecisionLimits::ranked`] ranked nodes with their
 //! per-plugin scores and [`DecisionLimits::named_filtered`] rejected nodes by name (the rest
 //! of each filter's rejections are counted, never dropped from the counts).
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -185,25 +185,33 @@ impl Decision {
                 stale: r.stale,
             })
             .collect();
-        let mut groups: BTreeMap<(&'static str, &str), FilteredGroup> = BTreeMap::new();
-        let mut named = 0usize;
-        for f in &ev.filtered {
-            let g = groups
-                .entry((f.plugin, f.reason.as_str()))
-                .or_insert_with(|| FilteredGroup {
-                    plugin: f.plugin,
-                    reason: f.reason.clone(),
-                    nodes: Vec::new(),
-                    count: 0,
-                });
-            g.count += 1;
-            if named < limits.named_filtered {
-                g.nodes.push(name_of(f.index));
-                named += 1;
+        let counted = ev.filtered_groups();
+        let mut filtered: Vec<FilteredGroup> = counted
+            .iter()
+            .map(|g| FilteredGroup {
+                plugin: g.plugin,
+                reason: g.reason.to_string(),
+                nodes: Vec::new(),
+                count: g.count,
+            })
+            .collect();
+        // The first `named_filtered` rejected nodes by name, each under its group.
+        let at: HashMap<(&str, &str), usize> = counted
+            .iter()
+            .enumerate()
+            .map(|(i, g)| ((g.plugin, g.reason), i))
+            .collect();
+        for f in ev.filtered.iter().take(limits.named_filtered) {
+            if let Some(&i) = at.get(&(f.plugin, f.reason.as_str())) {
+                filtered[i].nodes.push(name_of(f.index));
             }
         }
-        let mut filtered: Vec<FilteredGroup> = groups.into_values().collect();
-        filtered.sort_by(|a, b| b.count.cmp(&a.count).then(a.plugin.cmp(b.plugin)));
+        filtered.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then(a.plugin.cmp(b.plugin))
+                .then_with(|| a.reason.cmp(&b.reason))
+        });
         Decision {
             source,
             namespace: pod.namespace.clone(),
