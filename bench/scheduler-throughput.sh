@@ -11,6 +11,11 @@
 #! the start mark (INGEST_SECONDS, default 10), and subtracted pro rata.
 #! CONSTRAINED percent of the pods carry a hard inter-pod constraint (half required
 #! anti-affinity per host, half a hard host spread, in 50 groups), the same pods for both.
+#! FLEET_FOR_BOTH=1 gives kube-scheduler's run the same background load as Loadstar's: a
+#! second scorer (no Kubernetes) with the same simulated agents streaming to it, so both
+#! schedulers share the 2 cores with the fleet's ingest and the load generator (in
+#! production these run elsewhere: agents on their nodes). The load generator's own CPU
+#! during Loadstar's run is printed either way.
 #! Usage: bench/scheduler-throughput.sh [NODES] [PODS] [QPS] [CONSTRAINED]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +29,25 @@ bench_up loadstar-bench
 log "creating $NODES nodes"
 H nodes --count "$NODES"
 
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cores_between() {  # TICKS0 TICKS1 MS0 MS1
+  python3 -c "print(round(($2 - $1) / $(getconf CLK_TCK) / max(($4 - $3) / 1000, 1e-3), 3))"
+}
+
 # --- kube-scheduler -------------------------------------------------------------------------
+FLEET_NOTE="none"
+if [ "${FLEET_FOR_BOTH:-0}" = 1 ]; then
+  FLEET_PORT=$(free_port)
+  RUST_LOG=warn "$SCORER" serve --insecure-allow-unauthenticated --listen "127.0.0.1:$FLEET_PORT" \
+    --metrics-listen 127.0.0.1:0 >"$WORK/fleet-scorer.log" 2>&1 &
+  FS=$!; PIDS+=("$FS")
+  H ready --scorer "http://127.0.0.1:$FLEET_PORT" --count 0 --timeout 60
+  H agents --scorer "http://127.0.0.1:$FLEET_PORT" --count "$NODES" >"$WORK/fleet-agents.log" 2>&1 &
+  FA=$!; PIDS+=("$FA")
+  H ready --scorer "http://127.0.0.1:$FLEET_PORT" --count "$NODES" --timeout 120
+  FLEET_NOTE="$NODES agents streaming to a second scorer"
+  log "background for kube-scheduler: $FLEET_NOTE"
+fi
 log "creating $PODS pending pods for default-scheduler"
 H pods --namespace bench-kube --scheduler default-scheduler --count "$PODS" \
   --constrained-percent "$CONSTRAINED" >/dev/null
@@ -42,6 +65,9 @@ START=$(date +%s%3N)
 KUBE_JSON=$(H wait --namespace bench-kube --count "$PODS" --start-ms "$START" \
   --pids "scheduler=$KS,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
 kill "$KS"; wait "$KS" 2>/dev/null || true
+if [ -n "${FS:-}" ]; then
+  kill "$FA" "$FS" 2>/dev/null || true; wait "$FA" "$FS" 2>/dev/null || true
+fi
 log "kube-scheduler: $KUBE_JSON"
 
 # --- Loadstar -------------------------------------------------------------------------------
@@ -64,13 +90,13 @@ log "waiting for $NODES fresh agent reports"
 H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" --timeout 120
 # Ingest alone, reported separately: the standby scorer's CPU while every agent reports and
 # nothing is scheduled (INGEST_SECONDS, default 10).
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 INGEST_SECONDS=${INGEST_SECONDS:-10}
 t0=$(cpu_ticks "$LS"); sleep "$INGEST_SECONDS"; t1=$(cpu_ticks "$LS")
 INGEST_CORES=$(python3 -c "print(round(($t1 - $t0) / $(getconf CLK_TCK) / $INGEST_SECONDS, 3))")
 log "ingest alone: $INGEST_CORES cores over ${INGEST_SECONDS} s ($NODES agents at 1 Hz)"
 log "releasing the Lease (start mark)"
 START=$(date +%s%3N)
+AG0=$(cpu_ticks "$AG")
 "$K8S_BIN/kubectl" --kubeconfig "$KC" -n loadstar delete lease loadstar-scorer >/dev/null
 if [ -n "${LOADSTAR_BENCH_PERF:-}" ]; then  # optional profile of the scorer while it schedules
   perf record -F 999 -g -p "$LS" -o "$LOADSTAR_BENCH_PERF" >/dev/null 2>&1 &
@@ -78,13 +104,15 @@ if [ -n "${LOADSTAR_BENCH_PERF:-}" ]; then  # optional profile of the scorer whi
 fi
 LS_JSON=$(H wait --namespace bench-loadstar --count "$PODS" --start-ms "$START" \
   --pids "scheduler=$LS,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
+END=$(date +%s%3N)
+GEN_CORES=$(cores_between "$AG0" "$(cpu_ticks "$AG")" "$START" "$END")
 log "loadstar: $LS_JSON"
 if [ -n "${PERF:-}" ]; then kill -INT "$PERF"; wait "$PERF" 2>/dev/null || true; fi
 
-python3 - "$KUBE_JSON" "$LS_JSON" "$NODES" "$PODS" "$QPS" "$CONSTRAINED" "$INGEST_CORES" <<'EOF'
+python3 - "$KUBE_JSON" "$LS_JSON" "$NODES" "$PODS" "$QPS" "$CONSTRAINED" "$INGEST_CORES" "$GEN_CORES" "$FLEET_NOTE" <<'EOF'
 import json, sys
 k, l = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-ingest_cores = float(sys.argv[7])
+ingest_cores, gen_cores, fleet = float(sys.argv[7]), float(sys.argv[8]), sys.argv[9]
 nodes, pods, qps = sys.argv[3:6]
 print(f"\nScheduler throughput: {nodes} nodes, {pods} pre-created pending pods each, client QPS/burst {qps}, {sys.argv[6]} % with a hard inter-pod constraint")
 print(f"{'':26}{'kube-scheduler':>16}{'loadstar':>16}")
@@ -103,5 +131,6 @@ for proc in ("scheduler", "apiserver", "etcd"):
 ingest_ms = ingest_cores * l["seconds"] * 1000 / int(pods)
 print(f"{'ingest CPU ms/pod':26}{'-':>16}{ingest_ms:>16.3f}   ({ingest_cores:.3f} cores measured before the start mark)")
 print(f"{'CPU ms/pod w/o ingest':26}{k['cpu_ms_per_pod']['scheduler']:>16.3f}{l['cpu_ms_per_pod']['scheduler'] - ingest_ms:>16.3f}")
+print(f"load generator during Loadstar's run: {gen_cores:.3f} cores; background during kube-scheduler's run: {fleet}")
 print(f"\nratio loadstar / kube-scheduler: {l['pods_per_second'] / k['pods_per_second']:.2f}x")
 EOF

@@ -368,6 +368,9 @@ impl Scheduler {
         };
         if stale {
             let snap = (*self.store.snapshot_now()).clone();
+            if let Some(old) = local.as_ref() {
+                snap.seed_digests_from(&old.snap);
+            }
             *local = Some(LocalSnapshot {
                 candidates: kube_nodes(&snap),
                 snap,
@@ -558,7 +561,7 @@ impl Scheduler {
         let record = decision(&ev);
         let estimate = (self.estimate.0)(info);
         match self.cache.assume(info, &node, estimate) {
-            Ok(alloc) => l.snap.nodes[index].alloc = alloc,
+            Ok(alloc) => l.snap.set_alloc(index, alloc),
             Err(e) => {
                 debug!(error = %e, "pod already placed; not binding it again");
                 self.queue
@@ -854,6 +857,7 @@ impl Scheduler {
 /// `snap` with each nominated pod counted on its node (unless already placed there).
 fn with_nominated(snap: &ClusterSnapshot, nominated: &[Nomination]) -> ClusterSnapshot {
     let mut view = snap.clone();
+    view.seed_digests_from(snap);
     for n in nominated {
         if let Some(&i) = view.index.get(n.node.as_str()) {
             let node = &mut view.nodes[i];

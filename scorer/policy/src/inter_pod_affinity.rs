@@ -192,6 +192,12 @@ fn add_node(s: &mut AffinityState, pod: &PodInfo, node: &NodeView, every_pod: bo
 /// pods' anti-affinity counts: each distinct term of `index` is matched once, its holders
 /// added when it matches; nodes the index does not cover, or edited since it was built, are
 /// read directly.
+/// Whether `index`'s entries for node `n` hold in `ctx`: it covers the node, and the node's
+/// row is unchanged since (else its pods are read directly).
+fn current(ctx: &CycleContext<'_>, index: &AntiAffinityIndex, n: usize) -> bool {
+    index.covers(n) && ctx.row_at(n).is_some()
+}
+
 fn existing_anti_state(
     ctx: &CycleContext<'_>,
     index: &AntiAffinityIndex,
@@ -205,7 +211,7 @@ fn existing_anti_state(
         }
         for &(n, p) in holders {
             let n = n as usize;
-            if ctx.row_at(n).is_none() {
+            if !current(ctx, index, n) {
                 continue; // edited since: read below
             }
             let node = &nodes[n];
@@ -227,7 +233,7 @@ fn existing_anti_state(
         }
     }
     for (n, node) in nodes.iter().enumerate() {
-        if !(index.covers(n) && ctx.row_at(n).is_some()) {
+        if !current(ctx, index, n) {
             add_node(&mut s, pod, node, false);
         }
     }
@@ -685,6 +691,51 @@ mod tests {
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
         assert_eq!(*s, prefilter_state(&snap.nodes, &web));
         assert_eq!(s.existing_anti["zone"]["b"], 1);
+        // Edited through `set_alloc`, as the scheduler does: the row is brought up to date
+        // (it matches the node again) while the index still lists the node's old pods, so
+        // the node is read once, directly, and its old entries are not counted as well.
+        let mut snap = snapshot(vec![
+            zoned(
+                "d1",
+                Some("d"),
+                vec![running("9", "db", guard("web", "zone"))],
+            ),
+            zoned("d2", Some("d"), vec![]),
+        ]);
+        let table = snap.digests(60);
+        let _ = CycleContext {
+            digests: Some(&table),
+            ..ctx(&snap)
+        }
+        .anti_affinity_index();
+        drop(table);
+        let mut alloc = (*snap.nodes[0].alloc).clone();
+        alloc.put_pod(running("10", "db", guard("web", "zone")));
+        snap.set_alloc(0, Arc::new(alloc));
+        let table = snap.digests(60);
+        let patched = CycleContext {
+            digests: Some(&table),
+            ..ctx(&snap)
+        };
+        assert!(patched.row_at(0).is_some(), "the row was patched in place");
+        let s = plugin.prefilter(&patched, &web).expect("a state");
+        let s = s.downcast_ref::<AffinityState>().expect("affinity state");
+        assert_eq!(*s, prefilter_state(&snap.nodes, &web));
+        assert_eq!(s.existing_anti["zone"]["d"], 2);
+        // A table someone still holds is left alone: its row no longer matches the node.
+        let held = snap.digests(60);
+        let mut alloc = (*snap.nodes[1].alloc).clone();
+        alloc.put_pod(running("11", "db", guard("web", "zone")));
+        snap.set_alloc(1, Arc::new(alloc));
+        let stale = CycleContext {
+            digests: Some(&held),
+            ..ctx(&snap)
+        };
+        assert!(stale.row_at(1).is_none());
+        let s = plugin.prefilter(&stale, &web).expect("a state");
+        let s = s.downcast_ref::<AffinityState>().expect("affinity state");
+        assert_eq!(*s, prefilter_state(&snap.nodes, &web));
+        assert_eq!(s.existing_anti["zone"]["d"], 3);
         // The reverse: a node edited before the index was built, then given back the data
         // its row was computed from. Its row matches again, yet the index never covered it.
         let mut snap = snapshot(vec![zoned(

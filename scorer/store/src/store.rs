@@ -482,8 +482,13 @@ impl NodeStore {
                     .map(|(name, e)| self.view(name, e, now)),
             );
         }
-        let snap = Arc::new(ClusterSnapshot::new(nodes, generation));
+        let snap = ClusterSnapshot::new(nodes, generation);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, previous)) = cache.as_ref() {
+            // Most nodes are unchanged since: their digest rows are copied, not computed.
+            snap.seed_digests_from(previous);
+        }
+        let snap = Arc::new(snap);
         *cache = Some((now, snap.clone()));
         snap
     }
