@@ -11,7 +11,7 @@
 #!              the scorer pacing them on `--ingest-cpu-budget BUDGET` (default 0.4 core).
 #! Prints each phase's Score latency, the reports the scorer accepted, its CPU (as the
 #! load generator measures it) and the largest interval it asked for. Needs root (cgroup) and 2 CPUs.
-#! Usage: bench/backpressure.sh [AGENTS]   (env: QUOTA, BUDGET, DURATION, PROBE)
+#! Usage: bench/backpressure.sh [AGENTS]   (env: QUOTA, BUDGET, DURATION, PROBE, SKIP_BUILD)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AGENTS=${1:-20000}
@@ -19,7 +19,8 @@ QUOTA=${QUOTA:-0.5}
 BUDGET=${BUDGET:-0.4}
 DURATION=${DURATION:-40}
 PROBE=${PROBE:-20}
-cargo build --release -q -p loadstar-scorer --bin loadstar-scorer \
+# SKIP_BUILD=1 runs the binaries already in ${CARGO_TARGET_DIR:-target}/release (to compare builds).
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release -q -p loadstar-scorer --bin loadstar-scorer \
   -p loadstar-testkit --bin loadstar-loadgen -p loadstar-tests --bin scheduler-bench
 bin=${CARGO_TARGET_DIR:-target}/release
 CG=/sys/fs/cgroup/cpu/loadstar-backpressure

@@ -38,11 +38,12 @@ cores_between() {  # TICKS0 TICKS1 MS0 MS1
 FLEET_NOTE="none"
 if [ "${FLEET_FOR_BOTH:-0}" = 1 ]; then
   FLEET_PORT=$(free_port)
-  RUST_LOG=warn "$SCORER" serve --insecure-allow-unauthenticated --listen "127.0.0.1:$FLEET_PORT" \
+  RUST_LOG=warn "$SCORER" serve --kubernetes=off --insecure-allow-unauthenticated --listen "127.0.0.1:$FLEET_PORT" \
     --metrics-listen 127.0.0.1:0 >"$WORK/fleet-scorer.log" 2>&1 &
   FS=$!; PIDS+=("$FS")
   H ready --scorer "http://127.0.0.1:$FLEET_PORT" --count 0 --timeout 60
-  H agents --scorer "http://127.0.0.1:$FLEET_PORT" --count "$NODES" >"$WORK/fleet-agents.log" 2>&1 &
+  "$HELPER" --kubeconfig "$KC" agents --scorer "http://127.0.0.1:$FLEET_PORT" --count "$NODES" \
+    >"$WORK/fleet-agents.log" 2>&1 &
   FA=$!; PIDS+=("$FA")
   H ready --scorer "http://127.0.0.1:$FLEET_PORT" --count "$NODES" --timeout 120
   FLEET_NOTE="$NODES agents streaming to a second scorer"
@@ -84,13 +85,17 @@ RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" --insecure-allo
   --leader-elect-retry-period 0.2 >"$WORK/loadstar.log" 2>&1 &
 LS=$!; PIDS+=("$LS")
 H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count 0 --timeout 60
-H agents --scorer http://127.0.0.1:$GRPC_PORT --count "$NODES" >"$WORK/agents.log" 2>&1 &
+# The helper itself in the background (not the `H` function, whose `$!` is a subshell), so
+# its pid is the load generator's: its CPU is reported and it is killed on exit.
+"$HELPER" --kubeconfig "$KC" agents --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" \
+  >"$WORK/agents.log" 2>&1 &
 AG=$!; PIDS+=("$AG")
 log "waiting for $NODES fresh agent reports"
 H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" --timeout 120
 # Ingest alone, reported separately: the standby scorer's CPU while every agent reports and
 # nothing is scheduled (INGEST_SECONDS, default 10).
 INGEST_SECONDS=${INGEST_SECONDS:-10}
+[ "$INGEST_SECONDS" -ge 1 ] || { log "INGEST_SECONDS must be at least 1"; exit 2; }
 t0=$(cpu_ticks "$LS"); sleep "$INGEST_SECONDS"; t1=$(cpu_ticks "$LS")
 INGEST_CORES=$(python3 -c "print(round(($t1 - $t0) / $(getconf CLK_TCK) / $INGEST_SECONDS, 3))")
 log "ingest alone: $INGEST_CORES cores over ${INGEST_SECONDS} s ($NODES agents at 1 Hz)"

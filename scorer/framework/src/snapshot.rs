@@ -964,7 +964,8 @@ impl ClusterSnapshot {
     /// Replaces node `index`'s allocation (as the scheduler does when it assumes a pod on
     /// it) and brings the node's row up to date in every digest table of this snapshot that
     /// nobody else holds (a held table keeps the old row, which no longer matches the node:
-    /// readers compute the node's figures themselves, as for any edited node).
+    /// readers compute the node's figures themselves, as for any edited node). An index
+    /// outside the snapshot changes nothing.
     pub fn set_alloc(&mut self, index: usize, alloc: Arc<NodeAllocation>) {
         let Some(node) = self.nodes.get_mut(index) else {
             return;

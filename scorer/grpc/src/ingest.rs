@@ -354,11 +354,15 @@ impl pb::ingest_server::Ingest for IngestService {
             },
         };
         let this = self.clone();
-        let acks = futures::stream::unfold((this, state), |(this, mut s)| {
-            let span = s.span.clone();
+        let acks = futures::stream::unfold(Some((this, state)), |st| {
+            let span = st.as_ref().map_or_else(Span::none, |(_, s)| s.span.clone());
             async move {
+                let (this, mut s) = st?;
                 let item = this.next_ack(&mut s).await?;
-                Some((item, (this, s)))
+                // A stream whose last item this is gives its node back now, not when hyper
+                // drops the response (which waits for the agent to read the status).
+                let last = s.done && s.end.is_none();
+                Some((item, (!last).then_some((this, s))))
             }
             .instrument(span)
         });

@@ -293,22 +293,38 @@ fn open_streams(metrics: &Metrics) -> Option<String> {
 #[tokio::test]
 async fn an_agent_that_vanishes_mid_stream_gives_its_node_back() {
     let server = TestServer::start(ServerLimits::default()).await;
-    // The agent's stream on its own connection, one report acknowledged, the stream left open.
-    let (tx, rx) = mpsc::channel(4);
-    let mut client = IngestClient::new(server.channel().await);
-    let mut acks = client
-        .report(ReceiverStream::new(rx))
-        .await
-        .expect("stream")
-        .into_inner();
-    tx.send(report("node-v", "gone", 1)).await.expect("send");
-    assert!(acks.message().await.expect("ack").expect("ack").accepted);
+    // The agent in a runtime of its own, so it can vanish as a dying process does: its
+    // sockets closed with the stream unfinished (no end of reports, no reset).
+    let agent = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("agent runtime");
+    let (acked, ack) = tokio::sync::oneshot::channel();
+    let addr = server.addr.clone();
+    agent.spawn(async move {
+        let channel = tonic::transport::Channel::from_shared(addr)
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect");
+        let (tx, rx) = mpsc::channel(4);
+        let mut acks = IngestClient::new(channel)
+            .report(ReceiverStream::new(rx))
+            .await
+            .expect("stream")
+            .into_inner();
+        tx.send(report("node-v", "gone", 1)).await.expect("send");
+        let first = acks.message().await.expect("ack").expect("ack");
+        let _ = acked.send(first.accepted);
+        std::future::pending::<()>().await; // holds tx and acks until the runtime dies
+    });
+    assert!(ack.await.expect("the agent's first ack"), "accepted");
     assert_eq!(
         open_streams(&server.metrics).as_deref(),
         Some("loadstar_scorer_ingest_streams 1")
     );
-    // Then it vanishes: its connection drops with the stream unfinished.
-    drop((acks, client, tx));
+    agent.shutdown_background();
     eventually(
         Duration::from_secs(10),
         "the vanished stream counted closed",

@@ -494,13 +494,8 @@ impl Scheduler {
             .into_iter()
             .filter(|n| n.pod.priority >= info.priority && n.pod.uid != info.uid)
             .collect();
-        let held;
-        let view = if nominated.is_empty() {
-            &l.snap
-        } else {
-            held = with_nominated(&l.snap, &nominated);
-            &held
-        };
+        let held = (!nominated.is_empty()).then(|| with_nominated(&l.snap, &nominated));
+        let view = held.as_ref().unwrap_or(&l.snap);
         let limits = self.decisions.limits();
         // The best few nodes are sorted for the decision record; without one, only the best.
         let keep = if limits.capacity == 0 {
@@ -560,6 +555,9 @@ impl Scheduler {
         };
         let record = decision(&ev);
         let estimate = (self.estimate.0)(info);
+        // The nominated view shares the snapshot's digest tables as seeds: let them go, so
+        // the assumed node's row can be patched in place.
+        drop(held);
         match self.cache.assume(info, &node, estimate) {
             Ok(alloc) => l.snap.set_alloc(index, alloc),
             Err(e) => {

@@ -188,16 +188,16 @@ fn add_node(s: &mut AffinityState, pod: &PodInfo, node: &NodeView, every_pod: bo
     }
 }
 
-/// [`prefilter_state`] for a pod without required terms of its own, where only existing
-/// pods' anti-affinity counts: each distinct term of `index` is matched once, its holders
-/// added when it matches; nodes the index does not cover, or edited since it was built, are
-/// read directly.
 /// Whether `index`'s entries for node `n` hold in `ctx`: it covers the node, and the node's
 /// row is unchanged since (else its pods are read directly).
 fn current(ctx: &CycleContext<'_>, index: &AntiAffinityIndex, n: usize) -> bool {
     index.covers(n) && ctx.row_at(n).is_some()
 }
 
+/// [`prefilter_state`] for a pod without required terms of its own, where only existing
+/// pods' anti-affinity counts: each distinct term of `index` is matched once, its holders
+/// added when it matches; nodes the index does not cover, or edited since it was built, are
+/// read directly.
 fn existing_anti_state(
     ctx: &CycleContext<'_>,
     index: &AntiAffinityIndex,
