@@ -16,6 +16,10 @@
 #! schedulers share the 2 cores with the fleet's ingest and the load generator (in
 #! production these run elsewhere: agents on their nodes). The load generator's own CPU
 #! during Loadstar's run is printed either way.
+#! ROUNDS=N (default 1) runs both schedulers N times, alternating which goes first (AB, BA,
+#! AB, …), each round on fresh pods (the previous round's deleted first) with freshly started
+#! schedulers, and prints each round and the median ratio: on a shared host whose speed drifts
+#! by more than the effect being measured, one sequential pair is not a measurement.
 #! Usage: bench/scheduler-throughput.sh [NODES] [PODS] [QPS] [CONSTRAINED]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,108 +38,145 @@ cores_between() {  # TICKS0 TICKS1 MS0 MS1
   python3 -c "print(round(($2 - $1) / $(getconf CLK_TCK) / max(($4 - $3) / 1000, 1e-3), 3))"
 }
 
-# --- kube-scheduler -------------------------------------------------------------------------
 FLEET_NOTE="none"
-if [ "${FLEET_FOR_BOTH:-0}" = 1 ]; then
-  FLEET_PORT=$(free_port)
-  RUST_LOG=warn "$SCORER" serve --kubernetes=off --insecure-allow-unauthenticated --listen "127.0.0.1:$FLEET_PORT" \
-    --metrics-listen 127.0.0.1:0 >"$WORK/fleet-scorer.log" 2>&1 &
-  FS=$!; PIDS+=("$FS")
-  H ready --scorer "http://127.0.0.1:$FLEET_PORT" --count 0 --timeout 60
-  "$HELPER" --kubeconfig "$KC" agents --scorer "http://127.0.0.1:$FLEET_PORT" --count "$NODES" \
-    >"$WORK/fleet-agents.log" 2>&1 &
-  FA=$!; PIDS+=("$FA")
-  H ready --scorer "http://127.0.0.1:$FLEET_PORT" --count "$NODES" --timeout 120
-  FLEET_NOTE="$NODES agents streaming to a second scorer"
-  log "background for kube-scheduler: $FLEET_NOTE"
-fi
-log "creating $PODS pending pods for default-scheduler"
-H pods --namespace bench-kube --scheduler default-scheduler --count "$PODS" \
-  --constrained-percent "$CONSTRAINED" >/dev/null
-placeholder_lease kube-system kube-scheduler
-"$K8S_BIN/kube-scheduler" --kubeconfig "$KC" --port=0 --secure-port=0 \
-  --kube-api-qps="$QPS" --kube-api-burst="$QPS" \
-  --leader-elect=true --leader-elect-resource-lock=leases --leader-elect-retry-period=0.2s \
-  --logtostderr=true --v=1 >"$WORK/kube-scheduler.log" 2>&1 &
-KS=$!; PIDS+=("$KS")
-log "waiting for kube-scheduler's caches to sync"
-wait_leader_election "$WORK/kube-scheduler.log"
-log "releasing kube-scheduler's Lease (start mark)"
-START=$(date +%s%3N)
-"$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease kube-scheduler >/dev/null
-KUBE_JSON=$(H wait --namespace bench-kube --count "$PODS" --start-ms "$START" \
-  --pids "scheduler=$KS,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
-kill "$KS"; wait "$KS" 2>/dev/null || true
-if [ -n "${FS:-}" ]; then
-  kill "$FA" "$FS" 2>/dev/null || true; wait "$FA" "$FS" 2>/dev/null || true
-fi
-log "kube-scheduler: $KUBE_JSON"
-
-# --- Loadstar -------------------------------------------------------------------------------
-"$K8S_BIN/kubectl" --kubeconfig "$KC" create namespace loadstar >/dev/null
-placeholder_lease loadstar loadstar-scorer
-log "creating $PODS pending pods for loadstar"
-H pods --namespace bench-loadstar --scheduler loadstar --count "$PODS" \
-  --constrained-percent "$CONSTRAINED" >/dev/null
-GRPC_PORT=$(free_port)
-RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" --insecure-allow-unauthenticated \
-  --listen "127.0.0.1:$GRPC_PORT" --metrics-listen 127.0.0.1:0 \
-  --kube-api-qps="$QPS" --kube-api-burst="$QPS" \
-  --leader-elect-namespace loadstar --leader-elect-identity bench-loadstar \
-  --leader-elect-retry-period 0.2 >"$WORK/loadstar.log" 2>&1 &
-LS=$!; PIDS+=("$LS")
-H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count 0 --timeout 60
-# The helper itself in the background (not the `H` function, whose `$!` is a subshell), so
-# its pid is the load generator's: its CPU is reported and it is killed on exit.
-"$HELPER" --kubeconfig "$KC" agents --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" \
-  >"$WORK/agents.log" 2>&1 &
-AG=$!; PIDS+=("$AG")
-log "waiting for $NODES fresh agent reports"
-H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" --timeout 120
-# Ingest alone, reported separately: the standby scorer's CPU while every agent reports and
-# nothing is scheduled (INGEST_SECONDS, default 10).
 INGEST_SECONDS=${INGEST_SECONDS:-10}
 [ "$INGEST_SECONDS" -ge 1 ] || { log "INGEST_SECONDS must be at least 1"; exit 2; }
-t0=$(cpu_ticks "$LS"); sleep "$INGEST_SECONDS"; t1=$(cpu_ticks "$LS")
-INGEST_CORES=$(python3 -c "print(round(($t1 - $t0) / $(getconf CLK_TCK) / $INGEST_SECONDS, 3))")
-log "ingest alone: $INGEST_CORES cores over ${INGEST_SECONDS} s ($NODES agents at 1 Hz)"
-log "releasing the Lease (start mark)"
-START=$(date +%s%3N)
-AG0=$(cpu_ticks "$AG")
-"$K8S_BIN/kubectl" --kubeconfig "$KC" -n loadstar delete lease loadstar-scorer >/dev/null
-if [ -n "${LOADSTAR_BENCH_PERF:-}" ]; then  # optional profile of the scorer while it schedules
-  perf record -F 999 -g -p "$LS" -o "$LOADSTAR_BENCH_PERF" >/dev/null 2>&1 &
-  PERF=$!; PIDS+=("$PERF")
-fi
-LS_JSON=$(H wait --namespace bench-loadstar --count "$PODS" --start-ms "$START" \
-  --pids "scheduler=$LS,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
-END=$(date +%s%3N)
-GEN_CORES=$(cores_between "$AG0" "$(cpu_ticks "$AG")" "$START" "$END")
-log "loadstar: $LS_JSON"
-if [ -n "${PERF:-}" ]; then kill -INT "$PERF"; wait "$PERF" 2>/dev/null || true; fi
+ROUNDS=${ROUNDS:-1}
+[ "$ROUNDS" -ge 1 ] || { log "ROUNDS must be at least 1"; exit 2; }
+"$K8S_BIN/kubectl" --kubeconfig "$KC" create namespace loadstar >/dev/null
 
-python3 - "$KUBE_JSON" "$LS_JSON" "$NODES" "$PODS" "$QPS" "$CONSTRAINED" "$INGEST_CORES" "$GEN_CORES" "$FLEET_NOTE" <<'EOF'
-import json, sys
-k, l = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-ingest_cores, gen_cores, fleet = float(sys.argv[7]), float(sys.argv[8]), sys.argv[9]
-nodes, pods, qps = sys.argv[3:6]
-print(f"\nScheduler throughput: {nodes} nodes, {pods} pre-created pending pods each, client QPS/burst {qps}, {sys.argv[6]} % with a hard inter-pod constraint")
-print(f"{'':26}{'kube-scheduler':>16}{'loadstar':>16}")
-def row(name, key, fmt="{:.1f}"):
-    print(f"{name:26}{fmt.format(k[key]):>16}{fmt.format(l[key]):>16}")
-row("pods/s (start→all bound)", "pods_per_second")
-row("seconds", "seconds", "{:.2f}")
-row("Scheduled events at end", "scheduled_events_at_end", "{}")
-row("start→bound p50 (s)", "start_to_bound_p50_s", "{:.2f}")
-row("start→bound p99 (s)", "start_to_bound_p99_s", "{:.2f}")
-row("creation→bound p50 (s)", "creation_to_bound_p50_s", "{:.2f}")
-row("creation→bound p99 (s)", "creation_to_bound_p99_s", "{:.2f}")
-for proc in ("scheduler", "apiserver", "etcd"):
-    print(f"{'CPU s ' + proc:26}{k['cpu_seconds'][proc]:>16.2f}{l['cpu_seconds'][proc]:>16.2f}")
-    print(f"{'CPU ms/pod ' + proc:26}{k['cpu_ms_per_pod'][proc]:>16.3f}{l['cpu_ms_per_pod'][proc]:>16.3f}")
-ingest_ms = ingest_cores * l["seconds"] * 1000 / int(pods)
-print(f"{'ingest CPU ms/pod':26}{'-':>16}{ingest_ms:>16.3f}   ({ingest_cores:.3f} cores measured before the start mark)")
-print(f"{'CPU ms/pod w/o ingest':26}{k['cpu_ms_per_pod']['scheduler']:>16.3f}{l['cpu_ms_per_pod']['scheduler'] - ingest_ms:>16.3f}")
-print(f"load generator during Loadstar's run: {gen_cores:.3f} cores; background during kube-scheduler's run: {fleet}")
-print(f"\nratio loadstar / kube-scheduler: {l['pods_per_second'] / k['pods_per_second']:.2f}x")
+# Deletes the pods of namespace $1 at once (no kubelet here) and waits until they are gone, so
+# the next round's schedulers and API server carry the same objects as the first's.
+clear_pods() {
+  "$K8S_BIN/kubectl" --kubeconfig "$KC" -n "$1" delete pods --all --grace-period=0 --force \
+    --wait=true >/dev/null 2>&1 || true
+}
+
+# --- kube-scheduler -------------------------------------------------------------------------
+run_kube() {  # ROUND: sets KUBE_JSON
+  local ns="bench-kube-$1" fs="" fa=""
+  if [ "${FLEET_FOR_BOTH:-0}" = 1 ]; then
+    local fleet_port; fleet_port=$(free_port)
+    RUST_LOG=warn "$SCORER" serve --kubernetes=off --insecure-allow-unauthenticated \
+      --listen "127.0.0.1:$fleet_port" --metrics-listen 127.0.0.1:0 >"$WORK/fleet-scorer-$1.log" 2>&1 &
+    fs=$!; PIDS+=("$fs")
+    H ready --scorer "http://127.0.0.1:$fleet_port" --count 0 --timeout 60
+    "$HELPER" --kubeconfig "$KC" agents --scorer "http://127.0.0.1:$fleet_port" --count "$NODES" \
+      >"$WORK/fleet-agents-$1.log" 2>&1 &
+    fa=$!; PIDS+=("$fa")
+    H ready --scorer "http://127.0.0.1:$fleet_port" --count "$NODES" --timeout 120
+    FLEET_NOTE="$NODES agents streaming to a second scorer"
+    log "background for kube-scheduler: $FLEET_NOTE"
+  fi
+  log "round $1: creating $PODS pending pods for default-scheduler"
+  H pods --namespace "$ns" --scheduler default-scheduler --count "$PODS" \
+    --constrained-percent "$CONSTRAINED" >/dev/null
+  placeholder_lease kube-system kube-scheduler
+  "$K8S_BIN/kube-scheduler" --kubeconfig "$KC" --port=0 --secure-port=0 \
+    --kube-api-qps="$QPS" --kube-api-burst="$QPS" \
+    --leader-elect=true --leader-elect-resource-lock=leases --leader-elect-retry-period=0.2s \
+    --logtostderr=true --v=1 >"$WORK/kube-scheduler-$1.log" 2>&1 &
+  local ks=$!; PIDS+=("$ks")
+  log "waiting for kube-scheduler's caches to sync"
+  wait_leader_election "$WORK/kube-scheduler-$1.log"
+  log "releasing kube-scheduler's Lease (start mark)"
+  local start; start=$(date +%s%3N)
+  "$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease kube-scheduler >/dev/null
+  KUBE_JSON=$(H wait --namespace "$ns" --count "$PODS" --start-ms "$start" \
+    --pids "scheduler=$ks,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
+  kill "$ks"; wait "$ks" 2>/dev/null || true
+  if [ -n "$fs" ]; then kill "$fa" "$fs" 2>/dev/null || true; wait "$fa" "$fs" 2>/dev/null || true; fi
+  log "kube-scheduler: $KUBE_JSON"
+  clear_pods "$ns"
+}
+
+# --- Loadstar -------------------------------------------------------------------------------
+run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
+  local ns="bench-loadstar-$1"
+  placeholder_lease loadstar loadstar-scorer
+  log "round $1: creating $PODS pending pods for loadstar"
+  H pods --namespace "$ns" --scheduler loadstar --count "$PODS" \
+    --constrained-percent "$CONSTRAINED" >/dev/null
+  local port; port=$(free_port)
+  RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" --insecure-allow-unauthenticated \
+    --listen "127.0.0.1:$port" --metrics-listen 127.0.0.1:0 \
+    --kube-api-qps="$QPS" --kube-api-burst="$QPS" \
+    --leader-elect-namespace loadstar --leader-elect-identity bench-loadstar \
+    --leader-elect-retry-period 0.2 >"$WORK/loadstar-$1.log" 2>&1 &
+  local ls=$!; PIDS+=("$ls")
+  H ready --scorer "http://127.0.0.1:$port" --count 0 --timeout 60
+  # The helper itself in the background (not the `H` function, whose `$!` is a subshell), so
+  # its pid is the load generator's: its CPU is reported and it is killed on exit.
+  "$HELPER" --kubeconfig "$KC" agents --scorer "http://127.0.0.1:$port" --count "$NODES" \
+    >"$WORK/agents-$1.log" 2>&1 &
+  local ag=$!; PIDS+=("$ag")
+  log "waiting for $NODES fresh agent reports"
+  H ready --scorer "http://127.0.0.1:$port" --count "$NODES" --timeout 120
+  # Ingest alone, reported separately: the standby scorer's CPU while every agent reports
+  # and nothing is scheduled (INGEST_SECONDS).
+  local t0 t1; t0=$(cpu_ticks "$ls"); sleep "$INGEST_SECONDS"; t1=$(cpu_ticks "$ls")
+  INGEST_CORES=$(python3 -c "print(round(($t1 - $t0) / $(getconf CLK_TCK) / $INGEST_SECONDS, 3))")
+  log "ingest alone: $INGEST_CORES cores over ${INGEST_SECONDS} s ($NODES agents at 1 Hz)"
+  log "releasing the Lease (start mark)"
+  local start ag0 perf=""; start=$(date +%s%3N); ag0=$(cpu_ticks "$ag")
+  "$K8S_BIN/kubectl" --kubeconfig "$KC" -n loadstar delete lease loadstar-scorer >/dev/null
+  if [ -n "${LOADSTAR_BENCH_PERF:-}" ]; then  # optional profile of the scorer while it schedules
+    perf record -F 999 -g -p "$ls" -o "$LOADSTAR_BENCH_PERF.$1" >/dev/null 2>&1 &
+    perf=$!; PIDS+=("$perf")
+  fi
+  LS_JSON=$(H wait --namespace "$ns" --count "$PODS" --start-ms "$start" \
+    --pids "scheduler=$ls,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
+  GEN_CORES=$(cores_between "$ag0" "$(cpu_ticks "$ag")" "$start" "$(date +%s%3N)")
+  log "loadstar: $LS_JSON"
+  if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" 2>/dev/null || true; fi
+  kill "$ag" "$ls" 2>/dev/null || true; wait "$ag" "$ls" 2>/dev/null || true
+  clear_pods "$ns"
+}
+
+RESULTS=()
+for r in $(seq 1 "$ROUNDS"); do
+  if [ $((r % 2)) = 1 ]; then run_kube "$r"; run_loadstar "$r"
+  else run_loadstar "$r"; run_kube "$r"; fi
+  RESULTS+=("$(printf '{"round":%d,"kube":%s,"loadstar":%s,"ingest_cores":%s,"generator_cores":%s}' \
+    "$r" "$KUBE_JSON" "$LS_JSON" "$INGEST_CORES" "$GEN_CORES")")
+done
+
+printf '%s\n' "${RESULTS[@]}" > "$WORK/rounds.jsonl"
+python3 - "$WORK/rounds.jsonl" "$NODES" "$PODS" "$QPS" "$CONSTRAINED" "$FLEET_NOTE" <<'EOF'
+import json, statistics, sys
+rounds = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+nodes, pods, qps, constrained, fleet = sys.argv[2:7]
+print(f"\nScheduler throughput: {nodes} nodes, {pods} pre-created pending pods each, client QPS/burst {qps}, {constrained} % with a hard inter-pod constraint")
+def table(r):
+    k, l = r["kube"], r["loadstar"]
+    print(f"\n-- round {r['round']} ({'kube-scheduler' if r['round'] % 2 else 'Loadstar'} first)")
+    print(f"{'':26}{'kube-scheduler':>16}{'loadstar':>16}")
+    def row(name, key, fmt="{:.1f}"):
+        print(f"{name:26}{fmt.format(k[key]):>16}{fmt.format(l[key]):>16}")
+    row("pods/s (start→all bound)", "pods_per_second")
+    row("seconds", "seconds", "{:.2f}")
+    row("Scheduled events at end", "scheduled_events_at_end", "{}")
+    row("start→bound p50 (s)", "start_to_bound_p50_s", "{:.2f}")
+    row("start→bound p99 (s)", "start_to_bound_p99_s", "{:.2f}")
+    row("creation→bound p50 (s)", "creation_to_bound_p50_s", "{:.2f}")
+    row("creation→bound p99 (s)", "creation_to_bound_p99_s", "{:.2f}")
+    for proc in ("scheduler", "apiserver", "etcd"):
+        print(f"{'CPU s ' + proc:26}{k['cpu_seconds'][proc]:>16.2f}{l['cpu_seconds'][proc]:>16.2f}")
+        print(f"{'CPU ms/pod ' + proc:26}{k['cpu_ms_per_pod'][proc]:>16.3f}{l['cpu_ms_per_pod'][proc]:>16.3f}")
+    ingest_ms = r["ingest_cores"] * l["seconds"] * 1000 / int(pods)
+    print(f"{'ingest CPU ms/pod':26}{'-':>16}{ingest_ms:>16.3f}   ({r['ingest_cores']:.3f} cores measured before the start mark)")
+    print(f"{'CPU ms/pod w/o ingest':26}{k['cpu_ms_per_pod']['scheduler']:>16.3f}{l['cpu_ms_per_pod']['scheduler'] - ingest_ms:>16.3f}")
+    print(f"load generator during Loadstar's run: {r['generator_cores']:.3f} cores; background during kube-scheduler's run: {fleet}")
+    r["ratio"] = l["pods_per_second"] / k["pods_per_second"]
+    r["cpu_wo_ingest"] = l["cpu_ms_per_pod"]["scheduler"] - ingest_ms
+    print(f"round ratio loadstar / kube-scheduler: {r['ratio']:.2f}x")
+for r in rounds:
+    table(r)
+ratios = [r["ratio"] for r in rounds]
+if len(rounds) > 1:
+    listed = ", ".join("%.2fx" % x for x in ratios)
+    cpu = ", ".join("%.3f" % r["cpu_wo_ingest"] for r in rounds)
+    print(f"\nrounds' ratios: {listed}; Loadstar CPU ms/pod w/o ingest: {cpu}")
+print(f"\nratio loadstar / kube-scheduler: {statistics.median(ratios):.2f}x"
+      + (f" (median of {len(rounds)} rounds)" if len(rounds) > 1 else ""))
 EOF
