@@ -217,19 +217,14 @@ impl IngestService {
             s.done = true;
             return Some(Err(status));
         }
-        if s.done {
-            return None;
-        }
         if !self.pace(&mut s.bucket, &mut s.closed).await {
             info!("scorer shutting down; ending agent stream");
-            s.done = true;
             return None;
         }
         let next = tokio::select! {
             m = s.inbound.message() => m,
             _ = &mut s.closed => {
                 info!("scorer shutting down; ending agent stream");
-                s.done = true;
                 return None;
             }
         };
@@ -240,7 +235,7 @@ impl IngestService {
                 let handled = self.handle(s.guard.stream, &mut s.guard.node, report, grant);
                 if first && let Some(n) = &s.guard.node {
                     // Recorded once per stream: the span's fields never grow.
-                    s.span.record("node", n.as_str());
+                    s.guard.span.record("node", n.as_str());
                 }
                 if let Some(status) = handled.end {
                     warn!(reason = %status.message(), "agent stream refused");
@@ -248,10 +243,7 @@ impl IngestService {
                 }
                 Some(Ok(handled.ack))
             }
-            Ok(None) => {
-                s.done = true;
-                None
-            }
+            Ok(None) => None,
             Err(status) => {
                 // Undecodable or oversized: the stream cannot go on, but the agent is told
                 // why (a status, never a silent OK).
@@ -286,8 +278,8 @@ struct StreamState {
     closed: Pin<Box<dyn Future<Output = ()> + Send>>,
     /// A status to end the stream with after the ack just sent.
     end: Option<Status>,
+    /// The item just returned is the stream's last (a final status).
     done: bool,
-    span: Span,
     guard: StreamGuard,
 }
 
@@ -344,7 +336,6 @@ impl pb::ingest_server::Ingest for IngestService {
             closed: Box::pin(crate::shutdown::closed(self.closing.clone())),
             end: None,
             done: false,
-            span: span.clone(),
             guard: StreamGuard {
                 store: self.store.clone(),
                 metrics: self.metrics.clone(),
@@ -355,13 +346,15 @@ impl pb::ingest_server::Ingest for IngestService {
         };
         let this = self.clone();
         let acks = futures::stream::unfold(Some((this, state)), |st| {
-            let span = st.as_ref().map_or_else(Span::none, |(_, s)| s.span.clone());
+            let span = st
+                .as_ref()
+                .map_or_else(Span::none, |(_, s)| s.guard.span.clone());
             async move {
                 let (this, mut s) = st?;
                 let item = this.next_ack(&mut s).await?;
                 // A stream whose last item this is gives its node back now, not when hyper
                 // drops the response (which waits for the agent to read the status).
-                let last = s.done && s.end.is_none();
+                let last = s.done;
                 Some((item, (!last).then_some((this, s))))
             }
             .instrument(span)
