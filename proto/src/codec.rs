@@ -2,23 +2,29 @@
 //! buffers. tonic gives each stream an 8 KiB decode buffer and an 8 KiB encode buffer and
 //! keeps them for the stream's life; the scorer holds one agent stream per node, so at 10 000
 //! nodes that default alone is ~160 MiB of the scorer's memory for reports of ~1 KiB and
-//! acks of a few bytes. Buffers still grow to fit any larger message (tonic reserves what a
-//! message needs), so only idle capacity shrinks. Selected in `build.rs` with
+//! acks of a few bytes (here 1 KiB to decode, 256 bytes to encode). Buffers still grow to
+//! fit any larger message (tonic reserves what a message needs), so only idle capacity
+//! shrinks. Selected in `build.rs` with
 //! `codec_path`, as tonic's `codec_buffers` example does.
 use tonic::codec::{BufferSettings, Codec};
 use tonic_prost::ProstCodec;
 
-/// Initial (and idle) buffer per stream and direction, bytes. A report of the default
-/// agent encodes to a few hundred bytes up to ~2 KiB with many pods.
-pub const STREAM_BUFFER_BYTES: usize = 1024;
+/// Initial (and idle) decode buffer per stream, bytes. A report of the default agent encodes
+/// to a few hundred bytes up to ~2 KiB with many pods.
+pub const DECODE_BUFFER_BYTES: usize = 1024;
+/// Initial (and idle) encode buffer per stream, bytes. What the scorer sends on its
+/// long-lived streams are acks of a few bytes each; a larger message (a `Score` response, an
+/// agent's report) grows its buffer as it needs.
+pub const ENCODE_BUFFER_BYTES: usize = 256;
 /// tonic's default: how much encoded data a response stream buffers before yielding.
 const YIELD_THRESHOLD_BYTES: usize = 32 * 1024;
 
-fn settings() -> BufferSettings {
-    BufferSettings::new(STREAM_BUFFER_BYTES, YIELD_THRESHOLD_BYTES)
+fn settings(buffer_bytes: usize) -> BufferSettings {
+    BufferSettings::new(buffer_bytes, YIELD_THRESHOLD_BYTES)
 }
 
-/// [`ProstCodec`] with [`STREAM_BUFFER_BYTES`] buffers.
+/// [`ProstCodec`] with [`DECODE_BUFFER_BYTES`] decode and [`ENCODE_BUFFER_BYTES`] encode
+/// buffers.
 #[derive(Debug)]
 pub struct CompactCodec<T, U>(std::marker::PhantomData<(T, U)>);
 
@@ -39,10 +45,10 @@ where
     type Decoder = <ProstCodec<T, U> as Codec>::Decoder;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstCodec::<T, U>::raw_encoder(settings())
+        ProstCodec::<T, U>::raw_encoder(settings(ENCODE_BUFFER_BYTES))
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProstCodec::<T, U>::raw_decoder(settings())
+        ProstCodec::<T, U>::raw_decoder(settings(DECODE_BUFFER_BYTES))
     }
 }

@@ -80,7 +80,10 @@ pub fn filter(
     let mut failed = BTreeMap::new();
     for f in &ev.filtered {
         rejected[f.index] = true;
-        failed.insert(snapshot.nodes[f.index].name.to_string(), f.reason.clone());
+        failed.insert(
+            snapshot.nodes[f.index].name.to_string(),
+            f.reason.to_string(),
+        );
     }
     let passed = at
         .iter()

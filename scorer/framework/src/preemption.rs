@@ -397,7 +397,7 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::FilterPlugin;
+    use crate::profile::{FilterPlugin, Reason};
     use crate::snapshot::{KubeNode, NodeAllocation};
     use loadstar_common::model::ResourceList;
     use rand::SeedableRng;
@@ -416,7 +416,7 @@ mod tests {
             _: &CycleContext<'_>,
             pod: &PodInfo,
             node: &NodeView,
-        ) -> Result<(), String> {
+        ) -> Result<(), Reason> {
             let free = node.allocatable().cpu_millis - node.alloc.requested.cpu_millis;
             if pod.requests.cpu_millis <= free {
                 Ok(())
@@ -436,7 +436,7 @@ mod tests {
         fn name(&self) -> &'static str {
             "Blocked"
         }
-        fn filter(&self, _: &CycleContext<'_>, _: &PodInfo, node: &NodeView) -> Result<(), String> {
+        fn filter(&self, _: &CycleContext<'_>, _: &PodInfo, node: &NodeView) -> Result<(), Reason> {
             if node.labels_or_empty().contains_key("blocked") {
                 Err("node(s) were blocked".into())
             } else {

@@ -79,7 +79,7 @@ pub fn to_response(
             .map(|f| pb::FilteredNode {
                 node_name: snap.nodes[f.index].name.to_string(),
                 plugin: f.plugin.to_string(),
-                reason: f.reason.clone(),
+                reason: f.reason.to_string(),
             })
             .collect(),
         summary: ev.summary(),

@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use loadstar_framework::snapshot::{AgentNode, NodeDigest, NodeView, PodInfo, TaintEffect};
-use loadstar_framework::{CycleContext, FilterPlugin, StalePolicy};
+use loadstar_framework::{CycleContext, FilterPlugin, Reason, StalePolicy};
 
 use super::taint_toleration::tolerates;
 use super::util;
@@ -343,7 +343,7 @@ impl FilterPlugin for EvictionPressure {
         NAME
     }
 
-    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         if node.stale && ctx.stale_policy == StalePolicy::Fallback {
             return Ok(());
         }

@@ -30,7 +30,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use loadstar_framework::snapshot::{AffinityTerm, AntiAffinityIndex, NodeView, PodInfo, PodOnNode};
 use loadstar_framework::{
-    CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, REASON_SEPARATOR, ScorePlugin,
+    CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, REASON_SEPARATOR, Reason,
+    ScorePlugin,
 };
 use serde::{Deserialize, Serialize};
 
@@ -249,7 +250,7 @@ fn count(counts: &PairCounts, key: &str, value: &str) -> i64 {
 }
 
 /// The filter verdict for one node given the PreFilter state.
-pub fn check(state: &AffinityState, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+pub fn check(state: &AffinityState, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
     let node_labels = node.labels_or_empty();
     // 1. Required affinity.
     let mut pods_exist = true;
@@ -293,8 +294,8 @@ pub fn check(state: &AffinityState, pod: &PodInfo, node: &NodeView) -> Result<()
     Ok(())
 }
 
-fn reason(specific: &str) -> String {
-    format!("{REASON_AFFINITY_NOT_MATCH}{REASON_SEPARATOR}{specific}")
+fn reason(specific: &str) -> Reason {
+    format!("{REASON_AFFINITY_NOT_MATCH}{REASON_SEPARATOR}{specific}").into()
 }
 
 /// The plugin's arguments (`InterPodAffinityArgs`).
@@ -468,7 +469,7 @@ impl FilterPlugin for InterPodAffinity {
         state: Option<&PreFilterState>,
         pod: &PodInfo,
         node: &NodeView,
-    ) -> Result<(), String> {
+    ) -> Result<(), Reason> {
         match state.and_then(|s| s.downcast_ref::<AffinityState>()) {
             Some(s) => check(s, pod, node),
             None => self.filter(ctx, pod, node),
@@ -498,7 +499,7 @@ impl FilterPlugin for InterPodAffinity {
     }
 
     /// Without a PreFilter state (a single-node check), computes it on the spot.
-    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         check(&prefilter_state(&ctx.snapshot.nodes, pod), pod, node)
     }
 }
@@ -598,9 +599,7 @@ mod tests {
         let ctx = ctx(&snap);
         assert_eq!(
             InterPodAffinity::default().filter(&ctx, &p, &snap.nodes[0]),
-            Err(format!(
-                "{REASON_AFFINITY_NOT_MATCH}, {REASON_EXISTING_ANTI_AFFINITY}"
-            ))
+            Err(format!("{REASON_AFFINITY_NOT_MATCH}, {REASON_EXISTING_ANTI_AFFINITY}").into())
         );
         // A pod the term does not select is welcome.
         assert_eq!(

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::ResourceKind;
 use loadstar_framework::snapshot::{NodeView, PodInfo};
-use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, ScorePlugin};
+use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, Reason, ScorePlugin};
 
 use crate::args::{PluginError, args_to_yaml, parse_args};
 
@@ -237,7 +237,7 @@ impl FilterPlugin for LoadAwareScheduling {
         NAME
     }
 
-    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         if is_daemonset(pod) {
             return Ok(());
         }
@@ -256,7 +256,7 @@ impl FilterPlugin for LoadAwareScheduling {
             }
             let usage = (used as f64 / total as f64 * 100.0).round() as i64;
             if usage > threshold {
-                return Err(format!("node(s) {name} usage exceed threshold"));
+                return Err(format!("node(s) {name} usage exceed threshold").into());
             }
         }
         Ok(())
@@ -318,7 +318,7 @@ mod tests {
         score_all(&plugin(), &snap, p)[0]
     }
 
-    fn filter(n: NodeView, p: &PodInfo) -> Result<(), String> {
+    fn filter(n: NodeView, p: &PodInfo) -> Result<(), Reason> {
         let snap = snapshot(vec![n]);
         plugin().filter(&ctx(&snap), p, &snap.nodes[0])
     }
@@ -394,11 +394,11 @@ mod tests {
         assert_eq!(filter(node(60.0, 256.0), &empty), Ok(()));
         assert_eq!(
             filter(node(70.0, 256.0), &empty),
-            Err("node(s) cpu usage exceed threshold".to_string())
+            Err("node(s) cpu usage exceed threshold".into())
         );
         assert_eq!(
             filter(node(30.0, 500.0), &empty),
-            Err("node(s) memory usage exceed threshold".to_string())
+            Err("node(s) memory usage exceed threshold".into())
         );
         let no_memory = LoadAwareScheduling::from_args(
             &serde_norway::from_str("{usageThresholds: {cpu: 65, memory: 0}}").expect("yaml"),

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use loadstar_framework::snapshot::{NodeView, PodInfo, SelectorRequirement};
-use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, ScorePlugin};
+use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, Reason, ScorePlugin};
 
 use crate::args::{NoArgs, PluginError, parse_args};
 
@@ -71,7 +71,7 @@ impl FilterPlugin for NodeAffinity {
         NAME
     }
 
-    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         if pod_matches_node(pod, node) {
             Ok(())
         } else {
@@ -91,6 +91,11 @@ impl ScorePlugin for NodeAffinity {
             .iter()
             .filter(|(w, t)| *w != 0 && (!t.expressions.is_empty() || !t.fields.is_empty()))
             .collect();
+        if terms.is_empty() {
+            // Every node scores 0 (most pods): no need to open each node's labels.
+            out.fill(0);
+            return;
+        }
         for (o, n) in out.iter_mut().zip(nodes) {
             let labels = n.labels_or_empty();
             *o = terms

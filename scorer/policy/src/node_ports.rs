@@ -7,7 +7,7 @@
 //! port 0 asks for nothing. Reason, as upstream:
 //! `node(s) didn't have free ports for the requested pod ports`.
 use loadstar_framework::snapshot::{HostPort, NodeView, PodInfo};
-use loadstar_framework::{CycleContext, FilterPlugin};
+use loadstar_framework::{CycleContext, FilterPlugin, Reason};
 
 use crate::args::{NoArgs, PluginError, parse_args};
 
@@ -62,7 +62,7 @@ impl FilterPlugin for NodePorts {
         true
     }
 
-    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         if pod.host_ports.is_empty() || !ctx.digest(node).has_host_ports {
             return Ok(());
         }

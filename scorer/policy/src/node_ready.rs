@@ -9,7 +9,7 @@
 //! the historical `CheckNodeCondition` reason `node(s) were not ready`. Nodes without
 //! Kubernetes facts (standalone mode, agent-only nodes) pass.
 use loadstar_framework::snapshot::{NodeView, PodInfo, TaintEffect};
-use loadstar_framework::{CycleContext, FilterPlugin};
+use loadstar_framework::{CycleContext, FilterPlugin, Reason};
 
 use super::taint_toleration::tolerates;
 use crate::args::{NoArgs, PluginError, parse_args};
@@ -48,7 +48,7 @@ impl FilterPlugin for NodeReady {
         NAME
     }
 
-    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         let d = ctx.digest(node);
         if !d.has_kube {
             return Ok(());

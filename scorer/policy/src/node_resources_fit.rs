@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use loadstar_framework::snapshot::{NodeView, PodInfo};
-use loadstar_framework::{CycleContext, FilterPlugin, REASON_SEPARATOR};
+use loadstar_framework::{CycleContext, FilterPlugin, REASON_SEPARATOR, Reason};
 
 use crate::args::{PluginError, parse_args};
 use loadstar_common::model::GPU_RESOURCE;
@@ -65,6 +65,17 @@ impl NodeResourcesFit {
     }
 }
 
+/// `Insufficient <resource>`, without an allocation for the resources every pod asks for.
+fn insufficient(name: &str) -> Reason {
+    match name {
+        "cpu" => Reason::Borrowed("Insufficient cpu"),
+        "memory" => Reason::Borrowed("Insufficient memory"),
+        "ephemeral-storage" => Reason::Borrowed("Insufficient ephemeral-storage"),
+        GPU_RESOURCE => Reason::Borrowed("Insufficient nvidia.com/gpu"),
+        other => Reason::Owned(format!("Insufficient {other}")),
+    }
+}
+
 impl FilterPlugin for NodeResourcesFit {
     fn name(&self) -> &'static str {
         NAME
@@ -75,10 +86,10 @@ impl FilterPlugin for NodeResourcesFit {
         true
     }
 
-    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         let d = ctx.digest(node);
         let req = &pod.requests;
-        let mut reasons: Vec<String> = Vec::new();
+        let mut reasons: Vec<Reason> = Vec::new();
         if d.pod_count + 1 > d.allocatable_pods {
             reasons.push(REASON_TOO_MANY_PODS.into());
         }
@@ -91,7 +102,7 @@ impl FilterPlugin for NodeResourcesFit {
             // Upstream: `allocatable < request + requested`, also for a request of zero.
             let mut check = |name: &str, want: i64, have: i64, used: i64| {
                 if have < want.saturating_add(used) {
-                    reasons.push(format!("Insufficient {name}"));
+                    reasons.push(insufficient(name));
                 }
             };
             check(
@@ -134,10 +145,10 @@ impl FilterPlugin for NodeResourcesFit {
                 }
             }
         }
-        if reasons.is_empty() {
-            Ok(())
-        } else {
-            Err(reasons.join(REASON_SEPARATOR))
+        match reasons.len() {
+            0 => Ok(()),
+            1 => Err(reasons.swap_remove(0)),
+            _ => Err(reasons.join(REASON_SEPARATOR).into()),
         }
     }
 }

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use loadstar_framework::snapshot::{AttachKind, AttachableVolume, NodeView, PodInfo};
-use loadstar_framework::{CycleContext, FilterPlugin};
+use loadstar_framework::{CycleContext, FilterPlugin, Reason};
 
 use crate::args::{NoArgs, PluginError, parse_args};
 
@@ -119,7 +119,7 @@ impl FilterPlugin for NodeVolumeLimits {
         true
     }
 
-    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         let mut new: HashSet<(&str, &str)> = pod
             .attachable
             .iter()
@@ -204,7 +204,7 @@ impl FilterPlugin for InTreeVolumeLimits {
         true
     }
 
-    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         let mut new: HashSet<&str> = pod
             .attachable
             .iter()
@@ -282,11 +282,11 @@ mod tests {
         }
     }
 
-    fn csi_filter(p: &PodInfo, n: &NodeView) -> Result<(), String> {
+    fn csi_filter(p: &PodInfo, n: &NodeView) -> Result<(), Reason> {
         filter_one(&NodeVolumeLimits, n.clone(), p)
     }
 
-    fn in_tree(name: &'static str, p: &PodInfo, n: &NodeView) -> Result<(), String> {
+    fn in_tree(name: &'static str, p: &PodInfo, n: &NodeView) -> Result<(), Reason> {
         let plugin =
             InTreeVolumeLimits::from_args(name, &serde_norway::Value::Null).expect("builds");
         filter_one(&plugin, n.clone(), p)

@@ -34,7 +34,9 @@ use std::collections::{BTreeMap, HashMap};
 use loadstar_framework::snapshot::{
     NodeView, PodInfo, PodOnNode, SpreadConstraint, WhenUnsatisfiable,
 };
-use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, ScorePlugin};
+use loadstar_framework::{
+    CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, Reason, ScorePlugin,
+};
 use serde::Deserialize;
 
 use crate::args::{PluginError, parse_args};
@@ -275,7 +277,7 @@ pub fn check(
     pod: &PodInfo,
     constraints: &[SpreadConstraint],
     node: &NodeView,
-) -> Result<(), String> {
+) -> Result<(), Reason> {
     let hard = constraints
         .iter()
         .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule);
@@ -355,7 +357,7 @@ impl FilterPlugin for PodTopologySpread {
         state: Option<&PreFilterState>,
         pod: &PodInfo,
         node: &NodeView,
-    ) -> Result<(), String> {
+    ) -> Result<(), Reason> {
         match state.and_then(|s| s.downcast_ref::<SpreadState>()) {
             Some(s) => check(s, pod, &self.constraints(pod), node),
             None => self.filter(ctx, pod, node),
@@ -382,7 +384,7 @@ impl FilterPlugin for PodTopologySpread {
     }
 
     /// Without a PreFilter state (a single-node check), computes it on the spot.
-    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         let cs = self.constraints(pod);
         if hard_constraints(&cs).is_empty() {
             return Ok(());
@@ -726,7 +728,7 @@ mod tests {
         ))
         .expect("ok");
         let snap = snapshot(nodes);
-        let verdicts = |p: &PodInfo| -> Vec<Result<(), String>> {
+        let verdicts = |p: &PodInfo| -> Vec<Result<(), Reason>> {
             snap.nodes
                 .iter()
                 .map(|n| plugin.filter(&ctx(&snap), p, n))

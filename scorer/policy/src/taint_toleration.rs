@@ -10,7 +10,7 @@
 //!   with integer division, all 100 when no node has such a taint. Nodes without Kubernetes
 //!   facts have no taints.
 use loadstar_framework::snapshot::{NodeView, PodInfo, Taint, TaintEffect, Toleration};
-use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, ScorePlugin};
+use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, Reason, ScorePlugin};
 
 use crate::args::{NoArgs, PluginError, parse_args};
 
@@ -66,7 +66,7 @@ impl FilterPlugin for TaintToleration {
         NAME
     }
 
-    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         if !ctx.digest(node).has_taints {
             return Ok(());
         }
@@ -75,10 +75,9 @@ impl FilterPlugin for TaintToleration {
             matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute)
                 && !tolerated(&pod.tolerations, t)
         }) {
-            Some(t) => Err(format!(
-                "node(s) had untolerated taint {{{}: {}}}",
-                t.key, t.value
-            )),
+            Some(t) => {
+                Err(format!("node(s) had untolerated taint {{{}: {}}}", t.key, t.value).into())
+            }
             None => Ok(()),
         }
     }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::ResourceKind;
 use loadstar_framework::snapshot::{NodeView, PodInfo};
-use loadstar_framework::{CycleContext, FilterPlugin, PreFilterState, REASON_SEPARATOR};
+use loadstar_framework::{CycleContext, FilterPlugin, PreFilterState, REASON_SEPARATOR, Reason};
 
 use super::inflight::{InflightArgs, estimate};
 use super::util::{self, Statistic};
@@ -89,7 +89,20 @@ pub struct UsageThresholdArgs {
 pub struct UsageThreshold {
     args: UsageThresholdArgs,
     /// (kind, threshold ratio, reason), only the configured ones.
-    checks: Vec<(ResourceKind, f64, String)>,
+    checks: Vec<(ResourceKind, f64, &'static str)>,
+}
+
+/// `node(s) above <kind> usage threshold`, spelled out once per kind: a hot cluster rejects
+/// thousands of nodes per pod, and a borrowed reason costs no allocation per node.
+fn above_threshold(kind: ResourceKind) -> &'static str {
+    match kind {
+        ResourceKind::Cpu => "node(s) above cpu usage threshold",
+        ResourceKind::Memory => "node(s) above memory usage threshold",
+        ResourceKind::Network => "node(s) above network usage threshold",
+        ResourceKind::DiskIo => "node(s) above disk_io usage threshold",
+        ResourceKind::Gpu => "node(s) above gpu usage threshold",
+        ResourceKind::GpuMemory => "node(s) above gpu_memory usage threshold",
+    }
 }
 
 impl Default for UsageThreshold {
@@ -104,15 +117,7 @@ impl UsageThreshold {
             .thresholds
             .entries()
             .into_iter()
-            .filter_map(|(_, kind, t)| {
-                t.map(|t| {
-                    (
-                        kind,
-                        t / 100.0,
-                        format!("node(s) above {} usage threshold", kind.name()),
-                    )
-                })
-            })
+            .filter_map(|(_, kind, t)| t.map(|t| (kind, t / 100.0, above_threshold(kind))))
             .collect();
         UsageThreshold { args, checks }
     }
@@ -159,14 +164,14 @@ impl FilterPlugin for UsageThreshold {
         state: Option<&PreFilterState>,
         pod: &PodInfo,
         node: &NodeView,
-    ) -> Result<(), String> {
+    ) -> Result<(), Reason> {
         match state.and_then(|s| s.downcast_ref::<PodEstimate>()) {
             Some(e) => self.check(ctx, e, node),
             None => self.filter(ctx, pod, node),
         }
     }
 
-    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         self.check(ctx, &PodEstimate::of(pod, &self.args), node)
     }
 }
@@ -196,8 +201,8 @@ impl UsageThreshold {
         ctx: &CycleContext<'_>,
         pod: &PodEstimate,
         node: &NodeView,
-    ) -> Result<(), String> {
-        let mut failed: Option<String> = None;
+    ) -> Result<(), Reason> {
+        let mut failed: Option<Reason> = None;
         let d = ctx.digest(node);
         for (kind, limit, reason) in &self.checks {
             let Some(u) = ctx.usage_of(node, &d, *kind) else {
@@ -215,10 +220,11 @@ impl UsageThreshold {
             if current + add > *limit {
                 match &mut failed {
                     Some(s) => {
+                        let s = s.to_mut();
                         s.push_str(REASON_SEPARATOR);
                         s.push_str(reason);
                     }
-                    None => failed = Some(reason.clone()),
+                    None => failed = Some(Reason::Borrowed(reason)),
                 }
             }
         }
@@ -243,6 +249,16 @@ mod tests {
             mem,
             0.0,
         )
+    }
+
+    #[test]
+    fn reasons_name_their_resource() {
+        for kind in ResourceKind::ALL {
+            assert_eq!(
+                above_threshold(kind),
+                format!("node(s) above {} usage threshold", kind.name())
+            );
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use loadstar_framework::snapshot::{CandidateVolume, ClaimToBind, NodeView, PodInfo};
 use loadstar_framework::volumes::volume_admits;
-use loadstar_framework::{CycleContext, FilterPlugin, REASON_SEPARATOR};
+use loadstar_framework::{CycleContext, FilterPlugin, REASON_SEPARATOR, Reason};
 
 use crate::args::{NoArgs, PluginError, parse_args};
 
@@ -156,12 +156,12 @@ impl FilterPlugin for VolumeBinding {
         pod.volumes.is_none()
     }
 
-    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         let Some(v) = &pod.volumes else {
             return Ok(());
         };
         if let Some(reason) = &v.unschedulable {
-            return Err(reason.clone());
+            return Err(reason.clone().into());
         }
         let labels = node.labels_or_empty();
         let mut reasons: Vec<String> = Vec::new();
@@ -180,7 +180,7 @@ impl FilterPlugin for VolumeBinding {
         if reasons.is_empty() {
             Ok(())
         } else {
-            Err(reasons.join(REASON_SEPARATOR))
+            Err(reasons.join(REASON_SEPARATOR).into())
         }
     }
 }
@@ -466,7 +466,7 @@ mod tests {
         assert_eq!(filter_one(&VolumeBinding, node("a"), &p), Ok(()));
         assert_eq!(
             filter_one(&VolumeBinding, node("b"), &p),
-            Err(format!("{REASON_NODE_CONFLICT}, {REASON_BIND_CONFLICT}"))
+            Err(format!("{REASON_NODE_CONFLICT}, {REASON_BIND_CONFLICT}").into())
         );
     }
 }

@@ -4,7 +4,7 @@
 //! pool and image) used read-write by a pod already on the node. Reason, as upstream:
 //! `node(s) had no available disk`. Evicting the other pod lifts it (preemption may help).
 use loadstar_framework::snapshot::{NodeView, PodInfo};
-use loadstar_framework::{CycleContext, FilterPlugin};
+use loadstar_framework::{CycleContext, FilterPlugin, Reason};
 
 use crate::args::{NoArgs, PluginError, parse_args};
 
@@ -44,7 +44,7 @@ impl FilterPlugin for VolumeRestrictions {
         _ctx: &CycleContext<'_>,
         pod: &PodInfo,
         node: &NodeView,
-    ) -> Result<(), String> {
+    ) -> Result<(), Reason> {
         if pod.disks.is_empty() {
             return Ok(());
         }

@@ -4,7 +4,7 @@
 //! the node's value under that key (empty when absent) must be one of the volume's values
 //! (`a__b` lists several). Reason `node(s) had no available volume zone`.
 use loadstar_framework::snapshot::{NodeView, PodInfo};
-use loadstar_framework::{CycleContext, FilterPlugin};
+use loadstar_framework::{CycleContext, FilterPlugin, Reason};
 
 use crate::args::{NoArgs, PluginError, parse_args};
 
@@ -41,7 +41,7 @@ impl FilterPlugin for VolumeZone {
         pod.volumes.as_ref().is_none_or(|v| v.zones.is_empty())
     }
 
-    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), String> {
+    fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         let Some(v) = pod.volumes.as_ref().filter(|v| !v.zones.is_empty()) else {
             return Ok(());
         };

@@ -202,7 +202,7 @@ impl Decision {
             .map(|(i, g)| ((g.plugin, g.reason), i))
             .collect();
         for f in ev.filtered.iter().take(limits.named_filtered) {
-            if let Some(&i) = at.get(&(f.plugin, f.reason.as_str())) {
+            if let Some(&i) = at.get(&(f.plugin, &*f.reason)) {
                 filtered[i].nodes.push(name_of(f.index));
             }
         }

@@ -8,7 +8,7 @@ use loadstar_common::window::WindowSummary;
 use loadstar_framework::snapshot::{
     AgentNode, ClusterSnapshot, KubeNode, NodeAllocation, NodeView, PodInfo, PodOnNode,
 };
-use loadstar_framework::{CycleContext, FilterPlugin, Profile, ScorePlugin, StalePolicy};
+use loadstar_framework::{CycleContext, FilterPlugin, Profile, Reason, ScorePlugin, StalePolicy};
 use rand::SeedableRng;
 
 /// One gibibyte in bytes.
@@ -190,7 +190,7 @@ pub fn score_all(plugin: &dyn ScorePlugin, snap: &ClusterSnapshot, pod: &PodInfo
 }
 
 /// Runs a filter on one node alone.
-pub fn filter_one(plugin: &dyn FilterPlugin, node: NodeView, pod: &PodInfo) -> Result<(), String> {
+pub fn filter_one(plugin: &dyn FilterPlugin, node: NodeView, pod: &PodInfo) -> Result<(), Reason> {
     let snap = snapshot(vec![node]);
     plugin.filter(&ctx(&snap), pod, &snap.nodes[0])
 }
