@@ -3,7 +3,8 @@
 #! (scheduler-throughput.sh, extender-overhead.sh). Source it, then `bench_up PREFIX`:
 #! installs or reuses the Kubernetes binaries, builds the release scorer and the
 #! `scheduler-bench` helper (SCORER, HELPER; `H` runs the helper with the admin
-#! kubeconfig), makes WORK, starts etcd and kube-apiserver (KC = admin kubeconfig), and on
+#! kubeconfig; SKIP_BUILD=1 runs those already in ${CARGO_TARGET_DIR:-target}/release, to
+#! compare builds), makes WORK, starts etcd and kube-apiserver (KC = admin kubeconfig), and on
 #! exit kills every pid in PIDS, stops the cluster and keeps the logs in
 #! /tmp/loadstar-bench-logs. Also: `log`, `placeholder_lease NAMESPACE NAME`,
 #! `wait_leader_election LOG` (a warm standby has synced its caches).
@@ -15,9 +16,11 @@ bench_up() {  # PREFIX
   bash tests/e2e/install-deps.sh
   # shellcheck source=tests/e2e/cluster.sh
   source tests/e2e/cluster.sh
-  log "release builds"
-  cargo build -q --release -p loadstar-scorer --bin loadstar-scorer
-  cargo build -q --release -p loadstar-tests --bin scheduler-bench
+  if [ -z "${SKIP_BUILD:-}" ]; then
+    log "release builds"
+    cargo build -q --release -p loadstar-scorer --bin loadstar-scorer
+    cargo build -q --release -p loadstar-tests --bin scheduler-bench
+  fi
   SCORER="${CARGO_TARGET_DIR:-$ROOT/target}/release/loadstar-scorer"
   HELPER="${CARGO_TARGET_DIR:-$ROOT/target}/release/scheduler-bench"
   WORK=$(mktemp -d -t "$1.XXXXXX")
