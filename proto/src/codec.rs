@@ -14,7 +14,9 @@ use tonic_prost::ProstCodec;
 pub const DECODE_BUFFER_BYTES: usize = 1024;
 /// Initial (and idle) encode buffer per stream, bytes. What the scorer sends on its
 /// long-lived streams are acks of a few bytes each; a larger message (a `Score` response, an
-/// agent's report) grows its buffer as it needs.
+/// agent's report) grows its buffer as it needs. Below 1 KiB `bytes` keeps no capacity hint,
+/// so a buffer replaced while the previous frame is still in flight is allocated at the size
+/// the next message needs: more small allocations, less idle memory per stream.
 pub const ENCODE_BUFFER_BYTES: usize = 256;
 /// tonic's default: how much encoded data a response stream buffers before yielding.
 const YIELD_THRESHOLD_BYTES: usize = 32 * 1024;

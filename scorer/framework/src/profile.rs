@@ -511,10 +511,12 @@ const CONSTRAINT_FILTERS: &[(&str, &str, DeclaresConstraint)] = &[
 ];
 
 /// The working vectors of [`Profile::evaluate`], kept per thread from one evaluation to the
-/// next. Over 5 000 nodes they are ~400 KB per pod, in blocks large enough that glibc hands
-/// them back to the kernel when freed: allocating them afresh for every pod cost page faults
-/// and allocator time on every scheduling cycle. A thread keeps the capacity of its largest
-/// evaluation (~1 MB at 10 000 nodes); a nested evaluation on the same thread starts empty.
+/// next. Over 5 000 nodes with the default profile's 8 scores they are ~600 KB per pod (the
+/// score columns alone 320 KB), in blocks large enough that glibc consolidates its free lists
+/// and hands memory back to the kernel around them: allocating them afresh for every pod
+/// cost allocator time and page faults on every scheduling cycle. A thread keeps the
+/// capacity of its largest evaluation (~1.2 MB at 10 000 nodes); a nested evaluation on the
+/// same thread starts empty.
 #[derive(Debug, Default)]
 struct Scratch {
     /// `0..nodes` when no candidates are given.
@@ -595,6 +597,34 @@ impl Profile {
             stale_policy: self.stale_policy,
             digests: table.as_deref(),
         };
+        let mut unchecked = self.unchecked_constraints(pod);
+        if !pod.claims.is_empty() && pod.volumes.is_none() {
+            unchecked.push(
+                "spec.volumes[].persistentVolumeClaim (claims not resolved: no cluster state)"
+                    .to_string(),
+            );
+        }
+        if !pod.unsupported.is_empty() || !unchecked.is_empty() {
+            // Never a silent violation: a constraint we cannot check refuses every node.
+            let mut fields = pod.unsupported.clone();
+            fields.extend(unchecked);
+            let reason = unsupported_reason(&fields);
+            let refuse = |index| FilteredNode {
+                index,
+                plugin: UNSUPPORTED_FILTER,
+                reason: Reason::Owned(reason.clone()),
+            };
+            let filtered: Vec<FilteredNode> = match candidates {
+                Some(c) => c.iter().copied().map(refuse).collect(),
+                None => (0..snapshot.nodes.len()).map(refuse).collect(),
+            };
+            return Evaluation {
+                ranked: Vec::new(),
+                evaluated: filtered.len(),
+                filtered,
+                timings: PhaseTimings::default(),
+            };
+        }
         let mut scratch = Scratch::take();
         let indices: &[usize] = match candidates {
             Some(c) => c,
@@ -613,32 +643,6 @@ impl Profile {
         feasible.reserve(indices.len());
         feasible_idx.reserve(indices.len());
         let mut filtered = Vec::new();
-        let mut unchecked = self.unchecked_constraints(pod);
-        if !pod.claims.is_empty() && pod.volumes.is_none() {
-            unchecked.push(
-                "spec.volumes[].persistentVolumeClaim (claims not resolved: no cluster state)"
-                    .to_string(),
-            );
-        }
-        if !pod.unsupported.is_empty() || !unchecked.is_empty() {
-            // Never a silent violation: a constraint we cannot check refuses every node.
-            let mut fields = pod.unsupported.clone();
-            fields.extend(unchecked);
-            let reason = unsupported_reason(&fields);
-            return Evaluation {
-                ranked: Vec::new(),
-                filtered: indices
-                    .iter()
-                    .map(|&index| FilteredNode {
-                        index,
-                        plugin: UNSUPPORTED_FILTER,
-                        reason: Reason::Owned(reason.clone()),
-                    })
-                    .collect(),
-                evaluated: indices.len(),
-                timings: PhaseTimings::default(),
-            };
-        }
         let started = std::time::Instant::now();
         let states: Vec<Option<PreFilterState>> = self
             .filters

@@ -906,7 +906,8 @@ fn in_order_of(
 ///
 /// Code that edits `nodes` in place must replace the edited parts' `Arc`s (as
 /// `Arc::make_mut` does on a shared `Arc`) or bump `generation`: the digest tables behind
-/// [`ClusterSnapshot::digests`] are keyed by both.
+/// [`ClusterSnapshot::digests`] are keyed by both. It must not rename, add, remove or reorder
+/// nodes: `index` may be shared with other snapshots.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterSnapshot {
     /// Nodes sorted by name.
@@ -922,7 +923,7 @@ pub struct ClusterSnapshot {
 impl ClusterSnapshot {
     /// Builds a snapshot from node views (sorted here).
     pub fn new(mut nodes: Vec<NodeView>, generation: u64) -> ClusterSnapshot {
-        nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let index = nodes
             .iter()
             .enumerate()

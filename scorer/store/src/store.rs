@@ -105,9 +105,10 @@ pub struct NodeChange {
 /// an empty one is dropped.
 struct NodeEntry {
     agent: Option<Arc<AgentNode>>,
-    /// The last accepted report as received, protobuf-encoded: only `GetNode`, `ListNodes`
-    /// and watch events read it, and the encoding takes about a quarter of the decoded
-    /// message's heap (one allocation instead of ~20), which at 10 000 nodes is ~13 MB.
+    /// The last accepted report, protobuf-encoded (again: unknown fields were dropped when
+    /// it was decoded): only `GetNode`, `ListNodes` and watch events read it, and the encoding
+    /// takes about a quarter of the decoded message's heap (one allocation instead of ~20),
+    /// which at 10 000 nodes is ~13 MB.
     report: Option<Box<[u8]>>,
     kube: Option<Arc<KubeNode>>,
     alloc: Arc<NodeAllocation>,
@@ -274,6 +275,10 @@ impl NodeStore {
         let validated = validate::validate(&report, &self.config.limits, wall);
         let name: Arc<str> = Arc::from(report.node_name.as_str());
         let mut shard = lock_write(self.shard(&name));
+        // Encoded before the shard's lock is taken (a rejected report wastes it; rare).
+        let encoded = validated
+            .is_ok()
+            .then(|| report.encode_to_vec().into_boxed_slice());
         let mut agent = match validated {
             Ok(a) => a,
             Err(e) => {
@@ -329,7 +334,7 @@ impl NodeStore {
         }
         entry.last_sequence = report.sequence;
         entry.last_sample_nanos = report.sample_time_unix_nanos;
-        entry.report = Some(report.encode_to_vec().into_boxed_slice());
+        entry.report = encoded;
         entry.accepted += 1;
         entry.stale_notified = false;
         drop(shard);
