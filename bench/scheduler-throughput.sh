@@ -53,10 +53,14 @@ ROUNDS=${ROUNDS:-1}
 # One DELETE of the whole collection: `kubectl delete pods --all` deletes one pod per call at
 # kubectl's client rate limit (5 000 pods took over 10 minutes).
 clear_pods() {
-  "$K8S_BIN/kubectl" --kubeconfig "$KC" delete --raw \
-    "/api/v1/namespaces/$1/pods?gracePeriodSeconds=0" >/dev/null
-  local left
-  for _ in $(seq 1 300); do
+  local left i
+  for i in $(seq 0 299); do
+    # One collection DELETE; on a slow machine the API server may time out on 10 000 pods
+    # while it goes on deleting, so it is repeated every 30 s while pods remain.
+    if [ $((i % 30)) = 0 ] && ! "$K8S_BIN/kubectl" --kubeconfig "$KC" delete --raw \
+        "/api/v1/namespaces/$1/pods?gracePeriodSeconds=0" >/dev/null 2>&1; then
+      log "deleting the pods of $1 did not finish in one request; waiting and repeating"
+    fi
     left=$("$K8S_BIN/kubectl" --kubeconfig "$KC" get --raw "/api/v1/namespaces/$1/pods?limit=1" |
       python3 -c "import json, sys; print(len(json.load(sys.stdin)['items']))")
     [ "$left" = 0 ] && return 0
