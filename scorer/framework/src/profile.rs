@@ -781,17 +781,22 @@ mod tests {
         }
     }
 
+    /// A score plugin that scores each node by a function of its name.
     #[derive(Debug)]
-    struct ByNameLength;
-    impl ScorePlugin for ByNameLength {
+    struct ByName(&'static str, fn(&str) -> i64);
+    impl ScorePlugin for ByName {
         fn name(&self) -> &'static str {
-            "ByNameLength"
+            self.0
         }
         fn score(&self, _: &CycleContext<'_>, _: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
             for (o, n) in out.iter_mut().zip(nodes) {
-                *o = n.name.len() as i64 * 10;
+                *o = (self.1)(&n.name);
             }
         }
+    }
+
+    fn by_name_length() -> ByName {
+        ByName("ByNameLength", |n| n.len() as i64 * 10)
     }
 
     fn node(name: &str) -> NodeView {
@@ -811,7 +816,7 @@ mod tests {
         let profile = Profile {
             name: "t".into(),
             filters: vec![Box::new(RejectNamed("dddd"))],
-            scores: vec![(Box::new(ByNameLength), 2)],
+            scores: vec![(Box::new(by_name_length()), 2)],
             window_seconds: 60,
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 0.5,
@@ -838,17 +843,10 @@ mod tests {
         );
     }
 
-    #[derive(Debug)]
-    struct LastDigit;
-    impl ScorePlugin for LastDigit {
-        fn name(&self) -> &'static str {
-            "LastDigit"
-        }
-        fn score(&self, _: &CycleContext<'_>, _: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
-            for (o, n) in out.iter_mut().zip(nodes) {
-                *o = n.name.bytes().last().map_or(0, |b| i64::from(b % 10) * 10);
-            }
-        }
+    fn last_digit() -> ByName {
+        ByName("LastDigit", |n| {
+            n.bytes().last().map_or(0, |b| i64::from(b % 10) * 10)
+        })
     }
 
     /// Evaluations on one thread share working vectors: a smaller evaluation in between
@@ -862,7 +860,7 @@ mod tests {
         let profile = Profile {
             name: "t".into(),
             filters: vec![Box::new(RejectNamed("n07"))],
-            scores: vec![(Box::new(ByNameLength), 1), (Box::new(LastDigit), 3)],
+            scores: vec![(Box::new(by_name_length()), 1), (Box::new(last_digit()), 3)],
             window_seconds: 60,
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 0.5,
@@ -979,7 +977,7 @@ mod tests {
         let profile = Profile {
             name: "bare".into(),
             filters: vec![Box::new(RejectNamed("none"))],
-            scores: vec![(Box::new(ByNameLength), 1)],
+            scores: vec![(Box::new(by_name_length()), 1)],
             window_seconds: 60,
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 0.5,
