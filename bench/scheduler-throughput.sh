@@ -19,7 +19,9 @@
 #! ROUNDS=N (default 1) runs both schedulers N times, alternating which goes first (AB, BA,
 #! AB, …), each round on fresh pods (the previous round's deleted first) with freshly started
 #! schedulers, and prints each round and the median ratio: on a shared host whose speed drifts
-#! by more than the effect being measured, one sequential pair is not a measurement.
+#! by more than the effect being measured, one sequential pair is not a measurement. Use an
+#! even N: whichever scheduler goes first in a round has run slower here (2026-11-26), and
+#! only AB + BA pairs balance that.
 #! Each round also prints Loadstar's ceiling on this machine: the pods/s its API server and
 #! etcd CPU per pod allow on the cores that ingest and the load generator leave, with zero
 #! scheduler CPU, as a ratio to kube-scheduler's pods/s (no ratio above it is reachable here).
