@@ -273,12 +273,13 @@ impl NodeStore {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
         let validated = validate::validate(&report, &self.config.limits, wall);
-        let name: Arc<str> = Arc::from(report.node_name.as_str());
-        let mut shard = lock_write(self.shard(&name));
-        // Encoded before the shard's lock is taken (a rejected report wastes it; rare).
+        // Encoded before the shard's lock is taken (a report the store then refuses, for its
+        // sequence or owner, wastes it; rare).
         let encoded = validated
             .is_ok()
             .then(|| report.encode_to_vec().into_boxed_slice());
+        let name: Arc<str> = Arc::from(report.node_name.as_str());
+        let mut shard = lock_write(self.shard(&name));
         let mut agent = match validated {
             Ok(a) => a,
             Err(e) => {
