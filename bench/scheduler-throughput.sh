@@ -134,7 +134,7 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
   # Ingest alone, reported separately: the standby scorer's CPU while every agent reports
   # and nothing is scheduled (INGEST_SECONDS).
   local t0 t1; t0=$(cpu_ticks "$ls"); sleep "$INGEST_SECONDS"; t1=$(cpu_ticks "$ls")
-  INGEST_CORES=$(python3 -c "print(round(($t1 - $t0) / $(getconf CLK_TCK) / $INGEST_SECONDS, 3))")
+  INGEST_CORES=$(cores_between "$t0" "$t1" 0 $((INGEST_SECONDS * 1000)))
   log "ingest alone: $INGEST_CORES cores over ${INGEST_SECONDS} s ($NODES agents at 1 Hz)"
   log "releasing the Lease (start mark)"
   local start ag0 perf=""; start=$(date +%s%3N); ag0=$(cpu_ticks "$ag")
