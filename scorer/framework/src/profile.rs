@@ -12,8 +12,8 @@ use rand::Rng;
 use std::borrow::Cow;
 
 use crate::snapshot::{
-    AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, DigestTable, NodeDigest, NodeView,
-    PodInfo, Usage, raw_usage,
+    AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, CurrentRows, DigestTable,
+    NodeDigest, NodeView, PodInfo, Usage, raw_usage,
 };
 
 /// What a profile does with a node whose load is stale (or was never reported).
@@ -51,6 +51,9 @@ pub struct CycleContext<'a> {
     /// The snapshot's digest rows for this window, when built (see
     /// [`ClusterSnapshot::digests`]); without them rows are computed per call.
     pub digests: Option<&'a DigestTable>,
+    /// Which rows of `digests` are current for `snapshot` ([`DigestTable::current_rows`],
+    /// checked once per evaluation); `None`: each row is checked against its node when read.
+    pub current: Option<CurrentRows<'a>>,
 }
 
 impl<'a> CycleContext<'a> {
@@ -74,7 +77,8 @@ impl<'a> CycleContext<'a> {
     /// table lookup in hot loops).
     #[inline]
     pub fn usage_of(&self, node: &NodeView, d: &NodeDigest, kind: ResourceKind) -> Option<Usage> {
-        if node.stale && self.stale_policy == StalePolicy::Fallback {
+        // `d` is the node's row, so its staleness is the node's (read without the view).
+        if d.stale && self.stale_policy == StalePolicy::Fallback {
             return None;
         }
         match kind {
@@ -94,11 +98,12 @@ impl<'a> CycleContext<'a> {
             window_seconds,
             stale_policy,
             digests: None,
+            current: None,
         }
     }
 
     /// The table row of `node`, when the node is in the snapshot and unchanged since.
-    #[inline]
+    #[inline(always)]
     fn row(&self, node: &NodeView) -> Option<&'a NodeDigest> {
         self.row_at(self.snapshot.position_of(node)?)
     }
@@ -112,21 +117,44 @@ impl<'a> CycleContext<'a> {
     /// The table row of the snapshot's node `index`, when the cycle has a table and that
     /// node is unchanged since it was built: for passes over `snapshot.nodes` by index,
     /// which then read the row's totals instead of the node's own data.
-    #[inline]
+    #[inline(always)]
     pub fn row_at(&self, index: usize) -> Option<&'a NodeDigest> {
         let row = self.digests?.rows.get(index)?;
-        row.matches(self.snapshot.nodes.get(index)?).then_some(row)
+        let current = match self.current {
+            Some(current) => current.get(index),
+            None => row.matches(self.snapshot.nodes.get(index)?),
+        };
+        current.then_some(row)
+    }
+
+    /// [`DigestTable::memo`] of the cycle's table, when the cycle has one and every row of
+    /// it is current (checked for this evaluation); else `None`, and the caller computes
+    /// the value itself.
+    pub fn memo<T: Any + Send + Sync>(
+        &self,
+        key: u64,
+        build: impl FnOnce() -> T,
+    ) -> Option<std::sync::Arc<T>> {
+        let table = self.digests?;
+        self.current?.all().then(|| table.memo(key, build))
     }
 
     /// The node's digest row (Kubernetes facts, totals, pressure data and CPU/memory usage
     /// in one flat struct): borrowed from the cycle's table, else computed. Usage in the row
     /// ignores staleness: read it through [`CycleContext::usage`].
-    #[inline]
+    #[inline(always)]
     pub fn digest<'n>(&'n self, node: &'n NodeView) -> Cow<'n, NodeDigest> {
         match self.row(node) {
             Some(row) => Cow::Borrowed(row),
-            None => Cow::Owned(NodeDigest::of(node, self.window_seconds)),
+            None => self.computed_digest(node),
         }
+    }
+
+    /// [`CycleContext::digest`]'s rare path, kept out of the plugins' loops.
+    #[cold]
+    #[inline(never)]
+    fn computed_digest<'n>(&self, node: &NodeView) -> Cow<'n, NodeDigest> {
+        Cow::Owned(NodeDigest::of(node, self.window_seconds))
     }
 
     /// The node's agent report when load-aware plugins may use it: `None` without an agent,
@@ -527,6 +555,10 @@ struct Scratch {
     /// Score columns, one per plugin.
     scores: Vec<i64>,
     order: Vec<(f64, usize, u32)>,
+    /// [`CycleContext::current`].
+    current: Vec<bool>,
+    /// Weighted score sums, per feasible node.
+    weighted: Vec<i64>,
 }
 
 thread_local! {
@@ -590,13 +622,6 @@ impl Profile {
         // Digest rows pay off when most of the snapshot is evaluated (they are built once per
         // snapshot generation and window, then shared).
         let wide = candidates.is_none_or(|c| c.len().saturating_mul(8) >= snapshot.nodes.len());
-        let table = wide.then(|| snapshot.digests(self.window_seconds));
-        let ctx = CycleContext {
-            snapshot,
-            window_seconds: self.window_seconds,
-            stale_policy: self.stale_policy,
-            digests: table.as_deref(),
-        };
         let mut unchecked = self.unchecked_constraints(pod);
         if !pod.claims.is_empty() && pod.volumes.is_none() {
             unchecked.push(
@@ -626,6 +651,17 @@ impl Profile {
             };
         }
         let mut scratch = Scratch::take();
+        let table = wide.then(|| snapshot.digests(self.window_seconds));
+        let mut current = std::mem::take(&mut scratch.current);
+        let ctx = CycleContext {
+            snapshot,
+            window_seconds: self.window_seconds,
+            stale_policy: self.stale_policy,
+            digests: table.as_deref(),
+            current: table
+                .as_deref()
+                .map(|t| t.current_rows(&snapshot.nodes, &mut current)),
+        };
         let indices: &[usize] = match candidates {
             Some(c) => c,
             None => {
@@ -701,19 +737,22 @@ impl Profile {
         // equal best scores. Breakdowns are only built for the nodes returned.
         let mut order = std::mem::take(&mut scratch.order);
         order.clear();
-        order.extend((0..n).map(|j| {
-            let weighted: i64 = self
-                .scores
-                .iter()
-                .zip(per_plugin())
-                .map(|((_, w), s)| w * s[j])
-                .sum();
+        // Weighted sums column by column (contiguous, vectorised), not node by node.
+        let mut weighted = std::mem::take(&mut scratch.weighted);
+        weighted.clear();
+        weighted.resize(n, 0);
+        for ((_, w), column) in self.scores.iter().zip(per_plugin()) {
+            for (t, s) in weighted.iter_mut().zip(column) {
+                *t += w * s;
+            }
+        }
+        order.extend(weighted.iter().enumerate().map(|(j, &weighted)| {
             let mut total = if weight_sum > 0 {
                 weighted as f64 / weight_sum as f64
             } else {
                 0.0
             };
-            if feasible[j].stale && self.stale_policy == StalePolicy::Penalize {
+            if self.stale_policy == StalePolicy::Penalize && feasible[j].stale {
                 total *= self.stale_penalty;
             }
             (total, j, rng.random::<u32>())
@@ -743,7 +782,9 @@ impl Profile {
         scratch.feasible_idx = feasible_idx;
         scratch.scores = columns;
         scratch.order = order;
+        scratch.weighted = weighted;
         let evaluated = indices.len();
+        scratch.current = current;
         scratch.put_back();
         let timings = PhaseTimings {
             prefilter: prefiltered - started,

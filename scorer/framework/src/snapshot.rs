@@ -3,6 +3,7 @@
 //! [`PodInfo`] being placed. Heavy parts are behind `Arc`s so a snapshot of thousands of
 //! nodes is built by cloning pointers, and the scheduler can change one node's allocation
 //! without copying the others.
+use std::any::{Any, TypeId};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
@@ -572,21 +573,20 @@ impl Usage {
 /// flat row: Kubernetes facts, allocation totals, agent pressure data and CPU/memory usage for
 /// one load window. A [`DigestTable`] keeps the rows of a whole snapshot contiguous, so a
 /// scoring pass reads a few cache lines per node from one array instead of chasing four
-/// `Arc`s and two window vectors per node (cache misses, not arithmetic, dominate at 5 000
-/// nodes). Fields are laid out in 64-byte groups by use: identity, flags and CPU/memory
-/// totals first; CPU usage; memory usage; other totals; agent pressure data and affinity
-/// counts.
+/// `Arc`s and two window vectors per node (memory traffic, not arithmetic, dominates at
+/// 5 000 nodes). Fields are laid out in 64-byte lines by use, so a plugin touches only the
+/// lines it needs: (0) flags, affinity counts and CPU/memory totals, which nearly every
+/// plugin reads; (1) CPU usage; (2) memory usage; (3) the other totals; (4) agent pressure
+/// data; (5) what the row was computed from, which only [`DigestTable::current_rows`] reads.
 #[derive(Debug, Clone, Default)]
 #[repr(C, align(64))]
 pub struct NodeDigest {
-    // What the row was computed from, held weakly: the allocations stay reserved while the
-    // row exists, so a replaced `Arc`'s address cannot be reused by a newer one that would
-    // then pass for the data the row was computed from.
-    agent_ref: Option<Weak<AgentNode>>,
-    kube_ref: Option<Weak<KubeNode>>,
-    alloc_ref: Weak<NodeAllocation>,
+    // Line 0.
     /// Kubernetes knows the node.
     pub has_kube: bool,
+    /// [`NodeView::stale`] when the row was computed (part of what [`NodeDigest::matches`]
+    /// compares, so hot loops read it here instead of opening the view).
+    pub stale: bool,
     /// Ready condition (true without Kubernetes facts).
     pub ready: bool,
     /// Cordoned.
@@ -601,6 +601,13 @@ pub struct NodeDigest {
     pub has_agent: bool,
     /// The node has GPUs (allocatable `nvidia.com/gpu` or agent GPUs).
     pub has_gpus: bool,
+    /// Pods on the node with required anti-affinity terms, saturating ([`AntiAffinityIndex`]
+    /// covers only the nodes where this is not 0).
+    pub pods_with_required_anti: u16,
+    /// Pods on the node with terms that score other pods (required or preferred affinity,
+    /// preferred anti-affinity), saturating: the affinity score reads only the nodes where
+    /// this is not 0 (unless the pod has preferred terms itself).
+    pub pods_with_scoring_affinity: u16,
     /// [`NodeView::allocatable`] CPU, millicores.
     pub allocatable_cpu_millis: i64,
     /// Allocatable memory, bytes.
@@ -609,18 +616,21 @@ pub struct NodeDigest {
     pub requested_cpu_millis: i64,
     /// Requested memory, bytes.
     pub requested_memory_bytes: i64,
-    /// CPU usage of the window plus in-flight estimates, ignoring staleness.
-    pub cpu: Option<Usage>,
-    /// Agent capacity: logical CPUs × 1000 (0 without agent).
-    pub agent_cpu_millis: f64,
-    /// Memory usage of the window plus in-flight estimates, ignoring staleness.
-    pub memory: Option<Usage>,
-    /// Agent capacity: memory bytes (0 without agent).
-    pub agent_memory_bytes: u64,
     /// Non-zero CPU requests, millicores.
     pub nonzero_cpu_millis: i64,
     /// Non-zero memory requests, bytes.
     pub nonzero_memory_bytes: i64,
+    // Line 1.
+    /// CPU usage of the window plus in-flight estimates, ignoring staleness.
+    pub cpu: Option<Usage>,
+    /// Agent capacity: logical CPUs × 1000 (0 without agent).
+    pub agent_cpu_millis: f64,
+    // Line 2.
+    /// Memory usage of the window plus in-flight estimates, ignoring staleness.
+    pub memory: Option<Usage>,
+    /// Agent capacity: memory bytes (0 without agent).
+    pub agent_memory_bytes: u64,
+    // Line 3.
     /// Allocatable ephemeral storage, bytes.
     pub allocatable_ephemeral_bytes: i64,
     /// Allocatable pod count.
@@ -637,23 +647,31 @@ pub struct NodeDigest {
     pub agent_gpus: usize,
     /// Agent: memory.available, bytes.
     pub memory_available_bytes: u64,
+    // Line 4.
     /// Agent: nodefs.available ratio.
     pub nodefs_available_ratio: Option<f64>,
     /// Agent: nodefs.inodesFree ratio.
     pub nodefs_inodes_free_ratio: Option<f64>,
     /// Agent: last time under eviction pressure.
     pub last_pressure_at: Option<Instant>,
-    /// Pods on the node with required anti-affinity terms ([`AntiAffinityIndex`] covers
-    /// only the nodes where this is not 0).
-    pub pods_with_required_anti: u32,
-    /// Pods on the node with terms that score other pods (required or preferred affinity,
-    /// preferred anti-affinity): the affinity score reads only the nodes where this is not 0
-    /// (unless the pod has preferred terms itself).
-    pub pods_with_scoring_affinity: u32,
+    // Line 5.
+    source: RowSource,
 }
 
-fn count_u32<T>(items: impl Iterator<Item = T>) -> u32 {
-    u32::try_from(items.count()).unwrap_or(u32::MAX)
+/// What a [`NodeDigest`] was computed from, held weakly: the allocations stay reserved while
+/// the row exists, so a replaced `Arc`'s address cannot be reused by a newer one that would
+/// then pass for the data the row was computed from. On a line of its own: only
+/// [`NodeDigest::matches`] reads it.
+#[derive(Debug, Clone, Default)]
+#[repr(C, align(64))]
+struct RowSource {
+    agent: Option<Weak<AgentNode>>,
+    kube: Option<Weak<KubeNode>>,
+    alloc: Weak<NodeAllocation>,
+}
+
+fn count_u16<T>(items: impl Iterator<Item = T>) -> u16 {
+    u16::try_from(items.count()).unwrap_or(u16::MAX)
 }
 
 impl NodeDigest {
@@ -665,21 +683,24 @@ impl NodeDigest {
         let allocatable = node.allocatable_ref();
         let agent_gpus = agent.map_or(0, |g| g.gpus.len());
         NodeDigest {
-            agent_ref: node.agent.as_ref().map(Arc::downgrade),
-            kube_ref: node.kube.as_ref().map(Arc::downgrade),
-            alloc_ref: Arc::downgrade(&node.alloc),
+            source: RowSource {
+                agent: node.agent.as_ref().map(Arc::downgrade),
+                kube: node.kube.as_ref().map(Arc::downgrade),
+                alloc: Arc::downgrade(&node.alloc),
+            },
             has_kube: kube.is_some(),
+            stale: node.stale,
             ready: kube.is_none_or(|k| k.ready),
             unschedulable: kube.is_some_and(|k| k.unschedulable),
             has_taints: kube.is_some_and(|k| !k.taints.is_empty()),
             has_extended: !allocatable.extended.is_empty() || !a.requested.extended.is_empty(),
             has_host_ports: a.pods.iter().any(|p| !p.host_ports.is_empty()),
-            pods_with_required_anti: count_u32(
+            pods_with_required_anti: count_u16(
                 a.affinity_pods()
                     .iter()
                     .filter(|p| !p.pod_affinity.required_anti.is_empty()),
             ),
-            pods_with_scoring_affinity: count_u32(a.affinity_pods().iter().filter(|p| {
+            pods_with_scoring_affinity: count_u16(a.affinity_pods().iter().filter(|p| {
                 let t = &p.pod_affinity;
                 !(t.required.is_empty() && t.preferred.is_empty() && t.preferred_anti.is_empty())
             })),
@@ -710,7 +731,7 @@ impl NodeDigest {
     }
 
     /// Whether this row was computed from `node`'s current agent, Kubernetes and allocation
-    /// data (a replaced `Arc` means the node changed since).
+    /// data (a replaced `Arc` means the node changed since) and staleness.
     #[inline]
     pub fn matches(&self, node: &NodeView) -> bool {
         fn same<T>(held: Option<&Weak<T>>, now: Option<&Arc<T>>) -> bool {
@@ -720,9 +741,11 @@ impl NodeDigest {
                 _ => false,
             }
         }
-        std::ptr::eq(self.alloc_ref.as_ptr(), Arc::as_ptr(&node.alloc))
-            && same(self.agent_ref.as_ref(), node.agent.as_ref())
-            && same(self.kube_ref.as_ref(), node.kube.as_ref())
+        let source = &self.source;
+        self.stale == node.stale
+            && std::ptr::eq(source.alloc.as_ptr(), Arc::as_ptr(&node.alloc))
+            && same(source.agent.as_ref(), node.agent.as_ref())
+            && same(source.kube.as_ref(), node.kube.as_ref())
     }
 
     /// Usage of CPU or memory (`None` for other kinds: read those from the view).
@@ -768,6 +791,35 @@ pub struct DigestTable {
     pub rows: Vec<NodeDigest>,
     /// Built on first use by [`DigestTable::anti_affinity`].
     anti_affinity: std::sync::OnceLock<AntiAffinityIndex>,
+    /// [`DigestTable::memo`]'s values.
+    memo: Mutex<Vec<(MemoKey, Arc<dyn Any + Send + Sync>)>>,
+}
+
+/// A [`DigestTable::memo`] value's type and its caller's key.
+type MemoKey = (TypeId, u64);
+
+/// Which rows of a [`DigestTable`] are current for the snapshot being evaluated
+/// ([`DigestTable::current_rows`]): checked once per evaluation, so plugins read rows
+/// without opening the node views.
+#[derive(Debug, Clone, Copy)]
+pub struct CurrentRows<'a> {
+    rows: &'a [bool],
+    all: bool,
+}
+
+impl CurrentRows<'_> {
+    /// Whether the row at `index` is current (false past the table's end).
+    #[inline]
+    pub fn get(&self, index: usize) -> bool {
+        self.rows.get(index).copied().unwrap_or(false)
+    }
+
+    /// Whether every row is current: then what depends only on the rows (a
+    /// [`DigestTable::memo`]) holds for the snapshot.
+    #[inline]
+    pub fn all(&self) -> bool {
+        self.all
+    }
 }
 
 impl DigestTable {
@@ -776,6 +828,60 @@ impl DigestTable {
     pub fn anti_affinity(&self, snapshot: &ClusterSnapshot) -> &AntiAffinityIndex {
         self.anti_affinity
             .get_or_init(|| AntiAffinityIndex::build(&self.rows, &snapshot.nodes))
+    }
+
+    /// Which rows still [match](NodeDigest::matches) their node of `nodes` (the snapshot
+    /// this table was built for, same order), kept in `buf`: one check per node for a whole
+    /// evaluation ([`CycleContext::current`](crate::CycleContext::current)). Nodes past the
+    /// table's end are not current.
+    pub fn current_rows<'b>(&self, nodes: &[NodeView], buf: &'b mut Vec<bool>) -> CurrentRows<'b> {
+        buf.clear();
+        buf.extend(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| self.rows.get(i).is_some_and(|r| r.matches(n))),
+        );
+        let all = nodes.len() == self.rows.len() && buf.iter().all(|&c| c);
+        CurrentRows { rows: buf, all }
+    }
+
+    /// Most values [`DigestTable::memo`] keeps; later keys are built on every call.
+    const MAX_MEMOS: usize = 16;
+
+    /// A value computed from this table's rows alone (a cluster-wide sum a score plugin
+    /// needs for every pod), built by `build` on first use for this `T` and `key` and then
+    /// shared by every evaluation of the table. The caller answers for `build` reading
+    /// nothing but the rows, and for calling this only while every row is current
+    /// ([`CurrentRows::all`]; [`CycleContext::memo`](crate::CycleContext::memo) checks it).
+    /// Patching a row ([`ClusterSnapshot::set_alloc`]) forgets every value.
+    pub fn memo<T: Any + Send + Sync>(&self, key: u64, build: impl FnOnce() -> T) -> Arc<T> {
+        let id = (TypeId::of::<T>(), key);
+        let found = |memo: &[(MemoKey, Arc<dyn Any + Send + Sync>)]| {
+            memo.iter()
+                .find(|(k, _)| *k == id)
+                .and_then(|(_, v)| v.clone().downcast::<T>().ok())
+        };
+        if let Some(v) = found(&self.lock_memo()) {
+            return v;
+        }
+        // Built without the lock (it may take a pass over the table); the first value
+        // stored wins.
+        let built = Arc::new(build());
+        let mut memo = self.lock_memo();
+        if let Some(v) = found(&memo) {
+            return v;
+        }
+        if memo.len() < Self::MAX_MEMOS {
+            memo.push((id, built.clone()));
+        }
+        built
+    }
+
+    fn lock_memo(&self) -> std::sync::MutexGuard<'_, Vec<(MemoKey, Arc<dyn Any + Send + Sync>)>> {
+        self.memo
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -993,6 +1099,7 @@ impl ClusterSnapshot {
             generation: self.generation,
             rows,
             anti_affinity: std::sync::OnceLock::new(),
+            memo: Mutex::default(),
         });
         tables.seeds.retain(|t| t.window_seconds != window_seconds);
         let generation = self.generation;
@@ -1043,6 +1150,10 @@ impl ClusterSnapshot {
                 if let Some(row) = t.rows.get_mut(index) {
                     *row = NodeDigest::of(node, t.window_seconds);
                 }
+                t.memo
+                    .get_mut()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clear();
                 // The index's entries for the node are the old pods': read it directly.
                 if let Some(ix) = t.anti_affinity.get_mut() {
                     ix.uncover(index);
@@ -1122,6 +1233,25 @@ mod tests {
     }
 
     #[test]
+    fn digest_rows_keep_their_fields_on_the_lines_the_layout_names() {
+        use std::mem::offset_of;
+        assert_eq!(
+            offset_of!(NodeDigest, nonzero_memory_bytes),
+            56,
+            "line 0 is full"
+        );
+        assert_eq!(offset_of!(NodeDigest, cpu), 64);
+        assert_eq!(offset_of!(NodeDigest, agent_cpu_millis), 120);
+        assert_eq!(offset_of!(NodeDigest, memory), 128);
+        assert_eq!(offset_of!(NodeDigest, agent_memory_bytes), 184);
+        assert_eq!(offset_of!(NodeDigest, allocatable_ephemeral_bytes), 192);
+        assert_eq!(offset_of!(NodeDigest, memory_available_bytes), 248);
+        assert_eq!(offset_of!(NodeDigest, nodefs_available_ratio), 256);
+        assert_eq!(offset_of!(NodeDigest, source), 320);
+        assert_eq!(std::mem::size_of::<NodeDigest>(), 384);
+    }
+
+    #[test]
     fn pods_with_affinity_stay_first_through_every_change() {
         let mut a = NodeAllocation::default();
         for (i, aff) in [false, true, false, true, true, false]
@@ -1165,7 +1295,7 @@ mod tests {
     }
 
     /// The figures of a row that tell these tests' nodes apart.
-    fn figures(row: &NodeDigest) -> (i64, u32) {
+    fn figures(row: &NodeDigest) -> (i64, u16) {
         (row.pod_count, row.pods_with_required_anti)
     }
 

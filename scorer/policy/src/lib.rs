@@ -92,38 +92,95 @@ mod tests {
         ]);
         let table = snap.digests(60);
         let p = pod(1500, 2 * GIB);
+        let mut buf = Vec::new();
         for policy in [StalePolicy::Fallback, StalePolicy::Penalize] {
             let plain = CycleContext::new(&snap, 60, policy);
             let fast = CycleContext {
                 digests: Some(&table),
                 ..plain
             };
+            // As `Profile::evaluate` runs them: rows checked once, and memos allowed.
+            let checked = CycleContext {
+                current: Some(table.current_rows(&snap.nodes, &mut buf)),
+                ..fast
+            };
+            assert!(checked.current.is_some_and(|c| c.all()));
             let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes.iter().collect();
             for n in &nodes {
                 assert!(matches!(fast.digest(n), Cow::Borrowed(_)));
+                assert!(matches!(checked.digest(n), Cow::Borrowed(_)));
                 assert!(matches!(plain.digest(n), Cow::Owned(_)));
                 for kind in ResourceKind::ALL {
                     assert_eq!(fast.usage(n, kind), plain.usage(n, kind));
+                    assert_eq!(checked.usage(n, kind), plain.usage(n, kind));
                 }
             }
             for name in SCORE_NAMES {
                 let plugin = build_score(name, &serde_norway::Value::Null).expect(name);
-                let (mut a, mut b) = (vec![0; nodes.len()], vec![0; nodes.len()]);
-                plugin.score(&plain, &p, &nodes, &mut a);
-                plugin.score(&fast, &p, &nodes, &mut b);
-                assert_eq!(a, b, "{name}");
+                let mut want = vec![0; nodes.len()];
+                plugin.score(&plain, &p, &nodes, &mut want);
+                // Twice with the checked context: the second reads what the first memoised.
+                for ctx in [&fast, &checked, &checked] {
+                    let mut got = vec![0; nodes.len()];
+                    plugin.score(ctx, &p, &nodes, &mut got);
+                    assert_eq!(got, want, "{name}");
+                }
             }
             for name in FILTER_NAMES {
                 let plugin = build_filter(name, &serde_norway::Value::Null).expect(name);
                 for n in &nodes {
-                    assert_eq!(
-                        plugin.filter(&plain, &p, n),
-                        plugin.filter(&fast, &p, n),
-                        "{name}"
-                    );
+                    let want = plugin.filter(&plain, &p, n);
+                    assert_eq!(plugin.filter(&fast, &p, n), want, "{name}");
+                    assert_eq!(plugin.filter(&checked, &p, n), want, "{name}");
                 }
             }
         }
+        // MinVariance memoised its cluster pass on the table (once per stale policy).
+        let min_variance = build_score("MinVariance", &serde_norway::Value::Null).expect("mv");
+        let score_with = |snap: &loadstar_framework::snapshot::ClusterSnapshot,
+                          table: Option<&loadstar_framework::snapshot::DigestTable>,
+                          buf: &mut Vec<bool>| {
+            let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes.iter().collect();
+            let ctx = CycleContext {
+                digests: table,
+                current: table.map(|t| t.current_rows(&snap.nodes, buf)),
+                ..CycleContext::new(snap, 60, StalePolicy::Fallback)
+            };
+            let mut out = vec![0; nodes.len()];
+            min_variance.score(&ctx, &p, &nodes, &mut out);
+            out
+        };
+        assert_eq!(
+            score_with(&snap, Some(&table), &mut buf),
+            score_with(&snap, None, &mut buf)
+        );
+        // A row patched in place (`set_alloc` on a table nobody else holds) drops the memo:
+        // the cluster pass sees the new requests of node c (no agent: MinVariance reads its
+        // requests).
+        drop(table);
+        let before = score_with(&snap, Some(&snap.digests(60)), &mut buf);
+        let edited = with_requested(snap.nodes[2].clone(), 3500, 0);
+        snap.set_alloc(2, edited.alloc.clone());
+        let table = snap.digests(60);
+        assert!(
+            table.current_rows(&snap.nodes, &mut buf).all(),
+            "the row was patched"
+        );
+        let after = score_with(&snap, Some(&table), &mut buf);
+        assert_eq!(after, score_with(&snap, None, &mut buf));
+        assert_ne!(after, before, "node c's requests change the scores");
+        drop(table);
+        // An edit that leaves rows behind (an agent replaced in place): not every row is
+        // current, so nothing memoised is read.
+        snap.nodes[0] = loaded("a", 0.9, 0.4);
+        let table = snap.digests(60);
+        assert!(!table.current_rows(&snap.nodes, &mut buf).all());
+        assert_eq!(
+            score_with(&snap, Some(&table), &mut buf),
+            score_with(&snap, None, &mut buf)
+        );
+        drop(table);
+        let table = snap.digests(60);
         // A node edited after the table was built (its allocation `Arc` replaced) is read
         // from the view, not from its stale row.
         snap.nodes[0] = with_requested(snap.nodes[0].clone(), 7000, 0);

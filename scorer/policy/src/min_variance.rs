@@ -103,14 +103,18 @@ impl MinVariance {
     }
 }
 
-impl ScorePlugin for MinVariance {
-    fn name(&self) -> &'static str {
-        NAME
-    }
+/// One pass over the whole snapshot: each node's utilisation, in `nodes` order, with their
+/// sum S and sum of squares Q.
+#[derive(Debug)]
+struct ClusterLoad {
+    utils: Vec<f64>,
+    s: f64,
+    q: f64,
+}
 
-    fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+impl MinVariance {
+    fn cluster(&self, ctx: &CycleContext<'_>) -> ClusterLoad {
         let all = &ctx.snapshot.nodes;
-        // One pass over the cluster; the per-node values are kept for the feasible nodes.
         let mut utils: Vec<f64> = Vec::with_capacity(all.len());
         let (mut s, mut q) = (0.0, 0.0);
         for n in all {
@@ -119,13 +123,30 @@ impl ScorePlugin for MinVariance {
             q += u * u;
             utils.push(u);
         }
-        let count = all.len().max(1) as f64;
+        ClusterLoad { utils, s, q }
+    }
+}
+
+impl ScorePlugin for MinVariance {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+        // The cluster pass depends on the rows alone: once per digest table when it can be.
+        let key = self.kind as u64 * 64 + self.args.statistic as u64 * 4 + ctx.stale_policy as u64;
+        let cluster = ctx
+            .memo(key, || self.cluster(ctx))
+            .unwrap_or_else(|| std::sync::Arc::new(self.cluster(ctx)));
+        let ClusterLoad { utils, s, q } = &*cluster;
+        let (s, q) = (*s, *q);
+        let count = utils.len().max(1) as f64;
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         let mut vars: Vec<f64> = Vec::with_capacity(nodes.len());
         for n in nodes {
             let digest = ctx.digest(n);
-            let (u, in_snapshot) = match ctx.snapshot.position_of(n) {
-                Some(i) => (utils[i], true),
+            let (u, in_snapshot) = match ctx.snapshot.position_of(n).and_then(|i| utils.get(i)) {
+                Some(&u) => (u, true),
                 None => (self.utilisation(ctx, n, &digest), false),
             };
             let d = self.demand(pod, &digest);
