@@ -3,6 +3,14 @@ use clap::{Parser, Subcommand};
 
 mod app;
 
+/// mimalloc instead of glibc's allocator. With thousands of agents streaming reports, every
+/// report decoded, applied and dropped on the tokio workers, glibc spent ~20 % of the
+/// scorer's CPU in its own bookkeeping while scheduling (`_int_malloc`, `malloc_consolidate`,
+/// `unlink_chunk`: its arenas consolidate and trim around the large per-pod blocks); see
+/// `bench/README.md` ("Scheduler throughput"). Vector and TiKV replace it for the same reason.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Loadstar scorer: real-load-aware node scores over gRPC, and a Kubernetes scheduler.
 #[derive(Debug, Parser)]
 #[command(name = "loadstar-scorer", version, about)]
