@@ -129,7 +129,7 @@ impl<'a> CycleContext<'a> {
 
     /// [`DigestTable::memo`] of the cycle's table, when the cycle has one and every row of
     /// it is current (checked for this evaluation); else `None`, and the caller computes
-    /// the value itself.
+    /// the value itself. `build` must read only the snapshot's nodes (not the pod).
     pub fn memo<T: Any + Send + Sync>(
         &self,
         key: u64,
@@ -696,7 +696,7 @@ impl Profile {
             .collect();
         'nodes: for &i in indices {
             let node = &snapshot.nodes[i];
-            if node.stale && self.stale_policy == StalePolicy::Filter {
+            if self.stale_policy == StalePolicy::Filter && node.stale {
                 filtered.push(FilteredNode {
                     index: i,
                     plugin: STALE_FILTER,

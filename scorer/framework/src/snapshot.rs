@@ -849,12 +849,14 @@ impl DigestTable {
     /// Most values [`DigestTable::memo`] keeps; later keys are built on every call.
     const MAX_MEMOS: usize = 16;
 
-    /// A value computed from this table's rows alone (a cluster-wide sum a score plugin
-    /// needs for every pod), built by `build` on first use for this `T` and `key` and then
-    /// shared by every evaluation of the table. The caller answers for `build` reading
-    /// nothing but the rows, and for calling this only while every row is current
-    /// ([`CurrentRows::all`]; [`CycleContext::memo`](crate::CycleContext::memo) checks it).
-    /// Patching a row ([`ClusterSnapshot::set_alloc`]) forgets every value.
+    /// A value that depends on the snapshot's nodes and nothing else (a cluster-wide sum a
+    /// score plugin needs for every pod, or scores that do not depend on the pod), built by
+    /// `build` on first use for this `T` and `key` and then shared by every evaluation of the
+    /// table. Only while every row is current ([`CurrentRows::all`];
+    /// [`CycleContext::memo`](crate::CycleContext::memo) checks it) are the nodes exactly
+    /// the data the rows were computed from, so such a value holds for them; patching a row
+    /// ([`ClusterSnapshot::set_alloc`]) forgets every value. `T` should be a type private
+    /// to its caller: the table is shared by every profile with its window.
     pub fn memo<T: Any + Send + Sync>(&self, key: u64, build: impl FnOnce() -> T) -> Arc<T> {
         let id = (TypeId::of::<T>(), key);
         let found = |memo: &[(MemoKey, Arc<dyn Any + Send + Sync>)]| {

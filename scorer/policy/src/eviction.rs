@@ -344,10 +344,10 @@ impl FilterPlugin for EvictionPressure {
     }
 
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-        if node.stale && ctx.stale_policy == StalePolicy::Fallback {
+        let d = ctx.digest(node);
+        if d.stale && ctx.stale_policy == StalePolicy::Fallback {
             return Ok(());
         }
-        let d = ctx.digest(node);
         if !d.has_agent {
             return Ok(());
         }

@@ -102,12 +102,14 @@ impl LoadRatio {
     }
 }
 
-impl ScorePlugin for LoadRatio {
-    fn name(&self) -> &'static str {
-        NAME
-    }
+/// Every node's score, in snapshot order (the plugin's memo: a type of its own, so no other
+/// plugin's memo can be taken for it).
+#[derive(Debug)]
+struct NodeScores(Vec<i64>);
 
-    fn score(&self, ctx: &CycleContext<'_>, _: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+impl LoadRatio {
+    /// Scores `nodes` against the whole snapshot's means.
+    fn score_nodes(&self, ctx: &CycleContext<'_>, nodes: &[&NodeView], out: &mut [i64]) {
         // Cluster pass: mean GHz per core of agent nodes, then the mean of every S term.
         let (mut ghz, mut cores) = (0.0, 0.0);
         for n in &ctx.snapshot.nodes {
@@ -154,6 +156,38 @@ impl ScorePlugin for LoadRatio {
                 .sum();
             *o = load_ratio_score(l, s);
         }
+    }
+}
+
+impl ScorePlugin for LoadRatio {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn score(&self, ctx: &CycleContext<'_>, _: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+        // Nothing here depends on the pod: with a current digest table, every node's score
+        // is computed once per table and looked up for each pod after.
+        let key = self.args.normalization as u64 * 64
+            + self.args.statistic as u64 * 4
+            + ctx.stale_policy as u64;
+        if let Some(all) = ctx.memo(key, || {
+            let all: Vec<&NodeView> = ctx.snapshot.nodes.iter().collect();
+            let mut scores = vec![0; all.len()];
+            self.score_nodes(ctx, &all, &mut scores);
+            NodeScores(scores)
+        }) {
+            let mut missing = false;
+            for (o, n) in out.iter_mut().zip(nodes) {
+                match ctx.snapshot.position_of(n).and_then(|i| all.0.get(i)) {
+                    Some(&score) => *o = score,
+                    None => missing = true,
+                }
+            }
+            if !missing {
+                return;
+            }
+        }
+        self.score_nodes(ctx, nodes, out);
     }
 
     fn args_yaml(&self) -> String {

@@ -187,7 +187,7 @@ impl ScorePlugin for LoadVariationRiskBalancing {
         for (o, n) in out.iter_mut().zip(nodes) {
             let d = ctx.digest(n);
             // The hot path reads the digest directly (same rule as `ctx.usage`).
-            let fresh = !(n.stale && ctx.stale_policy == StalePolicy::Fallback);
+            let fresh = !(d.stale && ctx.stale_policy == StalePolicy::Fallback);
             let cpu = self.cpu_memory_score(
                 d.cpu.as_ref().filter(|_| fresh),
                 d.requested_cpu_millis,
