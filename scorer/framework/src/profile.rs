@@ -136,6 +136,10 @@ impl<'a> CycleContext<'a> {
         build: impl FnOnce() -> T,
     ) -> Option<std::sync::Arc<T>> {
         let table = self.digests?;
+        debug_assert_eq!(
+            table.window_seconds, self.window_seconds,
+            "a cycle's digest table is for its window"
+        );
         self.current?.all().then(|| table.memo(key, build))
     }
 
@@ -540,9 +544,10 @@ const CONSTRAINT_FILTERS: &[(&str, &str, DeclaresConstraint)] = &[
 
 /// The working vectors of [`Profile::evaluate`], kept per thread from one evaluation to the
 /// next. Over 5 000 nodes with the default profile's 8 scores they are ~600 KB per pod (the
-/// score columns alone 320 KB), in blocks large enough that glibc consolidates its free lists
-/// and hands memory back to the kernel around them: allocating them afresh for every pod
-/// cost allocator time and page faults on every scheduling cycle. A thread keeps the
+/// score columns alone 320 KB), in blocks large enough that an allocator maps or trims them
+/// (glibc consolidated its free lists and handed memory back to the kernel around them):
+/// allocating them afresh for every pod cost allocator time and page faults on every
+/// scheduling cycle. A thread keeps the
 /// capacity of its largest evaluation (~1.2 MB at 10 000 nodes); a nested evaluation on the
 /// same thread starts empty.
 #[derive(Debug, Default)]

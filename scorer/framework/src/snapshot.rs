@@ -576,8 +576,10 @@ impl Usage {
 /// `Arc`s and two window vectors per node (memory traffic, not arithmetic, dominates at
 /// 5 000 nodes). Fields are laid out in 64-byte lines by use, so a plugin touches only the
 /// lines it needs: (0) flags, affinity counts and CPU/memory totals, which nearly every
-/// plugin reads; (1) CPU usage; (2) memory usage; (3) the other totals; (4) agent pressure
-/// data; (5) what the row was computed from, which only [`DigestTable::current_rows`] reads.
+/// plugin reads; (1) CPU usage; (2) memory usage; (3) the other totals, agent GPUs and
+/// memory available; (4) filesystem and pressure data; (5) what the row was computed from,
+/// which only [`NodeDigest::matches`] reads (once per node and evaluation, through
+/// [`DigestTable::current_rows`]).
 #[derive(Debug, Clone, Default)]
 #[repr(C, align(64))]
 pub struct NodeDigest {

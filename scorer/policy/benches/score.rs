@@ -363,8 +363,11 @@ fn bench_plugins(c: &mut Criterion) {
     let pod = pod();
     let snap = cluster(5_000, 42);
     let table = snap.digests(profile.window_seconds);
+    let mut current = Vec::new();
+    // As `Profile::evaluate` builds it: rows checked once, memos allowed.
     let ctx = CycleContext {
         digests: Some(&table),
+        current: Some(table.current_rows(&snap.nodes, &mut current)),
         ..CycleContext::new(&snap, profile.window_seconds, profile.stale_policy)
     };
     let nodes: Vec<&NodeView> = snap.nodes.iter().collect();

@@ -170,8 +170,8 @@ mod tests {
         assert_eq!(after, score_with(&snap, None, &mut buf));
         assert_ne!(after, before, "node c's requests change the scores");
         drop(table);
-        // An edit that leaves rows behind (an agent replaced in place): not every row is
-        // current, so nothing memoised is read.
+        // An edit that leaves rows behind (node a's view replaced in place, load and all):
+        // not every row is current, so nothing memoised is read.
         snap.nodes[0] = loaded("a", 0.9, 0.4);
         let table = snap.digests(60);
         assert!(!table.current_rows(&snap.nodes, &mut buf).all());
@@ -180,6 +180,37 @@ mod tests {
             score_with(&snap, None, &mut buf)
         );
         drop(table);
+        // Staleness flipped in place (as the simulator does), nothing else changed: node d's
+        // row was computed stale, so it is not current, and every plugin reads the node's
+        // load again under `fallback`.
+        let table = snap.digests(60);
+        snap.nodes[3].stale = false;
+        let plain = CycleContext::new(&snap, 60, StalePolicy::Fallback);
+        let checked = CycleContext {
+            digests: Some(&table),
+            current: Some(table.current_rows(&snap.nodes, &mut buf)),
+            ..plain
+        };
+        assert!(checked.row_at(3).is_none());
+        assert!(!checked.current.is_some_and(|c| c.all()));
+        let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes.iter().collect();
+        assert!(plain.usage(nodes[3], ResourceKind::Cpu).is_some());
+        for name in SCORE_NAMES {
+            let plugin = build_score(name, &serde_norway::Value::Null).expect(name);
+            let (mut want, mut got) = (vec![0; nodes.len()], vec![0; nodes.len()]);
+            plugin.score(&plain, &p, &nodes, &mut want);
+            plugin.score(&checked, &p, &nodes, &mut got);
+            assert_eq!(got, want, "{name}");
+        }
+        for name in FILTER_NAMES {
+            let plugin = build_filter(name, &serde_norway::Value::Null).expect(name);
+            for n in &nodes {
+                assert_eq!(plugin.filter(&checked, &p, n), plugin.filter(&plain, &p, n));
+            }
+        }
+        drop(nodes);
+        drop(table);
+        snap.nodes[3].stale = true;
         let table = snap.digests(60);
         // A node edited after the table was built (its allocation `Arc` replaced) is read
         // from the view, not from its stale row.
