@@ -12,7 +12,7 @@ use rand::Rng;
 use std::borrow::Cow;
 
 use crate::snapshot::{
-    AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, CurrentRows, DigestTable,
+    AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, CurrentRows, DigestTable, Memo,
     NodeDigest, NodeView, PodInfo, Usage, raw_usage,
 };
 
@@ -130,11 +130,7 @@ impl<'a> CycleContext<'a> {
     /// [`DigestTable::memo`] of the cycle's table, when the cycle has one and every row of
     /// it is current (checked for this evaluation); else `None`, and the caller computes
     /// the value itself. `build` must read only the snapshot's nodes (not the pod).
-    pub fn memo<T: Any + Send + Sync>(
-        &self,
-        key: u64,
-        build: impl FnOnce() -> T,
-    ) -> Option<std::sync::Arc<T>> {
+    pub fn memo<T: Memo>(&self, key: u64, build: impl FnOnce() -> T) -> Option<std::sync::Arc<T>> {
         let table = self.digests?;
         debug_assert_eq!(
             table.window_seconds, self.window_seconds,

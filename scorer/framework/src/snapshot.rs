@@ -794,11 +794,29 @@ pub struct DigestTable {
     /// Built on first use by [`DigestTable::anti_affinity`].
     anti_affinity: std::sync::OnceLock<AntiAffinityIndex>,
     /// [`DigestTable::memo`]'s values.
-    memo: Mutex<Vec<(MemoKey, Arc<dyn Any + Send + Sync>)>>,
+    memo: Mutex<Vec<(MemoKey, Arc<dyn Memo>)>>,
 }
 
 /// A [`DigestTable::memo`] value's type and its caller's key.
 type MemoKey = (TypeId, u64);
+
+/// A value [`DigestTable::memo`] keeps: computed from the snapshot's nodes, and either
+/// brought up to date when one node's row is recomputed in place, or dropped.
+pub trait Memo: Any + Send + Sync + std::fmt::Debug {
+    /// Node `index` of `snapshot` changed and its row is now `row` (the scheduler assumed a
+    /// pod on it: [`ClusterSnapshot::set_alloc`]); every other node is as before. Returns
+    /// `true` when the value now equals what building it afresh from `snapshot` would give
+    /// — exactly, not approximately — and `false` to have it dropped (the default).
+    fn patch(
+        &mut self,
+        _index: usize,
+        _row: &NodeDigest,
+        _node: &NodeView,
+        _snapshot: &ClusterSnapshot,
+    ) -> bool {
+        false
+    }
+}
 
 /// Which rows of a [`DigestTable`] are current for the snapshot being evaluated
 /// ([`DigestTable::current_rows`]): checked once per evaluation, so plugins read rows
@@ -857,14 +875,16 @@ impl DigestTable {
     /// table. Only while every row is current ([`CurrentRows::all`];
     /// [`CycleContext::memo`](crate::CycleContext::memo) checks it) are the nodes exactly
     /// the data the rows were computed from, so such a value holds for them; patching a row
-    /// ([`ClusterSnapshot::set_alloc`]) forgets every value. `T` should be a type private
-    /// to its caller: the table is shared by every profile with its window.
-    pub fn memo<T: Any + Send + Sync>(&self, key: u64, build: impl FnOnce() -> T) -> Arc<T> {
+    /// ([`ClusterSnapshot::set_alloc`]) patches each value ([`Memo::patch`]) or forgets it.
+    /// `T` should be a type private to its caller: the table is shared by every profile with
+    /// its window.
+    pub fn memo<T: Memo>(&self, key: u64, build: impl FnOnce() -> T) -> Arc<T> {
         let id = (TypeId::of::<T>(), key);
-        let found = |memo: &[(MemoKey, Arc<dyn Any + Send + Sync>)]| {
-            memo.iter()
-                .find(|(k, _)| *k == id)
-                .and_then(|(_, v)| v.clone().downcast::<T>().ok())
+        let found = |memo: &[(MemoKey, Arc<dyn Memo>)]| {
+            memo.iter().find(|(k, _)| *k == id).and_then(|(_, v)| {
+                let any: Arc<dyn Any + Send + Sync> = v.clone();
+                any.downcast::<T>().ok()
+            })
         };
         if let Some(v) = found(&self.lock_memo()) {
             return v;
@@ -882,7 +902,12 @@ impl DigestTable {
         built
     }
 
-    fn lock_memo(&self) -> std::sync::MutexGuard<'_, Vec<(MemoKey, Arc<dyn Any + Send + Sync>)>> {
+    /// How many values [`DigestTable::memo`] holds.
+    pub fn memos(&self) -> usize {
+        self.lock_memo().len()
+    }
+
+    fn lock_memo(&self) -> std::sync::MutexGuard<'_, Vec<(MemoKey, Arc<dyn Memo>)>> {
         self.memo
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -1139,31 +1164,44 @@ impl ClusterSnapshot {
             return;
         };
         node.alloc = alloc;
+        // Out of the cache while they are patched: memos read the snapshot.
+        let mut tables = std::mem::take(
+            &mut self
+                .digests
+                .0
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .built,
+        );
         let node = &self.nodes[index];
-        let tables = &mut self
-            .digests
-            .0
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .built;
         for table in tables.iter_mut() {
             if table.generation != self.generation {
                 continue;
             }
             if let Some(t) = Arc::get_mut(table) {
-                if let Some(row) = t.rows.get_mut(index) {
-                    *row = NodeDigest::of(node, t.window_seconds);
-                }
-                t.memo
-                    .get_mut()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clear();
+                let Some(row) = t.rows.get_mut(index) else {
+                    continue;
+                };
+                *row = NodeDigest::of(node, t.window_seconds);
+                let row = &*row;
                 // The index's entries for the node are the old pods': read it directly.
                 if let Some(ix) = t.anti_affinity.get_mut() {
                     ix.uncover(index);
                 }
+                // A memo someone still holds, or one that cannot follow, is dropped.
+                t.memo
+                    .get_mut()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .retain_mut(|(_, value)| {
+                        Arc::get_mut(value).is_some_and(|v| v.patch(index, row, node, self))
+                    });
             }
         }
+        self.digests
+            .0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .built = tables;
     }
 
     /// The node with this name.

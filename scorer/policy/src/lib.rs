@@ -154,11 +154,13 @@ mod tests {
             score_with(&snap, Some(&table), &mut buf),
             score_with(&snap, None, &mut buf)
         );
-        // A row patched in place (`set_alloc` on a table nobody else holds) drops the memo:
-        // the cluster pass sees the new requests of node c (no agent: MinVariance reads its
-        // requests).
+        // A row patched in place (`set_alloc` on a table nobody else holds, as the scheduler
+        // assumes a pod): MinVariance's memo follows the new requests of node c (no agent:
+        // MinVariance reads its requests) and is used, not built again; LoadRatio's is
+        // dropped.
         drop(table);
         let before = score_with(&snap, Some(&snap.digests(60)), &mut buf);
+        let held = snap.digests(60).memos();
         let edited = with_requested(snap.nodes[2].clone(), 3500, 0);
         snap.set_alloc(2, edited.alloc.clone());
         let table = snap.digests(60);
@@ -166,7 +168,10 @@ mod tests {
             table.current_rows(&snap.nodes, &mut buf).all(),
             "the row was patched"
         );
+        let kept = table.memos();
+        assert!((1..held).contains(&kept), "{kept} of {held} memos kept");
         let after = score_with(&snap, Some(&table), &mut buf);
+        assert_eq!(table.memos(), kept, "the patched memo was used");
         assert_eq!(after, score_with(&snap, None, &mut buf));
         assert_ne!(after, before, "node c's requests change the scores");
         drop(table);

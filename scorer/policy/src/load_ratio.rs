@@ -20,7 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::ResourceKind;
-use loadstar_framework::snapshot::{NodeView, PodInfo};
+use loadstar_framework::snapshot::{Memo, NodeView, PodInfo};
 use loadstar_framework::{CycleContext, ScorePlugin};
 
 use super::util::{self, Statistic};
@@ -106,6 +106,9 @@ impl LoadRatio {
 /// plugin's memo can be taken for it).
 #[derive(Debug)]
 struct NodeScores(Vec<i64>);
+
+/// Dropped when a node's row is patched: every score depends on the cluster's means.
+impl Memo for NodeScores {}
 
 impl LoadRatio {
     /// Scores `nodes` against the whole snapshot's means.

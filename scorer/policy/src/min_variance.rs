@@ -15,8 +15,8 @@
 use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::ResourceKind;
-use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo};
-use loadstar_framework::{CycleContext, MAX_NODE_SCORE, ScorePlugin};
+use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo};
+use loadstar_framework::{CycleContext, MAX_NODE_SCORE, ScorePlugin, StalePolicy};
 
 use super::util::{self, Statistic};
 use crate::args::{PluginError, args_to_yaml, parse_args};
@@ -84,9 +84,7 @@ impl MinVariance {
     }
 
     fn utilisation(&self, ctx: &CycleContext<'_>, node: &NodeView, d: &NodeDigest) -> f64 {
-        util::finite_or_zero(
-            util::utilisation(ctx, node, d, self.kind, self.args.statistic).unwrap_or(0.0),
-        )
+        utilisation(ctx, node, d, self.kind, self.args.statistic)
     }
 
     fn demand(&self, pod: &PodInfo, d: &NodeDigest) -> f64 {
@@ -103,27 +101,80 @@ impl MinVariance {
     }
 }
 
+/// A node's utilisation as MinVariance counts it.
+fn utilisation(
+    ctx: &CycleContext<'_>,
+    node: &NodeView,
+    d: &NodeDigest,
+    kind: ResourceKind,
+    statistic: Statistic,
+) -> f64 {
+    util::finite_or_zero(util::utilisation(ctx, node, d, kind, statistic).unwrap_or(0.0))
+}
+
+/// The sum S and the sum of squares Q of `utils`, added in order.
+fn sums(utils: &[f64]) -> (f64, f64) {
+    utils
+        .iter()
+        .fold((0.0, 0.0), |(s, q), &u| (s + u, q + u * u))
+}
+
 /// One pass over the whole snapshot: each node's utilisation, in `nodes` order, with their
-/// sum S and sum of squares Q.
+/// sum S and sum of squares Q, and what they were computed with (to patch one node).
 #[derive(Debug)]
 struct ClusterLoad {
     utils: Vec<f64>,
     s: f64,
     q: f64,
+    kind: ResourceKind,
+    statistic: Statistic,
+    window_seconds: u32,
+    stale_policy: StalePolicy,
 }
 
 impl MinVariance {
     fn cluster(&self, ctx: &CycleContext<'_>) -> ClusterLoad {
-        let all = &ctx.snapshot.nodes;
-        let mut utils: Vec<f64> = Vec::with_capacity(all.len());
-        let (mut s, mut q) = (0.0, 0.0);
-        for n in all {
-            let u = self.utilisation(ctx, n, &ctx.digest(n));
-            s += u;
-            q += u * u;
-            utils.push(u);
+        let utils: Vec<f64> = ctx
+            .snapshot
+            .nodes
+            .iter()
+            .map(|n| self.utilisation(ctx, n, &ctx.digest(n)))
+            .collect();
+        let (s, q) = sums(&utils);
+        ClusterLoad {
+            utils,
+            s,
+            q,
+            kind: self.kind,
+            statistic: self.args.statistic,
+            window_seconds: ctx.window_seconds,
+            stale_policy: ctx.stale_policy,
         }
-        ClusterLoad { utils, s, q }
+    }
+}
+
+impl Memo for ClusterLoad {
+    /// The scheduler assumed a pod on one node: its utilisation is computed again from its
+    /// new row, and S and Q are summed again in order over the kept utilisations (a few
+    /// microseconds at 5 000 nodes, against a pass over every row): exactly what a fresh
+    /// pass gives.
+    fn patch(
+        &mut self,
+        index: usize,
+        row: &NodeDigest,
+        node: &NodeView,
+        snapshot: &ClusterSnapshot,
+    ) -> bool {
+        if self.utils.len() != snapshot.nodes.len() {
+            return false;
+        }
+        let Some(slot) = self.utils.get_mut(index) else {
+            return false;
+        };
+        let ctx = CycleContext::new(snapshot, self.window_seconds, self.stale_policy);
+        *slot = utilisation(&ctx, node, row, self.kind, self.statistic);
+        (self.s, self.q) = sums(&self.utils);
+        true
     }
 }
 
@@ -138,7 +189,7 @@ impl ScorePlugin for MinVariance {
         let cluster = ctx
             .memo(key, || self.cluster(ctx))
             .unwrap_or_else(|| std::sync::Arc::new(self.cluster(ctx)));
-        let ClusterLoad { utils, s, q } = &*cluster;
+        let ClusterLoad { utils, s, q, .. } = &*cluster;
         let (s, q) = (*s, *q);
         let count = utils.len().max(1) as f64;
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
