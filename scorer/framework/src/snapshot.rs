@@ -834,8 +834,8 @@ impl CurrentRows<'_> {
         self.rows.get(index).copied().unwrap_or(false)
     }
 
-    /// Whether every row is current: then what depends only on the rows (a
-    /// [`DigestTable::memo`]) holds for the snapshot.
+    /// Whether every row is current: then the nodes are exactly the data the rows were
+    /// computed from, and a [`DigestTable::memo`] holds for the snapshot.
     #[inline]
     pub fn all(&self) -> bool {
         self.all
