@@ -543,9 +543,8 @@ const CONSTRAINT_FILTERS: &[(&str, &str, DeclaresConstraint)] = &[
 /// score columns alone 320 KB), in blocks large enough that an allocator maps or trims them
 /// (glibc consolidated its free lists and handed memory back to the kernel around them):
 /// allocating them afresh for every pod cost allocator time and page faults on every
-/// scheduling cycle. A thread keeps the
-/// capacity of its largest evaluation (~1.2 MB at 10 000 nodes); a nested evaluation on the
-/// same thread starts empty.
+/// scheduling cycle. A thread keeps the capacity of its largest evaluation (~1.2 MB at
+/// 10 000 nodes); a nested evaluation on the same thread starts empty.
 #[derive(Debug, Default)]
 struct Scratch {
     /// `0..nodes` when no candidates are given.
