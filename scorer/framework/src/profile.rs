@@ -150,6 +150,16 @@ impl<'a> CycleContext<'a> {
         }
     }
 
+    /// [`CycleContext::digest`] of the snapshot's node `index`, for passes by index (no
+    /// lookup of the node's position).
+    #[inline(always)]
+    pub fn digest_at(&self, index: usize) -> Cow<'a, NodeDigest> {
+        match self.row_at(index) {
+            Some(row) => Cow::Borrowed(row),
+            None => self.computed_digest(&self.snapshot.nodes[index]),
+        }
+    }
+
     /// [`CycleContext::digest`]'s rare path, kept out of the plugins' loops.
     #[cold]
     #[inline(never)]
@@ -209,6 +219,25 @@ pub trait FilterPlugin: Send + Sync + Debug {
     /// joined with [`REASON_SEPARATOR`] (like upstream's status message); the summary counts
     /// each.
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason>;
+    /// [`FilterPlugin::filter_prepared`] over many nodes at once: keeps in `nodes` (indices
+    /// into the snapshot, order kept) the ones that pass, and appends each rejected one to
+    /// `filtered`. Evaluation runs the filters plugin by plugin over the nodes still
+    /// feasible, so this is one loop per plugin, not one dynamic call per node and plugin.
+    /// The default calls [`FilterPlugin::filter_prepared`] for each node (statically: the
+    /// default is instantiated per plugin); plugins override it to read digest rows by index
+    /// or columns computed once per digest table. Must give the same verdicts and reasons.
+    fn filter_nodes(
+        &self,
+        ctx: &CycleContext<'_>,
+        state: Option<&PreFilterState>,
+        pod: &PodInfo,
+        nodes: &mut Vec<usize>,
+        filtered: &mut Vec<FilteredNode>,
+    ) {
+        retain_passing(self.name(), nodes, filtered, |index| {
+            self.filter_prepared(ctx, state, pod, &ctx.snapshot.nodes[index])
+        });
+    }
     /// kube-scheduler's PreFilter extensions `AddPod` (`delta` 1) and `RemovePod` (−1):
     /// `existing` is added to or removed from `node`, and `state` (this plugin's, for `pod`)
     /// must follow. Preemption calls it while trying victims, and relies on it being exact:
@@ -232,6 +261,28 @@ pub trait FilterPlugin: Send + Sync + Debug {
     }
 }
 
+/// The loop of a [`FilterPlugin::filter_nodes`]: keeps in `nodes` those whose `verdict` is
+/// `Ok`, in order, and records each other one as rejected by `plugin`.
+#[inline]
+pub fn retain_passing(
+    plugin: &'static str,
+    nodes: &mut Vec<usize>,
+    filtered: &mut Vec<FilteredNode>,
+    mut verdict: impl FnMut(usize) -> Result<(), Reason>,
+) {
+    nodes.retain(|&index| match verdict(index) {
+        Ok(()) => true,
+        Err(reason) => {
+            filtered.push(FilteredNode {
+                index,
+                plugin,
+                reason,
+            });
+            false
+        }
+    });
+}
+
 /// A score: how good is each feasible node, 0–100.
 pub trait ScorePlugin: Send + Sync + Debug {
     /// Plugin name as in configs and answers.
@@ -239,6 +290,21 @@ pub trait ScorePlugin: Send + Sync + Debug {
     /// Scores every node in `nodes` into `out` (same length), each in 0..=100. Scoring all
     /// feasible nodes at once lets cluster-wide plugins do one O(N) pass and normalise.
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]);
+    /// [`ScorePlugin::score`] knowing each node's index in the snapshot (`indices[j]` is
+    /// `nodes[j]`'s), as evaluation calls it: plugins that read digest rows or per-table
+    /// columns by index override it. Must give the same scores; the default calls
+    /// [`ScorePlugin::score`].
+    fn score_indexed(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        nodes: &[&NodeView],
+        indices: &[usize],
+        out: &mut [i64],
+    ) {
+        debug_assert_eq!(nodes.len(), indices.len());
+        self.score(ctx, pod, nodes, out);
+    }
     /// The plugin's arguments, for display (`ListProfiles`).
     fn args_yaml(&self) -> String {
         String::new()
@@ -559,6 +625,8 @@ struct Scratch {
     current: Vec<bool>,
     /// Weighted score sums, per feasible node.
     weighted: Vec<i64>,
+    /// Nodes not rejected yet, while the filters run.
+    passing: Vec<usize>,
 }
 
 thread_local! {
@@ -694,29 +762,43 @@ impl Profile {
             .filter(|(f, s)| !f.skips(s.as_ref(), pod))
             .map(|(f, s)| (f.as_ref(), s.as_ref()))
             .collect();
-        'nodes: for &i in indices {
-            let node = &snapshot.nodes[i];
-            if self.stale_policy == StalePolicy::Filter && node.stale {
-                filtered.push(FilteredNode {
-                    index: i,
-                    plugin: STALE_FILTER,
-                    reason: Reason::Borrowed(STALE_REASON),
-                });
-                continue;
-            }
-            for &(f, state) in &active {
-                if let Err(reason) = f.filter_prepared(&ctx, state, pod, node) {
+        // Stale nodes first, then each filter over the nodes still feasible: a node is
+        // rejected by the first filter (in profile order) that refuses it, as before.
+        let mut passing = std::mem::take(&mut scratch.passing);
+        passing.clear();
+        if self.stale_policy == StalePolicy::Filter {
+            for &i in indices {
+                if snapshot.nodes[i].stale {
                     filtered.push(FilteredNode {
                         index: i,
-                        plugin: f.name(),
-                        reason,
+                        plugin: STALE_FILTER,
+                        reason: Reason::Borrowed(STALE_REASON),
                     });
-                    continue 'nodes;
+                } else {
+                    passing.push(i);
                 }
             }
-            feasible.push(node);
-            feasible_idx.push(i);
+        } else {
+            passing.extend_from_slice(indices);
         }
+        for &(f, state) in &active {
+            if passing.is_empty() {
+                break;
+            }
+            f.filter_nodes(&ctx, state, pod, &mut passing, &mut filtered);
+        }
+        // Rejections in candidate order, as a node-by-node pass lists them.
+        if indices.is_sorted() {
+            // Each filter appends in order: a stable sort merges the runs.
+            filtered.sort_by_key(|f| f.index);
+        } else {
+            let position: HashMap<usize, usize> =
+                indices.iter().enumerate().map(|(p, &i)| (i, p)).collect();
+            filtered.sort_by_key(|f| position.get(&f.index).copied());
+        }
+        feasible.extend(passing.iter().map(|&i| &snapshot.nodes[i]));
+        feasible_idx.extend_from_slice(&passing);
+        scratch.passing = passing;
         let filtered_at = std::time::Instant::now();
         let n = feasible.len();
         // One column of `n` scores per plugin, plugin after plugin.
@@ -725,7 +807,7 @@ impl Profile {
         columns.resize(n * self.scores.len(), 0);
         if n > 0 {
             for ((plugin, _), out) in self.scores.iter().zip(columns.chunks_exact_mut(n)) {
-                plugin.score(&ctx, pod, &feasible, out);
+                plugin.score_indexed(&ctx, pod, &feasible, &feasible_idx, out);
                 for s in out {
                     *s = (*s).clamp(0, MAX_NODE_SCORE);
                 }

@@ -288,18 +288,29 @@ fn cpu_micros_per_eval(
     Some((end - start) as f64 / f64::from(iters) / 1000.0)
 }
 
-/// `LOADSTAR_SCORE_CASES=5000,10000` keeps only those cases of the evaluation group
+/// `LOADSTAR_SCORE_CASES=1000,5000,10000` keeps only those cases of the evaluation group
 /// (`plugins` and `preempt` name the other groups): their setup, which measures on-CPU
 /// time, runs whatever criterion's filter says, so `perf record` needs this to see one case.
 fn selected(case: &str) -> bool {
     std::env::var("LOADSTAR_SCORE_CASES").map_or(true, |only| only.split(',').any(|c| c == case))
 }
 
+/// Evaluations the on-CPU figures average: 300, or `LOADSTAR_SCORE_EVALS` (more, so that
+/// evaluation dominates a `perf record` of the setup).
+fn evaluations() -> u32 {
+    std::env::var("LOADSTAR_SCORE_EVALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(300)
+}
+
 fn bench_evaluate(c: &mut Criterion) {
     let profile = default_profile();
     let mut group = c.benchmark_group("score_default_profile");
     for (n, label, pod) in [
-        (5_000usize, "5000".to_string(), pod()),
+        (1_000usize, "1000".to_string(), pod()),
+        (5_000, "5000".to_string(), pod()),
         (10_000, "10000".to_string(), pod()),
         (5_000, "5000-anti-affinity".to_string(), ha_pod()),
     ] {
@@ -311,9 +322,10 @@ fn bench_evaluate(c: &mut Criterion) {
         // Sanity: most nodes are feasible, so scoring really runs over thousands.
         let e = profile.evaluate(&snap, &pod, None, 10, &mut rng);
         assert!(e.evaluated - e.filtered.len() > n / 2, "{}", e.summary());
-        if let Some(us) = cpu_micros_per_eval(&profile, &snap, &pod, 300) {
+        let evals = evaluations();
+        if let Some(us) = cpu_micros_per_eval(&profile, &snap, &pod, evals) {
             println!(
-                "score_default_profile/{label}: {us:.0} µs on-CPU per evaluation (mean of 300; {})",
+                "score_default_profile/{label}: {us:.0} µs on-CPU per evaluation (mean of {evals}; {})",
                 e.summary()
             );
         }

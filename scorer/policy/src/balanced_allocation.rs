@@ -56,6 +56,7 @@ impl AllocationStrategy for Balanced {
         ctx: &CycleContext<'_>,
         pod: &PodInfo,
         nodes: &[&NodeView],
+        indices: Option<&[usize]>,
         out: &mut [i64],
     ) {
         let reqs = ra::pod_requests(resources, pod, false);
@@ -65,8 +66,8 @@ impl AllocationStrategy for Balanced {
         }
         let ids = ra::resolve(resources);
         let mut pairs = [(0i64, 0i64); MAX_INLINE_RESOURCES];
-        for (o, n) in out.iter_mut().zip(nodes) {
-            let d = ctx.digest(n);
+        for (j, (o, n)) in out.iter_mut().zip(nodes).enumerate() {
+            let d = ra::row(ctx, n, indices, j);
             for (((pair, r), &id), &req) in pairs.iter_mut().zip(resources).zip(&ids).zip(&reqs) {
                 let (a, q) = ra::allocatable_requested(&d, n, id, &r.name, req, false);
                 *pair = (q, a);

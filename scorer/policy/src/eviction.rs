@@ -13,12 +13,14 @@
 //! `NoSchedule`) passes. Nodes without an agent, or stale under the `fallback` policy, pass:
 //! there is nothing fresh to judge by.
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use loadstar_framework::snapshot::{AgentNode, NodeDigest, NodeView, PodInfo, TaintEffect};
-use loadstar_framework::{CycleContext, FilterPlugin, Reason, StalePolicy};
+use loadstar_framework::{
+    CycleContext, FilterPlugin, FilteredNode, PreFilterState, Reason, StalePolicy, retain_passing,
+};
 
 use super::taint_toleration::tolerates;
 use super::util;
@@ -344,21 +346,48 @@ impl FilterPlugin for EvictionPressure {
     }
 
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-        let d = ctx.digest(node);
+        self.verdict(ctx, pod, &ctx.digest(node), Instant::now())
+    }
+
+    /// By index over the table's rows, with one clock reading for the whole pass.
+    fn filter_nodes(
+        &self,
+        ctx: &CycleContext<'_>,
+        _state: Option<&PreFilterState>,
+        pod: &PodInfo,
+        nodes: &mut Vec<usize>,
+        filtered: &mut Vec<FilteredNode>,
+    ) {
+        let now = Instant::now();
+        retain_passing(NAME, nodes, filtered, |i| {
+            self.verdict(ctx, pod, &ctx.digest_at(i), now)
+        });
+    }
+}
+
+impl EvictionPressure {
+    /// The verdict on the node whose row is `d`, at `now`.
+    fn verdict(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        d: &NodeDigest,
+        now: Instant,
+    ) -> Result<(), Reason> {
         if d.stale && ctx.stale_policy == StalePolicy::Fallback {
             return Ok(());
         }
         if !d.has_agent {
             return Ok(());
         }
-        if let Some(p) = check_inputs(&PressureInputs::from(&*d), &self.thresholds) {
+        if let Some(p) = check_inputs(&PressureInputs::from(d), &self.thresholds) {
             if tolerates_key(pod, p.taint_key()) {
                 return Ok(());
             }
             return Err(p.reason().into());
         }
         if let Some(at) = d.last_pressure_at
-            && at.elapsed() < self.thresholds.pressure_transition_period
+            && now.saturating_duration_since(at) < self.thresholds.pressure_transition_period
             && !(tolerates_key(pod, MEMORY_PRESSURE_TAINT)
                 && tolerates_key(pod, DISK_PRESSURE_TAINT))
         {

@@ -64,6 +64,30 @@ mod tests {
         }
     }
 
+    /// Each node's verdict from [`FilterPlugin::filter_nodes`] over all of `ctx`'s nodes,
+    /// in node order, as [`FilterPlugin::filter`] gives it.
+    fn batch_verdicts(
+        plugin: &dyn loadstar_framework::FilterPlugin,
+        ctx: &loadstar_framework::CycleContext<'_>,
+        pod: &loadstar_framework::snapshot::PodInfo,
+    ) -> Vec<Result<(), loadstar_framework::Reason>> {
+        let state = plugin.prefilter(ctx, pod);
+        let mut passing: Vec<usize> = (0..ctx.snapshot.nodes.len()).collect();
+        let mut filtered = Vec::new();
+        plugin.filter_nodes(ctx, state.as_ref(), pod, &mut passing, &mut filtered);
+        let mut out = vec![Ok(()); ctx.snapshot.nodes.len()];
+        for f in filtered {
+            assert!(
+                !passing.contains(&f.index),
+                "node {} both kept and rejected",
+                f.index
+            );
+            assert_eq!(f.plugin, plugin.name());
+            out[f.index] = Err(f.reason);
+        }
+        out
+    }
+
     #[test]
     fn digest_rows_give_the_same_verdicts_and_track_edits() {
         use std::borrow::Cow;
@@ -120,18 +144,31 @@ mod tests {
                 let mut want = vec![0; nodes.len()];
                 plugin.score(&plain, &p, &nodes, &mut want);
                 // Twice with the checked context: the second reads what the first memoised.
+                let all: Vec<usize> = (0..nodes.len()).collect();
                 for ctx in [&fast, &checked, &checked] {
                     let mut got = vec![0; nodes.len()];
                     plugin.score(ctx, &p, &nodes, &mut got);
                     assert_eq!(got, want, "{name}");
+                    // By index, as evaluation calls it.
+                    plugin.score_indexed(ctx, &p, &nodes, &all, &mut got);
+                    assert_eq!(got, want, "{name} by index");
                 }
             }
             for name in FILTER_NAMES {
                 let plugin = build_filter(name, &serde_norway::Value::Null).expect(name);
+                let mut want = Vec::new();
                 for n in &nodes {
-                    let want = plugin.filter(&plain, &p, n);
-                    assert_eq!(plugin.filter(&fast, &p, n), want, "{name}");
-                    assert_eq!(plugin.filter(&checked, &p, n), want, "{name}");
+                    want.push(plugin.filter(&plain, &p, n));
+                    assert_eq!(plugin.filter(&fast, &p, n), want[want.len() - 1], "{name}");
+                    assert_eq!(
+                        plugin.filter(&checked, &p, n),
+                        want[want.len() - 1],
+                        "{name}"
+                    );
+                }
+                // Batched, as evaluation runs them (twice: the second reads the memos).
+                for ctx in [&plain, &fast, &checked, &checked] {
+                    assert_eq!(batch_verdicts(&*plugin, ctx, &p), want, "{name}");
                 }
             }
         }
@@ -174,6 +211,33 @@ mod tests {
         assert_eq!(table.memos(), kept, "the patched memo was used");
         assert_eq!(after, score_with(&snap, None, &mut buf));
         assert_ne!(after, before, "node c's requests change the scores");
+        // Every plugin, as evaluation runs it, reads what the patched memos hold.
+        {
+            let plain = CycleContext::new(&snap, 60, StalePolicy::Fallback);
+            let checked = CycleContext {
+                digests: Some(&table),
+                current: Some(table.current_rows(&snap.nodes, &mut buf)),
+                ..plain
+            };
+            let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes.iter().collect();
+            let all: Vec<usize> = (0..nodes.len()).collect();
+            for name in SCORE_NAMES {
+                let plugin = build_score(name, &serde_norway::Value::Null).expect(name);
+                let (mut want, mut got) = (vec![0; nodes.len()], vec![0; nodes.len()]);
+                plugin.score(&plain, &p, &nodes, &mut want);
+                plugin.score_indexed(&checked, &p, &nodes, &all, &mut got);
+                assert_eq!(got, want, "{name} after a patch");
+            }
+            for name in FILTER_NAMES {
+                let plugin = build_filter(name, &serde_norway::Value::Null).expect(name);
+                let want: Vec<_> = nodes.iter().map(|n| plugin.filter(&plain, &p, n)).collect();
+                assert_eq!(
+                    batch_verdicts(&*plugin, &checked, &p),
+                    want,
+                    "{name} after a patch"
+                );
+            }
+        }
         drop(table);
         // An edit that leaves rows behind (node a's view replaced in place, load and all):
         // not every row is current, so nothing memoised is read.
@@ -206,12 +270,18 @@ mod tests {
             plugin.score(&plain, &p, &nodes, &mut want);
             plugin.score(&checked, &p, &nodes, &mut got);
             assert_eq!(got, want, "{name}");
+            let all: Vec<usize> = (0..nodes.len()).collect();
+            plugin.score_indexed(&checked, &p, &nodes, &all, &mut got);
+            assert_eq!(got, want, "{name} by index");
         }
         for name in FILTER_NAMES {
             let plugin = build_filter(name, &serde_norway::Value::Null).expect(name);
+            let mut want = Vec::new();
             for n in &nodes {
-                assert_eq!(plugin.filter(&checked, &p, n), plugin.filter(&plain, &p, n));
+                want.push(plugin.filter(&plain, &p, n));
+                assert_eq!(plugin.filter(&checked, &p, n), want[want.len() - 1]);
             }
+            assert_eq!(batch_verdicts(&*plugin, &checked, &p), want, "{name}");
         }
         drop(nodes);
         drop(table);

@@ -21,7 +21,7 @@
 use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::ResourceKind;
-use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo, Usage};
+use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo, Usage};
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE, ScorePlugin, StalePolicy};
 
 use super::util;
@@ -55,14 +55,34 @@ impl Default for LvrbArgs {
 /// Trimaran's `computeScore` on ratios: `mean` and `stddev` of utilisation (of capacity) and
 /// the pod's request as a ratio of capacity; a float 0–100.
 pub fn risk_score(mean: f64, stddev: f64, request: f64, margin: f64, sensitivity: f64) -> f64 {
-    let mean = util::finite_or_zero(mean).clamp(0.0, 1.0);
-    let request = util::finite_or_zero(request).max(0.0);
-    let mu = (mean + request).clamp(0.0, 1.0);
+    risk_with(
+        clamped_mean(mean),
+        request,
+        risk_sigma(stddev, margin, sensitivity),
+    )
+}
+
+/// [`risk_score`]'s mean term before the request is added.
+#[inline]
+fn clamped_mean(mean: f64) -> f64 {
+    util::finite_or_zero(mean).clamp(0.0, 1.0)
+}
+
+/// [`risk_score`]'s σ' (it does not depend on the pod).
+#[inline]
+fn risk_sigma(stddev: f64, margin: f64, sensitivity: f64) -> f64 {
     let mut sigma = util::finite_or_zero(stddev).clamp(0.0, 1.0);
     if sensitivity >= 0.0 && sensitivity != 1.0 {
         sigma = sigma.powf(1.0 / sensitivity);
     }
-    sigma = util::finite_or_zero(sigma * margin).clamp(0.0, 1.0);
+    util::finite_or_zero(sigma * margin).clamp(0.0, 1.0)
+}
+
+/// [`risk_score`] from its clamped mean and σ'.
+#[inline(always)]
+fn risk_with(mean: f64, request: f64, sigma: f64) -> f64 {
+    let request = util::finite_or_zero(request).max(0.0);
+    let mu = (mean + request).clamp(0.0, 1.0);
     let risk = (mu + sigma) / 2.0;
     (1.0 - risk) * MAX_NODE_SCORE as f64
 }
@@ -92,36 +112,55 @@ impl LoadVariationRiskBalancing {
         Ok(LoadVariationRiskBalancing { args })
     }
 
-    /// The CPU or memory score: measured `used` over allocatable, else (no fresh load) the
-    /// node's requests; `None` without either.
-    fn cpu_memory_score(
-        &self,
-        used: Option<&Usage>,
-        requested: i64,
-        allocatable: i64,
-        request: f64,
-    ) -> Option<f64> {
+    /// The CPU and memory cells of the node whose row is `d`: measured use over
+    /// allocatable, else (no fresh load) the node's requests; no score without either.
+    fn cells(&self, d: &NodeDigest, stale_policy: StalePolicy) -> [RiskCell; 2] {
+        // The hot path reads the digest directly (same rule as `ctx.usage`).
+        let fresh = !(d.stale && stale_policy == StalePolicy::Fallback);
+        [
+            self.cell(
+                d.cpu.as_ref().filter(|_| fresh),
+                d.requested_cpu_millis,
+                d.allocatable_cpu_millis,
+            ),
+            self.cell(
+                d.memory.as_ref().filter(|_| fresh),
+                d.requested_memory_bytes,
+                d.allocatable_memory_bytes,
+            ),
+        ]
+    }
+
+    fn cell(&self, used: Option<&Usage>, requested: i64, allocatable: i64) -> RiskCell {
         let (m, s) = (
             self.args.safe_variance_margin,
             self.args.safe_variance_sensitivity,
         );
         let alloc = allocatable as f64;
-        match used {
-            Some(u) => {
-                if alloc <= 0.0 {
-                    return Some(0.0); // Trimaran: invalid capacity scores 0
-                }
-                Some(risk_score(u.mean, u.stddev, request / alloc, m, s))
-            }
-            None if alloc > 0.0 => Some(risk_score(
-                requested as f64 / alloc,
-                0.0,
-                request / alloc,
-                m,
-                s,
-            )),
-            None => None,
+        let (state, mean, stddev) = match used {
+            // Trimaran: invalid capacity scores 0.
+            Some(_) if alloc <= 0.0 => (CellState::Zero, 0.0, 0.0),
+            Some(u) => (CellState::Risk, u.mean, u.stddev),
+            None if alloc > 0.0 => (CellState::Risk, requested as f64 / alloc, 0.0),
+            None => (CellState::Unknown, 0.0, 0.0),
+        };
+        RiskCell {
+            mean: clamped_mean(mean),
+            sigma: risk_sigma(stddev, m, s),
+            alloc,
+            state,
         }
+    }
+
+    /// [`RiskColumns`]' memo key (checked against the columns' own arguments on use).
+    fn columns_key(&self, stale_policy: StalePolicy) -> u64 {
+        self.args.safe_variance_margin.to_bits()
+            ^ self
+                .args
+                .safe_variance_sensitivity
+                .to_bits()
+                .rotate_left(29)
+            ^ stale_policy as u64
     }
 
     /// The score of one resource, `None` without data.
@@ -174,48 +213,180 @@ impl LoadVariationRiskBalancing {
     }
 }
 
+impl LoadVariationRiskBalancing {
+    /// The score of `n`, whose row is `d`.
+    #[inline]
+    fn node_score(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        n: &NodeView,
+        d: &NodeDigest,
+    ) -> i64 {
+        let cells = self.cells(d, ctx.stale_policy);
+        let requests = pod_requests(pod);
+        if !self.args.extended_resources {
+            return cells_score(&cells, requests);
+        }
+        let mut total = combine(cells[0].score(requests[0]), cells[1].score(requests[1]));
+        for kind in [
+            ResourceKind::Network,
+            ResourceKind::DiskIo,
+            ResourceKind::Gpu,
+        ] {
+            if let Some(s) = self.resource_score(ctx, pod, n, d, kind) {
+                total = total.min(s);
+            }
+        }
+        util::round_half_away(total).clamp(0, MAX_NODE_SCORE)
+    }
+}
+
+/// Whether a [`RiskCell`] scores, and how.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+enum CellState {
+    /// No data for the resource: no score.
+    #[default]
+    Unknown,
+    /// Measured, but no allocatable: 0.
+    Zero,
+    /// [`risk_score`] from the cell.
+    Risk,
+}
+
+/// One node's CPU or memory terms of [`risk_score`] that do not depend on the pod.
+#[derive(Debug, Clone, Copy, Default)]
+struct RiskCell {
+    /// The clamped mean utilisation (or requests over allocatable without load).
+    mean: f64,
+    /// σ'.
+    sigma: f64,
+    /// Allocatable, the pod's request's denominator.
+    alloc: f64,
+    state: CellState,
+}
+
+impl RiskCell {
+    /// The resource's score for a pod requesting `request`.
+    #[inline(always)]
+    fn score(&self, request: f64) -> Option<f64> {
+        match self.state {
+            CellState::Risk => Some(risk_with(self.mean, request / self.alloc, self.sigma)),
+            CellState::Zero => Some(0.0),
+            CellState::Unknown => None,
+        }
+    }
+}
+
+/// Trimaran's rule: the minimum of CPU and memory when both have data, else the maximum (a
+/// missing one scores 0).
+#[inline(always)]
+fn combine(cpu: Option<f64>, mem: Option<f64>) -> f64 {
+    match (cpu, mem) {
+        (Some(c), Some(m)) => c.min(m),
+        (c, m) => c.unwrap_or(0.0).max(m.unwrap_or(0.0)),
+    }
+}
+
+/// The pod's CPU and memory requests.
+#[inline(always)]
+fn pod_requests(pod: &PodInfo) -> [f64; 2] {
+    [
+        pod.requests.cpu_millis as f64,
+        pod.requests.memory_bytes as f64,
+    ]
+}
+
+/// A node's score from its cells (CPU and memory only).
+#[inline(always)]
+fn cells_score(cells: &[RiskCell; 2], requests: [f64; 2]) -> i64 {
+    let total = combine(cells[0].score(requests[0]), cells[1].score(requests[1]));
+    util::round_half_away(total).clamp(0, MAX_NODE_SCORE)
+}
+
+/// Every node's [`RiskCell`]s, in `nodes` order, built once per digest table: a pod's
+/// score is then its requests over each cell's allocatable and a few float operations.
+#[derive(Debug)]
+struct RiskColumns {
+    cells: Vec<[RiskCell; 2]>,
+    plugin: LoadVariationRiskBalancing,
+    stale_policy: StalePolicy,
+}
+
+impl Memo for RiskColumns {
+    /// The scheduler assumed a pod on one node: its cells are computed again.
+    fn patch(
+        &mut self,
+        index: usize,
+        row: &NodeDigest,
+        _node: &NodeView,
+        snapshot: &ClusterSnapshot,
+    ) -> bool {
+        if self.cells.len() != snapshot.nodes.len() {
+            return false;
+        }
+        match self.cells.get_mut(index) {
+            Some(c) => {
+                *c = self.plugin.cells(row, self.stale_policy);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 impl ScorePlugin for LoadVariationRiskBalancing {
     fn name(&self) -> &'static str {
         NAME
     }
 
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
-        let (cpu_req, mem_req) = (
-            pod.requests.cpu_millis as f64,
-            pod.requests.memory_bytes as f64,
-        );
         for (o, n) in out.iter_mut().zip(nodes) {
-            let d = ctx.digest(n);
-            // The hot path reads the digest directly (same rule as `ctx.usage`).
-            let fresh = !(d.stale && ctx.stale_policy == StalePolicy::Fallback);
-            let cpu = self.cpu_memory_score(
-                d.cpu.as_ref().filter(|_| fresh),
-                d.requested_cpu_millis,
-                d.allocatable_cpu_millis,
-                cpu_req,
-            );
-            let mem = self.cpu_memory_score(
-                d.memory.as_ref().filter(|_| fresh),
-                d.requested_memory_bytes,
-                d.allocatable_memory_bytes,
-                mem_req,
-            );
-            let mut total = match (cpu, mem) {
-                (Some(c), Some(m)) => c.min(m),
-                (c, m) => c.unwrap_or(0.0).max(m.unwrap_or(0.0)),
-            };
-            if self.args.extended_resources {
-                for kind in [
-                    ResourceKind::Network,
-                    ResourceKind::DiskIo,
-                    ResourceKind::Gpu,
-                ] {
-                    if let Some(s) = self.resource_score(ctx, pod, n, &d, kind) {
-                        total = total.min(s);
-                    }
+            *o = self.node_score(ctx, pod, n, &ctx.digest(n));
+        }
+    }
+
+    /// By index over the table's rows.
+    fn score_indexed(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        nodes: &[&NodeView],
+        indices: &[usize],
+        out: &mut [i64],
+    ) {
+        let columns = (!self.args.extended_resources)
+            .then(|| {
+                ctx.memo(self.columns_key(ctx.stale_policy), || RiskColumns {
+                    cells: ctx
+                        .snapshot
+                        .nodes
+                        .iter()
+                        .map(|n| self.cells(&ctx.digest(n), ctx.stale_policy))
+                        .collect(),
+                    plugin: self.clone(),
+                    stale_policy: ctx.stale_policy,
+                })
+            })
+            .flatten()
+            .filter(|c| c.plugin.args == self.args && c.stale_policy == ctx.stale_policy);
+        match columns {
+            Some(columns) => {
+                let requests = pod_requests(pod);
+                for (o, &i) in out.iter_mut().zip(indices) {
+                    *o = match columns.cells.get(i) {
+                        Some(cells) => cells_score(cells, requests),
+                        None => {
+                            cells_score(&self.cells(&ctx.digest_at(i), ctx.stale_policy), requests)
+                        }
+                    };
                 }
             }
-            *o = util::round_half_away(total).clamp(0, MAX_NODE_SCORE);
+            None => {
+                for ((o, n), &i) in out.iter_mut().zip(nodes).zip(indices) {
+                    *o = self.node_score(ctx, pod, n, &ctx.digest_at(i));
+                }
+            }
         }
     }
 

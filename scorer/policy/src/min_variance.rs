@@ -184,6 +184,36 @@ impl ScorePlugin for MinVariance {
     }
 
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+        self.score_nodes(ctx, pod, nodes, None, out);
+    }
+
+    /// By index over the table's rows.
+    fn score_indexed(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        nodes: &[&NodeView],
+        indices: &[usize],
+        out: &mut [i64],
+    ) {
+        self.score_nodes(ctx, pod, nodes, Some(indices), out);
+    }
+
+    fn args_yaml(&self) -> String {
+        args_to_yaml(&self.args)
+    }
+}
+
+impl MinVariance {
+    /// Scores `nodes`; `indices[j]`, when given, is `nodes[j]`'s index in the snapshot.
+    fn score_nodes(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        nodes: &[&NodeView],
+        indices: Option<&[usize]>,
+        out: &mut [i64],
+    ) {
         // The cluster pass depends on the rows alone: once per digest table when it can be.
         let key = self.kind as u64 * 64 + self.args.statistic as u64 * 4 + ctx.stale_policy as u64;
         let cluster = ctx
@@ -194,9 +224,13 @@ impl ScorePlugin for MinVariance {
         let count = utils.len().max(1) as f64;
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         let mut vars: Vec<f64> = Vec::with_capacity(nodes.len());
-        for n in nodes {
-            let digest = ctx.digest(n);
-            let (u, in_snapshot) = match ctx.snapshot.position_of(n).and_then(|i| utils.get(i)) {
+        for (j, n) in nodes.iter().enumerate() {
+            let digest = crate::resource_allocation::row(ctx, n, indices, j);
+            let index = match indices {
+                Some(ix) => ix.get(j).copied(),
+                None => ctx.snapshot.position_of(n),
+            };
+            let (u, in_snapshot) = match index.and_then(|i| utils.get(i)) {
                 Some(&u) => (u, true),
                 None => (self.utilisation(ctx, n, &digest), false),
             };
@@ -219,10 +253,6 @@ impl ScorePlugin for MinVariance {
                 util::trunc_score(MAX_NODE_SCORE as f64 * (hi - v) / span)
             };
         }
-    }
-
-    fn args_yaml(&self) -> String {
-        args_to_yaml(&self.args)
     }
 }
 

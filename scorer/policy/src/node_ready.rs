@@ -8,8 +8,10 @@
 //! (its cache may see the condition before the taint) and honours the same toleration, with
 //! the historical `CheckNodeCondition` reason `node(s) were not ready`. Nodes without
 //! Kubernetes facts (standalone mode, agent-only nodes) pass.
-use loadstar_framework::snapshot::{NodeView, PodInfo, TaintEffect};
-use loadstar_framework::{CycleContext, FilterPlugin, Reason};
+use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo, TaintEffect};
+use loadstar_framework::{
+    CycleContext, FilterPlugin, FilteredNode, PreFilterState, Reason, retain_passing,
+};
 
 use super::taint_toleration::tolerates;
 use crate::args::{NoArgs, PluginError, parse_args};
@@ -49,7 +51,26 @@ impl FilterPlugin for NodeReady {
     }
 
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-        let d = ctx.digest(node);
+        self.verdict(pod, &ctx.digest(node))
+    }
+
+    /// By index over the table's rows.
+    fn filter_nodes(
+        &self,
+        ctx: &CycleContext<'_>,
+        _state: Option<&PreFilterState>,
+        pod: &PodInfo,
+        nodes: &mut Vec<usize>,
+        filtered: &mut Vec<FilteredNode>,
+    ) {
+        retain_passing(NAME, nodes, filtered, |i| {
+            self.verdict(pod, &ctx.digest_at(i))
+        });
+    }
+}
+
+impl NodeReady {
+    fn verdict(&self, pod: &PodInfo, d: &NodeDigest) -> Result<(), Reason> {
         if !d.has_kube {
             return Ok(());
         }

@@ -20,8 +20,11 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use loadstar_framework::snapshot::{NodeView, PodInfo};
-use loadstar_framework::{CycleContext, FilterPlugin, REASON_SEPARATOR, Reason};
+use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo};
+use loadstar_framework::{
+    CycleContext, FilterPlugin, FilteredNode, PreFilterState, REASON_SEPARATOR, Reason,
+    retain_passing,
+};
 
 use crate::args::{PluginError, parse_args};
 use loadstar_common::model::GPU_RESOURCE;
@@ -87,7 +90,27 @@ impl FilterPlugin for NodeResourcesFit {
     }
 
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-        let d = ctx.digest(node);
+        self.verdict(pod, node, &ctx.digest(node))
+    }
+
+    /// By index over the table's rows.
+    fn filter_nodes(
+        &self,
+        ctx: &CycleContext<'_>,
+        _state: Option<&PreFilterState>,
+        pod: &PodInfo,
+        nodes: &mut Vec<usize>,
+        filtered: &mut Vec<FilteredNode>,
+    ) {
+        retain_passing(NAME, nodes, filtered, |i| {
+            self.verdict(pod, &ctx.snapshot.nodes[i], &ctx.digest_at(i))
+        });
+    }
+}
+
+impl NodeResourcesFit {
+    /// The verdict on `node`, whose row is `d`.
+    fn verdict(&self, pod: &PodInfo, node: &NodeView, d: &NodeDigest) -> Result<(), Reason> {
         let req = &pod.requests;
         let mut reasons: Vec<Reason> = Vec::new();
         if d.pod_count + 1 > d.allocatable_pods {

@@ -197,14 +197,29 @@ pub fn score_nodes(
     ctx: &CycleContext<'_>,
     pod: &PodInfo,
     nodes: &[&NodeView],
+    indices: Option<&[usize]>,
     out: &mut [i64],
     per_resource: fn(i64, i64) -> i64,
 ) {
     let reqs = pod_requests(resources, pod, true);
     let ids = resolve(resources);
-    for (o, n) in out.iter_mut().zip(nodes) {
-        let d = ctx.digest(n);
+    for (j, (o, n)) in out.iter_mut().zip(nodes).enumerate() {
+        let d = row(ctx, n, indices, j);
         *o = weighted_score(resources, &ids, &reqs, &d, n, true, per_resource);
+    }
+}
+
+/// The row of `nodes[j]`: by its index when the caller knows it (`indices[j]`).
+#[inline(always)]
+pub fn row<'n>(
+    ctx: &'n CycleContext<'_>,
+    node: &'n NodeView,
+    indices: Option<&[usize]>,
+    j: usize,
+) -> std::borrow::Cow<'n, NodeDigest> {
+    match indices.and_then(|ix| ix.get(j)) {
+        Some(&i) => ctx.digest_at(i),
+        None => ctx.digest(node),
     }
 }
 
@@ -238,12 +253,14 @@ pub fn weighted_score(
 pub trait AllocationStrategy: Debug + Clone + Default + Send + Sync + 'static {
     /// Plugin name.
     const NAME: &'static str;
-    /// Scores `nodes` into `out` for `pod` over `resources`.
+    /// Scores `nodes` into `out` for `pod` over `resources`; `indices[j]`, when given, is
+    /// `nodes[j]`'s index in the snapshot.
     fn score_nodes(
         resources: &[ResourceSpec],
         ctx: &CycleContext<'_>,
         pod: &PodInfo,
         nodes: &[&NodeView],
+        indices: Option<&[usize]>,
         out: &mut [i64],
     );
 }
@@ -266,9 +283,10 @@ impl<W: WeightedStrategy> AllocationStrategy for W {
         ctx: &CycleContext<'_>,
         pod: &PodInfo,
         nodes: &[&NodeView],
+        indices: Option<&[usize]>,
         out: &mut [i64],
     ) {
-        score_nodes(resources, ctx, pod, nodes, out, W::per_resource);
+        score_nodes(resources, ctx, pod, nodes, indices, out, W::per_resource);
     }
 }
 
@@ -299,7 +317,19 @@ impl<S: AllocationStrategy> ScorePlugin for AllocationScore<S> {
     }
 
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
-        S::score_nodes(&self.args.resources, ctx, pod, nodes, out);
+        S::score_nodes(&self.args.resources, ctx, pod, nodes, None, out);
+    }
+
+    /// By index over the table's rows.
+    fn score_indexed(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        nodes: &[&NodeView],
+        indices: &[usize],
+        out: &mut [i64],
+    ) {
+        S::score_nodes(&self.args.resources, ctx, pod, nodes, Some(indices), out);
     }
 
     fn args_yaml(&self) -> String {

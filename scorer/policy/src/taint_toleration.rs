@@ -10,7 +10,10 @@
 //!   with integer division, all 100 when no node has such a taint. Nodes without Kubernetes
 //!   facts have no taints.
 use loadstar_framework::snapshot::{NodeView, PodInfo, Taint, TaintEffect, Toleration};
-use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, Reason, ScorePlugin};
+use loadstar_framework::{
+    CycleContext, FilterPlugin, FilteredNode, MAX_NODE_SCORE, PreFilterState, Reason, ScorePlugin,
+    retain_passing,
+};
 
 use crate::args::{NoArgs, PluginError, parse_args};
 
@@ -70,16 +73,37 @@ impl FilterPlugin for TaintToleration {
         if !ctx.digest(node).has_taints {
             return Ok(());
         }
-        let Some(k) = &node.kube else { return Ok(()) };
-        match k.taints.iter().find(|t| {
-            matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute)
-                && !tolerated(&pod.tolerations, t)
-        }) {
-            Some(t) => {
-                Err(format!("node(s) had untolerated taint {{{}: {}}}", t.key, t.value).into())
+        untolerated(pod, node)
+    }
+
+    /// By index over the table's rows: only nodes with taints open their view.
+    fn filter_nodes(
+        &self,
+        ctx: &CycleContext<'_>,
+        _state: Option<&PreFilterState>,
+        pod: &PodInfo,
+        nodes: &mut Vec<usize>,
+        filtered: &mut Vec<FilteredNode>,
+    ) {
+        retain_passing(NAME, nodes, filtered, |i| {
+            if ctx.digest_at(i).has_taints {
+                untolerated(pod, &ctx.snapshot.nodes[i])
+            } else {
+                Ok(())
             }
-            None => Ok(()),
-        }
+        });
+    }
+}
+
+/// The filter's verdict from the node's taints.
+fn untolerated(pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
+    let Some(k) = &node.kube else { return Ok(()) };
+    match k.taints.iter().find(|t| {
+        matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute)
+            && !tolerated(&pod.tolerations, t)
+    }) {
+        Some(t) => Err(format!("node(s) had untolerated taint {{{}: {}}}", t.key, t.value).into()),
+        None => Ok(()),
     }
 }
 
@@ -89,15 +113,40 @@ impl ScorePlugin for TaintToleration {
     }
 
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
-        let mut max = 0;
         for (o, n) in out.iter_mut().zip(nodes) {
             *o = if ctx.digest(n).has_taints {
                 Self::intolerable_prefer_count(pod, n)
             } else {
                 0
             };
-            max = max.max(*o);
         }
+        Self::normalize(out);
+    }
+
+    /// By index over the table's rows: only nodes with taints open their view.
+    fn score_indexed(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        nodes: &[&NodeView],
+        indices: &[usize],
+        out: &mut [i64],
+    ) {
+        for ((o, n), &i) in out.iter_mut().zip(nodes).zip(indices) {
+            *o = if ctx.digest_at(i).has_taints {
+                Self::intolerable_prefer_count(pod, n)
+            } else {
+                0
+            };
+        }
+        Self::normalize(out);
+    }
+}
+
+impl TaintToleration {
+    /// Intolerable counts to scores: the most counted node gets 0, none counted 100.
+    fn normalize(out: &mut [i64]) {
+        let max = out.iter().copied().max().unwrap_or(0);
         for o in out.iter_mut() {
             *o = if max == 0 {
                 MAX_NODE_SCORE

@@ -18,8 +18,11 @@
 use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::ResourceKind;
-use loadstar_framework::snapshot::{NodeView, PodInfo};
-use loadstar_framework::{CycleContext, FilterPlugin, PreFilterState, REASON_SEPARATOR, Reason};
+use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo};
+use loadstar_framework::{
+    CycleContext, FilterPlugin, FilteredNode, PreFilterState, REASON_SEPARATOR, Reason,
+    StalePolicy, retain_passing,
+};
 
 use super::inflight::{InflightArgs, estimate};
 use super::util::{self, Statistic};
@@ -174,6 +177,93 @@ impl FilterPlugin for UsageThreshold {
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         self.check(ctx, &PodEstimate::of(pod, &self.args), node)
     }
+
+    /// Over the table's columns when the cycle has them ([`UsageColumns`]): per node, one
+    /// addition and comparison per configured resource, reading 16 bytes per resource.
+    fn filter_nodes(
+        &self,
+        ctx: &CycleContext<'_>,
+        state: Option<&PreFilterState>,
+        pod: &PodInfo,
+        nodes: &mut Vec<usize>,
+        filtered: &mut Vec<FilteredNode>,
+    ) {
+        let estimate = state
+            .and_then(|s| s.downcast_ref::<PodEstimate>())
+            .copied()
+            .unwrap_or_else(|| PodEstimate::of(pod, &self.args));
+        let columns = ctx.memo(self.columns_key(ctx), || self.columns(ctx));
+        let k = self.checks.len();
+        let mut amounts = [0.0; 6];
+        for (a, (kind, _, _)) in amounts.iter_mut().zip(&self.checks) {
+            *a = estimate.amount(*kind);
+        }
+        retain_passing(NAME, nodes, filtered, |index| {
+            match columns
+                .as_deref()
+                .and_then(|c| c.cells.get(index * k..index * k + k))
+            {
+                Some(cells) => self.verdict(cells.iter().copied().zip(amounts)),
+                None => self.check(ctx, &estimate, &ctx.snapshot.nodes[index]),
+            }
+        });
+    }
+}
+
+/// What [`UsageThreshold`] compares for every node of a digest table, per configured
+/// resource: the node's utilisation by the plugin's statistic (−∞ when the node has no load
+/// for it, which passes) and the capacity the pod's amount is divided by. It depends on the
+/// nodes alone, so it is built once per table ([`CycleContext::memo`]) and the pod's
+/// estimate is the only per-pod part.
+#[derive(Debug)]
+struct UsageColumns {
+    /// `kinds.len()` cells per node, in `nodes` order.
+    cells: Vec<Cell>,
+    kinds: Vec<ResourceKind>,
+    statistic: Statistic,
+    window_seconds: u32,
+    stale_policy: StalePolicy,
+}
+
+/// (utilisation, capacity) of one node and resource.
+type Cell = (f64, f64);
+
+/// The cell of `node` (whose row is `d`) for `kind`.
+fn cell(
+    ctx: &CycleContext<'_>,
+    node: &NodeView,
+    d: &NodeDigest,
+    kind: ResourceKind,
+    statistic: Statistic,
+) -> Cell {
+    let current = ctx
+        .usage_of(node, d, kind)
+        .map_or(f64::NEG_INFINITY, |u| statistic.of(&u));
+    (current, util::capacity(d, kind))
+}
+
+impl Memo for UsageColumns {
+    /// The scheduler assumed a pod on one node: that node's cells are computed again.
+    fn patch(
+        &mut self,
+        index: usize,
+        row: &NodeDigest,
+        node: &NodeView,
+        snapshot: &ClusterSnapshot,
+    ) -> bool {
+        let k = self.kinds.len();
+        if self.cells.len() != snapshot.nodes.len() * k {
+            return false;
+        }
+        let Some(cells) = self.cells.get_mut(index * k..index * k + k) else {
+            return false;
+        };
+        let ctx = CycleContext::new(snapshot, self.window_seconds, self.stale_policy);
+        for (c, kind) in cells.iter_mut().zip(&self.kinds) {
+            *c = cell(&ctx, node, row, *kind, self.statistic);
+        }
+        true
+    }
 }
 
 /// What the pod adds: its CPU and memory estimate and its GPU count.
@@ -193,6 +283,16 @@ impl PodEstimate {
             gpus: util::pod_gpus(pod) as f64,
         }
     }
+
+    /// What the pod adds of `kind`, in the unit of [`util::capacity`].
+    fn amount(&self, kind: ResourceKind) -> f64 {
+        match kind {
+            ResourceKind::Cpu => self.cpu_millis,
+            ResourceKind::Memory => self.memory_bytes,
+            ResourceKind::Gpu | ResourceKind::GpuMemory => self.gpus,
+            ResourceKind::Network | ResourceKind::DiskIo => 0.0,
+        }
+    }
 }
 
 impl UsageThreshold {
@@ -202,20 +302,22 @@ impl UsageThreshold {
         pod: &PodEstimate,
         node: &NodeView,
     ) -> Result<(), Reason> {
-        let mut failed: Option<Reason> = None;
         let d = ctx.digest(node);
-        for (kind, limit, reason) in &self.checks {
-            let Some(u) = ctx.usage_of(node, &d, *kind) else {
-                continue;
-            };
-            let current = self.args.statistic.of(&u);
-            let amount = match kind {
-                ResourceKind::Cpu => pod.cpu_millis,
-                ResourceKind::Memory => pod.memory_bytes,
-                ResourceKind::Gpu | ResourceKind::GpuMemory => pod.gpus,
-                ResourceKind::Network | ResourceKind::DiskIo => 0.0,
-            };
-            let cap = util::capacity(&d, *kind);
+        self.verdict(self.checks.iter().map(|(kind, _, _)| {
+            (
+                cell(ctx, node, &d, *kind, self.args.statistic),
+                pod.amount(*kind),
+            )
+        }))
+    }
+
+    /// The verdict from each configured resource's cell and the pod's amount, in
+    /// [`UsageThreshold::checks`] order: above the threshold when the utilisation plus the
+    /// amount over the capacity (0 without capacity) exceeds it.
+    #[inline]
+    fn verdict(&self, cells: impl Iterator<Item = (Cell, f64)>) -> Result<(), Reason> {
+        let mut failed: Option<Reason> = None;
+        for (((current, cap), amount), (_, limit, reason)) in cells.zip(&self.checks) {
             let add = if cap > 0.0 { amount / cap } else { 0.0 };
             if current + add > *limit {
                 match &mut failed {
@@ -231,6 +333,36 @@ impl UsageThreshold {
         match failed {
             Some(r) => Err(r),
             None => Ok(()),
+        }
+    }
+
+    /// [`UsageColumns`]' memo key: the resources checked, the statistic and the stale
+    /// policy (the thresholds are compared per pod).
+    fn columns_key(&self, ctx: &CycleContext<'_>) -> u64 {
+        let kinds = self
+            .checks
+            .iter()
+            .fold(0u64, |m, (kind, _, _)| m | 1 << (*kind as u64));
+        kinds * 64 + self.args.statistic as u64 * 4 + ctx.stale_policy as u64
+    }
+
+    fn columns(&self, ctx: &CycleContext<'_>) -> UsageColumns {
+        let kinds: Vec<ResourceKind> = self.checks.iter().map(|(kind, _, _)| *kind).collect();
+        let mut cells = Vec::with_capacity(ctx.snapshot.nodes.len() * kinds.len());
+        for node in &ctx.snapshot.nodes {
+            let d = ctx.digest(node);
+            cells.extend(
+                kinds
+                    .iter()
+                    .map(|kind| cell(ctx, node, &d, *kind, self.args.statistic)),
+            );
+        }
+        UsageColumns {
+            cells,
+            kinds,
+            statistic: self.args.statistic,
+            window_seconds: ctx.window_seconds,
+            stale_policy: ctx.stale_policy,
         }
     }
 }
@@ -307,6 +439,73 @@ mod tests {
             matches!(err, PluginError::InvalidArgs { ref path, .. } if path == "thresholds.disk"),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn columns_match_the_node_by_node_check_and_follow_assumptions() {
+        use loadstar_framework::snapshot::Inflight;
+        use loadstar_framework::{CycleContext, FilteredNode, StalePolicy};
+
+        let loaded = |name: &str, cpu: f64| {
+            let n = with_capacity(kube_node(name, 8000, 32 * GIB), 8, 32 * GIB);
+            with_load(
+                with_load(n, ResourceKind::Cpu, cpu, 0.0),
+                ResourceKind::Memory,
+                0.4,
+                0.0,
+            )
+        };
+        let mut snap = snapshot(vec![
+            loaded("a", 0.2),
+            loaded("b", 0.75),
+            kube_node("c", 4000, GIB),
+        ]);
+        let f = UsageThreshold::default();
+        let p = pod(1500, 2 * GIB);
+        let mut buf = Vec::new();
+        // (nodes kept, nodes rejected, memos on the table), with the per-node check's
+        // verdicts asserted equal.
+        let mut run = |snap: &ClusterSnapshot| {
+            let table = snap.digests(60);
+            let plain = CycleContext::new(snap, 60, StalePolicy::Fallback);
+            let ctx = CycleContext {
+                digests: Some(&table),
+                current: Some(table.current_rows(&snap.nodes, &mut buf)),
+                ..plain
+            };
+            assert!(ctx.current.is_some_and(|c| c.all()));
+            let mut kept = vec![0, 1, 2];
+            let mut rejected: Vec<FilteredNode> = Vec::new();
+            let state = f.prefilter(&ctx, &p);
+            f.filter_nodes(&ctx, state.as_ref(), &p, &mut kept, &mut rejected);
+            for (i, n) in snap.nodes.iter().enumerate() {
+                assert_eq!(
+                    kept.contains(&i),
+                    f.filter(&plain, &p, n).is_ok(),
+                    "node {i}"
+                );
+            }
+            (kept, rejected.len(), table.memos())
+        };
+        // b: 75 % + 1500m / 8 CPUs > 80 %; c has no agent and passes.
+        assert_eq!(run(&snap), (vec![0, 2], 1, 1));
+        // The scheduler assumes a 4.5-core pod on a: its cells are computed again (the memo
+        // is patched, not built anew) and a is now too hot for the pod.
+        let assumed = edit_alloc(snap.nodes[0].clone(), |a| {
+            a.inflight.push(Inflight::new(
+                "x".into(),
+                4500,
+                0,
+                std::time::Instant::now(),
+            ));
+        });
+        snap.set_alloc(0, assumed.alloc.clone());
+        assert_eq!(
+            snap.digests(60).memos(),
+            1,
+            "the memo followed the assumption"
+        );
+        assert_eq!(run(&snap), (vec![2], 2, 1));
     }
 
     proptest! {
