@@ -12,7 +12,8 @@ use loadstar_framework::snapshot::{NodeView, PodInfo};
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE};
 
 use super::resource_allocation::{
-    self as ra, AllocationScore, AllocationStrategy, MAX_INLINE_RESOURCES, ResourceSpec,
+    self as ra, AllocationScore, AllocationStrategy, MAX_INLINE_RESOURCES, ResourceId,
+    ResourceSpec,
 };
 
 /// Plugin name.
@@ -44,6 +45,20 @@ pub fn balanced_score(pairs: &[(i64, i64)]) -> i64 {
     ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
 }
 
+/// [`balanced_score`] of two (requested, allocatable) pairs, without its buffer: a resource
+/// with no allocatable is left out, and one resource alone is perfectly balanced.
+#[inline(always)]
+fn balanced_two((q0, a0): (i64, i64), (q1, a1): (i64, i64)) -> i64 {
+    let std = if a0 == 0 || a1 == 0 {
+        0.0
+    } else {
+        let f0 = (q0 as f64 / a0 as f64).min(1.0);
+        let f1 = (q1 as f64 / a1 as f64).min(1.0);
+        ((f0 - f1) / 2.0).abs()
+    };
+    ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+}
+
 /// The balanced-allocation strategy: [`balanced_score`] over the requested fractions.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Balanced;
@@ -65,6 +80,20 @@ impl AllocationStrategy for Balanced {
             return;
         }
         let ids = ra::resolve(resources);
+        if let ([r0, r1], [id0, id1, ..], [q0, q1, ..]) = (resources, ids, reqs)
+            && id0 != ResourceId::Extended
+            && id1 != ResourceId::Extended
+        {
+            // Two resources read from the row (the default, CPU and memory): the same
+            // arithmetic as `balanced_score`, unrolled.
+            for (j, (o, n)) in out.iter_mut().zip(nodes).enumerate() {
+                let d = ra::row(ctx, n, indices, j);
+                let (a0, u0) = ra::allocatable_requested(&d, n, id0, &r0.name, q0, false);
+                let (a1, u1) = ra::allocatable_requested(&d, n, id1, &r1.name, q1, false);
+                *o = balanced_two((u0, a0), (u1, a1));
+            }
+            return;
+        }
         let mut pairs = [(0i64, 0i64); MAX_INLINE_RESOURCES];
         for (j, (o, n)) in out.iter_mut().zip(nodes).enumerate() {
             let d = ra::row(ctx, n, indices, j);
@@ -171,6 +200,17 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn two_resources_unrolled_equal_the_general_rule(
+            q0 in 0i64..300_000, a0 in prop_oneof![Just(0i64), 1i64..200_000],
+            q1 in 0i64..300_000, a1 in prop_oneof![Just(0i64), 1i64..200_000],
+        ) {
+            prop_assert_eq!(
+                balanced_two((q0, a0), (q1, a1)),
+                balanced_score(&[(q0, a0), (q1, a1)])
+            );
+        }
+
         #[test]
         fn within_range(
             cpu in 0i64..200_000, mem in 0i64..200_000, a in 0i64..100_000, b in 0i64..100_000

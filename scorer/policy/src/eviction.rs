@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use loadstar_framework::snapshot::{AgentNode, NodeDigest, NodeView, PodInfo, TaintEffect};
+use loadstar_framework::snapshot::{
+    AgentNode, ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo, TaintEffect,
+};
 use loadstar_framework::{
     CycleContext, FilterPlugin, FilteredNode, PreFilterState, Reason, StalePolicy, retain_passing,
 };
@@ -346,10 +348,11 @@ impl FilterPlugin for EvictionPressure {
     }
 
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-        self.verdict(ctx, pod, &ctx.digest(node), Instant::now())
+        Verdict::of(pod, &self.thresholds).on(self.state(ctx.stale_policy, &ctx.digest(node)))
     }
 
-    /// By index over the table's rows, with one clock reading for the whole pass.
+    /// By index over the table's columns ([`PressureColumns`]) when the cycle has them, else
+    /// its rows; one clock reading and one look at the pod's tolerations for the whole pass.
     fn filter_nodes(
         &self,
         ctx: &CycleContext<'_>,
@@ -358,42 +361,132 @@ impl FilterPlugin for EvictionPressure {
         nodes: &mut Vec<usize>,
         filtered: &mut Vec<FilteredNode>,
     ) {
-        let now = Instant::now();
-        retain_passing(NAME, nodes, filtered, |i| {
-            self.verdict(ctx, pod, &ctx.digest_at(i), now)
-        });
+        let verdict = Verdict::of(pod, &self.thresholds);
+        let columns = ctx
+            .memo(self.columns_key(ctx.stale_policy), || PressureColumns {
+                states: ctx
+                    .snapshot
+                    .nodes
+                    .iter()
+                    .map(|n| self.state(ctx.stale_policy, &ctx.digest(n)))
+                    .collect(),
+                thresholds: self.thresholds,
+                stale_policy: ctx.stale_policy,
+            })
+            .filter(|c| c.thresholds == self.thresholds && c.stale_policy == ctx.stale_policy);
+        match columns {
+            Some(c) => retain_passing(NAME, nodes, filtered, |i| match c.states.get(i) {
+                Some(state) => verdict.on(*state),
+                None => verdict.on(self.state(ctx.stale_policy, &ctx.digest_at(i))),
+            }),
+            None => retain_passing(NAME, nodes, filtered, |i| {
+                verdict.on(self.state(ctx.stale_policy, &ctx.digest_at(i)))
+            }),
+        }
+    }
+}
+
+/// What the filter knows of a node without the pod.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum NodeState {
+    /// Passes every pod (no agent, stale under `fallback`, or no pressure lately).
+    Clear,
+    /// Under a hard threshold now: memory, or disk space and inodes.
+    Memory,
+    Disk,
+    /// Crossed one at this time (the report's `last_pressure_at`), none now.
+    Since(Instant),
+}
+
+/// The filter's verdict on any node for one pod, at one time.
+struct Verdict {
+    memory_tolerated: bool,
+    disk_tolerated: bool,
+    now: Instant,
+    period: Duration,
+}
+
+impl Verdict {
+    fn of(pod: &PodInfo, thresholds: &EvictionThresholds) -> Verdict {
+        Verdict {
+            memory_tolerated: tolerates_key(pod, MEMORY_PRESSURE_TAINT),
+            disk_tolerated: tolerates_key(pod, DISK_PRESSURE_TAINT),
+            now: Instant::now(),
+            period: thresholds.pressure_transition_period,
+        }
+    }
+
+    #[inline(always)]
+    fn on(&self, state: NodeState) -> Result<(), Reason> {
+        match state {
+            NodeState::Clear => Ok(()),
+            NodeState::Memory if self.memory_tolerated => Ok(()),
+            NodeState::Memory => Err(REASON_MEMORY.into()),
+            NodeState::Disk if self.disk_tolerated => Ok(()),
+            NodeState::Disk => Err(REASON_DISK.into()),
+            NodeState::Since(at)
+                if self.now.saturating_duration_since(at) < self.period
+                    && !(self.memory_tolerated && self.disk_tolerated) =>
+            {
+                Err(REASON_RECENT.into())
+            }
+            NodeState::Since(_) => Ok(()),
+        }
+    }
+}
+
+/// Every node's [`NodeState`], in `nodes` order, built once per digest table.
+#[derive(Debug)]
+struct PressureColumns {
+    states: Vec<NodeState>,
+    thresholds: EvictionThresholds,
+    stale_policy: StalePolicy,
+}
+
+impl Memo for PressureColumns {
+    /// The scheduler assumed a pod on one node: its state is computed again.
+    fn patch(
+        &mut self,
+        index: usize,
+        row: &NodeDigest,
+        _node: &NodeView,
+        snapshot: &ClusterSnapshot,
+    ) -> bool {
+        if self.states.len() != snapshot.nodes.len() {
+            return false;
+        }
+        let state = EvictionPressure::new(self.thresholds).state(self.stale_policy, row);
+        match self.states.get_mut(index) {
+            Some(s) => {
+                *s = state;
+                true
+            }
+            None => false,
+        }
     }
 }
 
 impl EvictionPressure {
-    /// The verdict on the node whose row is `d`, at `now`.
-    fn verdict(
-        &self,
-        ctx: &CycleContext<'_>,
-        pod: &PodInfo,
-        d: &NodeDigest,
-        now: Instant,
-    ) -> Result<(), Reason> {
-        if d.stale && ctx.stale_policy == StalePolicy::Fallback {
-            return Ok(());
+    /// [`PressureColumns`]' memo key: the thresholds the states depend on and the stale
+    /// policy (checked against the columns' own thresholds on use).
+    fn columns_key(&self, stale_policy: StalePolicy) -> u64 {
+        let th = &self.thresholds;
+        th.memory_available_bytes.rotate_left(7)
+            ^ th.nodefs_available_ratio.to_bits()
+            ^ th.nodefs_inodes_free_ratio.to_bits().rotate_left(23)
+            ^ stale_policy as u64
+    }
+
+    /// The state of the node whose row is `d`.
+    fn state(&self, stale_policy: StalePolicy, d: &NodeDigest) -> NodeState {
+        if (d.stale && stale_policy == StalePolicy::Fallback) || !d.has_agent {
+            return NodeState::Clear;
         }
-        if !d.has_agent {
-            return Ok(());
+        match check_inputs(&PressureInputs::from(d), &self.thresholds) {
+            Some(p) if p.taint_key() == MEMORY_PRESSURE_TAINT => NodeState::Memory,
+            Some(_) => NodeState::Disk,
+            None => d.last_pressure_at.map_or(NodeState::Clear, NodeState::Since),
         }
-        if let Some(p) = check_inputs(&PressureInputs::from(d), &self.thresholds) {
-            if tolerates_key(pod, p.taint_key()) {
-                return Ok(());
-            }
-            return Err(p.reason().into());
-        }
-        if let Some(at) = d.last_pressure_at
-            && now.saturating_duration_since(at) < self.thresholds.pressure_transition_period
-            && !(tolerates_key(pod, MEMORY_PRESSURE_TAINT)
-                && tolerates_key(pod, DISK_PRESSURE_TAINT))
-        {
-            return Err(REASON_RECENT.into());
-        }
-        Ok(())
     }
 }
 
@@ -407,6 +500,73 @@ mod tests {
 
     fn filter() -> EvictionPressure {
         EvictionPressure::from_args(&serde_norway::Value::Null).expect("defaults")
+    }
+
+    #[test]
+    fn columns_give_the_node_by_node_verdicts() {
+        use loadstar_framework::{CycleContext, FilteredNode};
+
+        let healthy = || edit_agent(kube_node("n", 1000, GIB), |_| {});
+        let mut stale = edit_agent(healthy(), |a| a.memory_available_bytes = 1);
+        stale.stale = true;
+        let snap = snapshot(vec![
+            healthy(),
+            edit_agent(healthy(), |a| a.memory_available_bytes = 80 << 20),
+            edit_agent(healthy(), |a| a.nodefs_available_ratio = Some(0.05)),
+            edit_agent(healthy(), |a| a.nodefs_inodes_free_ratio = Some(0.01)),
+            edit_agent(healthy(), |a| a.last_pressure_at = Some(Instant::now())),
+            edit_agent(healthy(), |a| {
+                a.last_pressure_at = Instant::now().checked_sub(Duration::from_secs(600))
+            }),
+            stale,
+            kube_node("no-agent", 1000, GIB),
+        ]);
+        let tolerating = |keys: &[&str]| {
+            let mut p = pod(100, MIB);
+            p.tolerations = keys
+                .iter()
+                .map(|k| Toleration {
+                    key: (*k).into(),
+                    exists: true,
+                    ..Default::default()
+                })
+                .collect();
+            p
+        };
+        let f = filter();
+        let table = snap.digests(60);
+        let mut buf = Vec::new();
+        for policy in [StalePolicy::Fallback, StalePolicy::Penalize] {
+            let plain = CycleContext::new(&snap, 60, policy);
+            let ctx = CycleContext {
+                digests: Some(&table),
+                current: Some(table.current_rows(&snap.nodes, &mut buf)),
+                ..plain
+            };
+            for p in [
+                pod(100, MIB),
+                tolerating(&[MEMORY_PRESSURE_TAINT]),
+                tolerating(&[DISK_PRESSURE_TAINT]),
+                tolerating(&[MEMORY_PRESSURE_TAINT, DISK_PRESSURE_TAINT]),
+            ] {
+                let want: Vec<_> = snap.nodes.iter().map(|n| f.filter(&plain, &p, n)).collect();
+                // Twice: the second pass reads the memoised states.
+                for _ in 0..2 {
+                    let mut kept: Vec<usize> = (0..snap.nodes.len()).collect();
+                    let mut rejected: Vec<FilteredNode> = Vec::new();
+                    f.filter_nodes(&ctx, None, &p, &mut kept, &mut rejected);
+                    let mut got = vec![Ok(()); snap.nodes.len()];
+                    for r in rejected {
+                        got[r.index] = Err(r.reason);
+                    }
+                    assert_eq!(got, want, "{:?} {:?}", policy, p.tolerations);
+                }
+            }
+        }
+        // Under `fallback` the stale node passes; under `penalize` its pressure counts.
+        let plain = CycleContext::new(&snap, 60, StalePolicy::Penalize);
+        assert_eq!(f.filter(&plain, &pod(1, 1), &snap.nodes[6]), Err(REASON_MEMORY.into()));
+        assert_eq!(table.memos(), 2, "one memo per stale policy");
     }
 
     #[test]

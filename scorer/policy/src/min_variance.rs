@@ -87,18 +87,23 @@ impl MinVariance {
         utilisation(ctx, node, d, self.kind, self.args.statistic)
     }
 
-    fn demand(&self, pod: &PodInfo, d: &NodeDigest) -> f64 {
-        let amount = match self.kind {
+    /// What the pod asks of the resource, in [`util::capacity`] units.
+    fn amount(&self, pod: &PodInfo) -> f64 {
+        match self.kind {
             ResourceKind::Cpu => pod.nonzero_cpu_millis as f64,
             ResourceKind::Memory => pod.nonzero_memory_bytes as f64,
             k => util::pod_request(pod, k),
-        };
-        if amount == 0.0 {
-            return 0.0;
         }
-        let cap = util::capacity(d, self.kind);
-        if cap > 0.0 { amount / cap } else { 0.0 }
     }
+}
+
+/// The pod's `amount` as a utilisation of a node of capacity `cap` (0 without capacity).
+#[inline(always)]
+fn demand(amount: f64, cap: f64) -> f64 {
+    if amount == 0.0 {
+        return 0.0;
+    }
+    if cap > 0.0 { amount / cap } else { 0.0 }
 }
 
 /// A node's utilisation as MinVariance counts it.
@@ -124,6 +129,8 @@ fn sums(utils: &[f64]) -> (f64, f64) {
 #[derive(Debug)]
 struct ClusterLoad {
     utils: Vec<f64>,
+    /// Each node's capacity ([`util::capacity`]), the pod's demand's denominator.
+    caps: Vec<f64>,
     s: f64,
     q: f64,
     kind: ResourceKind,
@@ -134,15 +141,22 @@ struct ClusterLoad {
 
 impl MinVariance {
     fn cluster(&self, ctx: &CycleContext<'_>) -> ClusterLoad {
-        let utils: Vec<f64> = ctx
+        let (utils, caps): (Vec<f64>, Vec<f64>) = ctx
             .snapshot
             .nodes
             .iter()
-            .map(|n| self.utilisation(ctx, n, &ctx.digest(n)))
-            .collect();
+            .map(|n| {
+                let d = ctx.digest(n);
+                (
+                    self.utilisation(ctx, n, &d),
+                    util::capacity(&d, self.kind),
+                )
+            })
+            .unzip();
         let (s, q) = sums(&utils);
         ClusterLoad {
             utils,
+            caps,
             s,
             q,
             kind: self.kind,
@@ -168,11 +182,12 @@ impl Memo for ClusterLoad {
         if self.utils.len() != snapshot.nodes.len() {
             return false;
         }
-        let Some(slot) = self.utils.get_mut(index) else {
+        let (Some(slot), Some(cap)) = (self.utils.get_mut(index), self.caps.get_mut(index)) else {
             return false;
         };
         let ctx = CycleContext::new(snapshot, self.window_seconds, self.stale_policy);
         *slot = utilisation(&ctx, node, row, self.kind, self.statistic);
+        *cap = util::capacity(row, self.kind);
         (self.s, self.q) = sums(&self.utils);
         true
     }
@@ -219,27 +234,28 @@ impl MinVariance {
         let cluster = ctx
             .memo(key, || self.cluster(ctx))
             .unwrap_or_else(|| std::sync::Arc::new(self.cluster(ctx)));
-        let ClusterLoad { utils, s, q, .. } = &*cluster;
+        let ClusterLoad {
+            utils, caps, s, q, ..
+        } = &*cluster;
         let (s, q) = (*s, *q);
         let count = utils.len().max(1) as f64;
+        let amount = self.amount(pod);
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         let mut vars: Vec<f64> = Vec::with_capacity(nodes.len());
         for (j, n) in nodes.iter().enumerate() {
-            let digest = crate::resource_allocation::row(ctx, n, indices, j);
             let index = match indices {
                 Some(ix) => ix.get(j).copied(),
                 None => ctx.snapshot.position_of(n),
             };
-            let (u, in_snapshot) = match index.and_then(|i| utils.get(i)) {
-                Some(&u) => (u, true),
-                None => (self.utilisation(ctx, n, &digest), false),
-            };
-            let d = self.demand(pod, &digest);
-            let v = if in_snapshot {
-                variance_after(count, s, q, u, d)
-            } else {
-                // A node outside the snapshot joins the cluster for this comparison.
-                variance_after(count + 1.0, s + u, q + u * u, u, d)
+            let v = match index.and_then(|i| Some((*utils.get(i)?, *caps.get(i)?))) {
+                Some((u, cap)) => variance_after(count, s, q, u, demand(amount, cap)),
+                None => {
+                    // A node outside the snapshot joins the cluster for this comparison.
+                    let digest = ctx.digest(n);
+                    let u = self.utilisation(ctx, n, &digest);
+                    let d = demand(amount, util::capacity(&digest, self.kind));
+                    variance_after(count + 1.0, s + u, q + u * u, u, d)
+                }
             };
             lo = lo.min(v);
             hi = hi.max(v);
