@@ -12,8 +12,7 @@ use loadstar_framework::snapshot::{NodeView, PodInfo};
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE};
 
 use super::resource_allocation::{
-    self as ra, AllocationScore, AllocationStrategy, MAX_INLINE_RESOURCES, ResourceId,
-    ResourceSpec,
+    self as ra, AllocationScore, AllocationStrategy, MAX_INLINE_RESOURCES, ResourceId, ResourceSpec,
 };
 
 /// Plugin name.

@@ -485,7 +485,9 @@ impl EvictionPressure {
         match check_inputs(&PressureInputs::from(d), &self.thresholds) {
             Some(p) if p.taint_key() == MEMORY_PRESSURE_TAINT => NodeState::Memory,
             Some(_) => NodeState::Disk,
-            None => d.last_pressure_at.map_or(NodeState::Clear, NodeState::Since),
+            None => d
+                .last_pressure_at
+                .map_or(NodeState::Clear, NodeState::Since),
         }
     }
 }
@@ -565,7 +567,10 @@ mod tests {
         }
         // Under `fallback` the stale node passes; under `penalize` its pressure counts.
         let plain = CycleContext::new(&snap, 60, StalePolicy::Penalize);
-        assert_eq!(f.filter(&plain, &pod(1, 1), &snap.nodes[6]), Err(REASON_MEMORY.into()));
+        assert_eq!(
+            f.filter(&plain, &pod(1, 1), &snap.nodes[6]),
+            Err(REASON_MEMORY.into())
+        );
         assert_eq!(table.memos(), 2, "one memo per stale policy");
     }
 

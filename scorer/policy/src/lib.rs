@@ -64,32 +64,9 @@ mod tests {
         }
     }
 
-    /// Each node's verdict from [`FilterPlugin::filter_nodes`] over all of `ctx`'s nodes,
-    /// in node order, as [`FilterPlugin::filter`] gives it.
-    fn batch_verdicts(
-        plugin: &dyn loadstar_framework::FilterPlugin,
-        ctx: &loadstar_framework::CycleContext<'_>,
-        pod: &loadstar_framework::snapshot::PodInfo,
-    ) -> Vec<Result<(), loadstar_framework::Reason>> {
-        let state = plugin.prefilter(ctx, pod);
-        let mut passing: Vec<usize> = (0..ctx.snapshot.nodes.len()).collect();
-        let mut filtered = Vec::new();
-        plugin.filter_nodes(ctx, state.as_ref(), pod, &mut passing, &mut filtered);
-        let mut out = vec![Ok(()); ctx.snapshot.nodes.len()];
-        for f in filtered {
-            assert!(
-                !passing.contains(&f.index),
-                "node {} both kept and rejected",
-                f.index
-            );
-            assert_eq!(f.plugin, plugin.name());
-            out[f.index] = Err(f.reason);
-        }
-        out
-    }
-
     #[test]
     fn digest_rows_give_the_same_verdicts_and_track_edits() {
+        use loadstar_testkit::snapshot::batch_verdicts;
         use std::borrow::Cow;
 
         use loadstar_common::model::ResourceKind;

@@ -147,10 +147,7 @@ impl MinVariance {
             .iter()
             .map(|n| {
                 let d = ctx.digest(n);
-                (
-                    self.utilisation(ctx, n, &d),
-                    util::capacity(&d, self.kind),
-                )
+                (self.utilisation(ctx, n, &d), util::capacity(&d, self.kind))
             })
             .unzip();
         let (s, q) = sums(&utils);

@@ -14,6 +14,7 @@ use loadstar_framework::{
 };
 
 use super::taint_toleration::tolerates;
+use super::util::{RowCode, RowCodes, code_at};
 use crate::args::{NoArgs, PluginError, parse_args};
 
 /// Plugin name.
@@ -51,10 +52,10 @@ impl FilterPlugin for NodeReady {
     }
 
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-        self.verdict(pod, &ctx.digest(node))
+        Tolerated::of(pod).verdict(Readiness::code(&ctx.digest(node)))
     }
 
-    /// By index over the table's rows.
+    /// Over one byte per node ([`Readiness`]) memoised per digest table.
     fn filter_nodes(
         &self,
         ctx: &CycleContext<'_>,
@@ -63,24 +64,55 @@ impl FilterPlugin for NodeReady {
         nodes: &mut Vec<usize>,
         filtered: &mut Vec<FilteredNode>,
     ) {
+        let tolerated = Tolerated::of(pod);
+        let codes = RowCodes::<Readiness>::of(ctx);
         retain_passing(NAME, nodes, filtered, |i| {
-            self.verdict(pod, &ctx.digest_at(i))
+            tolerated.verdict(code_at(codes.as_deref(), ctx, i))
         });
     }
 }
 
-impl NodeReady {
-    fn verdict(&self, pod: &PodInfo, d: &NodeDigest) -> Result<(), Reason> {
+/// A node's readiness as one byte: bit 0 not ready, bit 1 cordoned (both 0 without
+/// Kubernetes facts).
+#[derive(Debug)]
+struct Readiness;
+
+const NOT_READY: u8 = 1;
+const CORDONED: u8 = 2;
+
+impl RowCode for Readiness {
+    fn code(d: &NodeDigest) -> u8 {
         if !d.has_kube {
-            return Ok(());
+            return 0;
         }
-        if !d.ready && !tolerates_key(pod, NOT_READY_TAINT) {
-            return Err(REASON_NOT_READY.into());
+        (u8::from(!d.ready) * NOT_READY) | (u8::from(d.unschedulable) * CORDONED)
+    }
+}
+
+/// Which of the filter's two taints the pod tolerates, as the bits it ignores.
+struct Tolerated {
+    rejecting: u8,
+}
+
+impl Tolerated {
+    fn of(pod: &PodInfo) -> Tolerated {
+        Tolerated {
+            rejecting: (u8::from(!tolerates_key(pod, NOT_READY_TAINT)) * NOT_READY)
+                | (u8::from(!tolerates_key(pod, UNSCHEDULABLE_TAINT)) * CORDONED),
         }
-        if d.unschedulable && !tolerates_key(pod, UNSCHEDULABLE_TAINT) {
-            return Err(REASON_UNSCHEDULABLE.into());
+    }
+
+    /// The verdict on a node of readiness `code`: not ready first, as upstream checks.
+    #[inline(always)]
+    fn verdict(&self, code: u8) -> Result<(), Reason> {
+        let failing = code & self.rejecting;
+        if failing == 0 {
+            Ok(())
+        } else if failing & NOT_READY != 0 {
+            Err(REASON_NOT_READY.into())
+        } else {
+            Err(REASON_UNSCHEDULABLE.into())
         }
-        Ok(())
     }
 }
 
@@ -89,6 +121,58 @@ mod tests {
     use super::*;
     use loadstar_framework::snapshot::Toleration;
     use loadstar_testkit::snapshot::*;
+
+    #[test]
+    fn batched_codes_give_the_node_by_node_verdicts() {
+        let not_ready = edit_kube(kube_node("b", 1000, GIB), |k| k.ready = false);
+        let cordoned = edit_kube(kube_node("c", 1000, GIB), |k| k.unschedulable = true);
+        let mut both = edit_kube(not_ready.clone(), |k| k.unschedulable = true);
+        both.name = "d".into();
+        let mut bare = both.clone();
+        bare.name = "e".into();
+        bare.kube = None;
+        let snap = snapshot(vec![
+            kube_node("a", 1000, GIB),
+            not_ready,
+            cordoned,
+            both,
+            bare,
+        ]);
+        let tolerating = |keys: &[&str]| {
+            let mut p = pod(100, MIB);
+            p.tolerations = keys
+                .iter()
+                .map(|k| Toleration {
+                    key: (*k).into(),
+                    exists: true,
+                    ..Default::default()
+                })
+                .collect();
+            p
+        };
+        for p in [
+            tolerating(&[]),
+            tolerating(&[NOT_READY_TAINT]),
+            tolerating(&[UNSCHEDULABLE_TAINT]),
+            tolerating(&[NOT_READY_TAINT, UNSCHEDULABLE_TAINT]),
+        ] {
+            assert_batch_agrees(
+                &NodeReady,
+                &snap,
+                &p,
+                loadstar_framework::StalePolicy::Fallback,
+            );
+        }
+        let plain = ctx(&snap);
+        assert_eq!(
+            NodeReady.filter(&plain, &tolerating(&[NOT_READY_TAINT]), &snap.nodes[3]),
+            Err(REASON_UNSCHEDULABLE.into())
+        );
+        assert_eq!(
+            NodeReady.filter(&plain, &tolerating(&[]), &snap.nodes[3]),
+            Err(REASON_NOT_READY.into())
+        );
+    }
 
     #[test]
     fn ready_schedulable_and_unknown_nodes_pass() {

@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo};
+use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo};
 use loadstar_framework::{
     CycleContext, FilterPlugin, FilteredNode, PreFilterState, REASON_SEPARATOR, Reason,
     retain_passing,
@@ -93,7 +93,9 @@ impl FilterPlugin for NodeResourcesFit {
         self.verdict(pod, node, &ctx.digest(node))
     }
 
-    /// By index over the table's rows.
+    /// Over the table's [`FitColumns`] (one 64-byte cell per node) when the pod asks only for
+    /// CPU, memory and ephemeral storage: most nodes fit, and only the others have their
+    /// reasons spelled out from their rows.
     fn filter_nodes(
         &self,
         ctx: &CycleContext<'_>,
@@ -102,9 +104,93 @@ impl FilterPlugin for NodeResourcesFit {
         nodes: &mut Vec<usize>,
         filtered: &mut Vec<FilteredNode>,
     ) {
-        retain_passing(NAME, nodes, filtered, |i| {
-            self.verdict(pod, &ctx.snapshot.nodes[i], &ctx.digest_at(i))
-        });
+        let req = &pod.requests;
+        let columns = (req.gpus == 0 && req.extended.is_empty())
+            .then(|| {
+                ctx.memo(0, || FitColumns {
+                    cells: ctx
+                        .snapshot
+                        .nodes
+                        .iter()
+                        .map(|n| FitCell::of(&ctx.digest(n)))
+                        .collect(),
+                })
+            })
+            .flatten();
+        let slow = |i: usize| self.verdict(pod, &ctx.snapshot.nodes[i], &ctx.digest_at(i));
+        match columns {
+            Some(c) => retain_passing(NAME, nodes, filtered, |i| match c.cells.get(i) {
+                Some(cell) if cell.fits(req) => Ok(()),
+                _ => slow(i),
+            }),
+            None => retain_passing(NAME, nodes, filtered, slow),
+        }
+    }
+}
+
+/// What the filter compares for a pod asking only for CPU, memory and ephemeral storage:
+/// the node's pod slots and (allocatable, requested) of each.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
+struct FitCell {
+    pod_count: i64,
+    allocatable_pods: i64,
+    cpu: (i64, i64),
+    memory: (i64, i64),
+    ephemeral: (i64, i64),
+}
+
+impl FitCell {
+    fn of(d: &NodeDigest) -> FitCell {
+        FitCell {
+            pod_count: d.pod_count,
+            allocatable_pods: d.allocatable_pods,
+            cpu: (d.allocatable_cpu_millis, d.requested_cpu_millis),
+            memory: (d.allocatable_memory_bytes, d.requested_memory_bytes),
+            ephemeral: (d.allocatable_ephemeral_bytes, d.requested_ephemeral_bytes),
+        }
+    }
+
+    /// Whether a pod of these requests (no GPUs, no extended resources) fits: the same
+    /// comparisons as [`NodeResourcesFit::verdict`], without its reasons.
+    #[inline(always)]
+    fn fits(&self, req: &loadstar_common::model::ResourceList) -> bool {
+        let short = |want: i64, (have, used): (i64, i64)| have < want.saturating_add(used);
+        let nothing =
+            req.cpu_millis == 0 && req.memory_bytes == 0 && req.ephemeral_storage_bytes == 0;
+        self.pod_count < self.allocatable_pods
+            && (nothing
+                || !(short(req.cpu_millis, self.cpu)
+                    || short(req.memory_bytes, self.memory)
+                    || short(req.ephemeral_storage_bytes, self.ephemeral)))
+    }
+}
+
+/// Every node's [`FitCell`], in `nodes` order, built once per digest table.
+#[derive(Debug)]
+struct FitColumns {
+    cells: Vec<FitCell>,
+}
+
+impl Memo for FitColumns {
+    /// The scheduler assumed a pod on one node: its cell is taken from its new row.
+    fn patch(
+        &mut self,
+        index: usize,
+        row: &NodeDigest,
+        _node: &NodeView,
+        snapshot: &ClusterSnapshot,
+    ) -> bool {
+        if self.cells.len() != snapshot.nodes.len() {
+            return false;
+        }
+        match self.cells.get_mut(index) {
+            Some(c) => {
+                *c = FitCell::of(row);
+                true
+            }
+            None => false,
+        }
     }
 }
 

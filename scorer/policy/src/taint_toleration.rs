@@ -9,12 +9,13 @@
 //!   reverse like upstream's `DefaultNormalizeScore(100, reverse=true)`: `100 − 100·c/max`
 //!   with integer division, all 100 when no node has such a taint. Nodes without Kubernetes
 //!   facts have no taints.
-use loadstar_framework::snapshot::{NodeView, PodInfo, Taint, TaintEffect, Toleration};
+use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo, Taint, TaintEffect, Toleration};
 use loadstar_framework::{
     CycleContext, FilterPlugin, FilteredNode, MAX_NODE_SCORE, PreFilterState, Reason, ScorePlugin,
     retain_passing,
 };
 
+use super::util::{RowCode, RowCodes, code_at};
 use crate::args::{NoArgs, PluginError, parse_args};
 
 /// Plugin name.
@@ -76,7 +77,7 @@ impl FilterPlugin for TaintToleration {
         untolerated(pod, node)
     }
 
-    /// By index over the table's rows: only nodes with taints open their view.
+    /// Over one byte per node ([`Tainted`]) memoised per digest table.
     fn filter_nodes(
         &self,
         ctx: &CycleContext<'_>,
@@ -85,13 +86,24 @@ impl FilterPlugin for TaintToleration {
         nodes: &mut Vec<usize>,
         filtered: &mut Vec<FilteredNode>,
     ) {
+        let codes = RowCodes::<Tainted>::of(ctx);
         retain_passing(NAME, nodes, filtered, |i| {
-            if ctx.digest_at(i).has_taints {
+            if code_at(codes.as_deref(), ctx, i) != 0 {
                 untolerated(pod, &ctx.snapshot.nodes[i])
             } else {
                 Ok(())
             }
         });
+    }
+}
+
+/// Whether the node has taints (1) or not (0): only nodes with taints open their view.
+#[derive(Debug)]
+struct Tainted;
+
+impl RowCode for Tainted {
+    fn code(d: &NodeDigest) -> u8 {
+        u8::from(d.has_taints)
     }
 }
 
@@ -123,7 +135,7 @@ impl ScorePlugin for TaintToleration {
         Self::normalize(out);
     }
 
-    /// By index over the table's rows: only nodes with taints open their view.
+    /// Over one byte per node ([`Tainted`]) memoised per digest table.
     fn score_indexed(
         &self,
         ctx: &CycleContext<'_>,
@@ -132,8 +144,9 @@ impl ScorePlugin for TaintToleration {
         indices: &[usize],
         out: &mut [i64],
     ) {
+        let codes = RowCodes::<Tainted>::of(ctx);
         for ((o, n), &i) in out.iter_mut().zip(nodes).zip(indices) {
-            *o = if ctx.digest_at(i).has_taints {
+            *o = if code_at(codes.as_deref(), ctx, i) != 0 {
                 Self::intolerable_prefer_count(pod, n)
             } else {
                 0

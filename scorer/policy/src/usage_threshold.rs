@@ -194,20 +194,31 @@ impl FilterPlugin for UsageThreshold {
             .unwrap_or_else(|| PodEstimate::of(pod, &self.args));
         let columns = ctx.memo(self.columns_key(ctx), || self.columns(ctx));
         let k = self.checks.len();
-        let mut amounts = [0.0; 6];
-        for (a, (kind, _, _)) in amounts.iter_mut().zip(&self.checks) {
+        let (mut amounts, mut limits) = ([0.0; 6], [0.0; 6]);
+        for ((a, l), (kind, limit, _)) in amounts.iter_mut().zip(&mut limits).zip(&self.checks) {
             *a = estimate.amount(*kind);
+            *l = *limit;
         }
         retain_passing(NAME, nodes, filtered, |index| {
             match columns
                 .as_deref()
                 .and_then(|c| c.cells.get(index * k..index * k + k))
             {
+                // Most nodes pass: compare first, spell the reasons out only for the others.
+                Some(cells) if !cells.iter().zip(amounts).zip(limits).any(above) => Ok(()),
                 Some(cells) => self.verdict(cells.iter().copied().zip(amounts)),
                 None => self.check(ctx, &estimate, &ctx.snapshot.nodes[index]),
             }
         });
     }
+}
+
+/// Whether a node whose cell is (utilisation, capacity) is above `limit` with `amount` more:
+/// the utilisation plus the amount over the capacity (0 without capacity) exceeds it.
+#[inline(always)]
+fn above(((&(current, cap), amount), limit): ((&Cell, f64), f64)) -> bool {
+    let add = if cap > 0.0 { amount / cap } else { 0.0 };
+    current + add > limit
 }
 
 /// What [`UsageThreshold`] compares for every node of a digest table, per configured
@@ -311,15 +322,15 @@ impl UsageThreshold {
         }))
     }
 
-    /// The verdict from each configured resource's cell and the pod's amount, in
+    /// The verdict from each configured resource's cell and the pod's amount ([`above`]
+    /// each), in
     /// [`UsageThreshold::checks`] order: above the threshold when the utilisation plus the
     /// amount over the capacity (0 without capacity) exceeds it.
     #[inline]
     fn verdict(&self, cells: impl Iterator<Item = (Cell, f64)>) -> Result<(), Reason> {
         let mut failed: Option<Reason> = None;
-        for (((current, cap), amount), (_, limit, reason)) in cells.zip(&self.checks) {
-            let add = if cap > 0.0 { amount / cap } else { 0.0 };
-            if current + add > *limit {
+        for ((cell, amount), (_, limit, reason)) in cells.zip(&self.checks) {
+            if above(((&cell, amount), *limit)) {
                 match &mut failed {
                     Some(s) => {
                         let s = s.to_mut();

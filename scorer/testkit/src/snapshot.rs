@@ -181,16 +181,95 @@ pub fn feasible_names(
     names
 }
 
-/// Scores every node of the snapshot (in name order).
+/// Scores every node of the snapshot (in name order), and asserts the scores are the same
+/// by index over the snapshot's digest table, as evaluation scores (twice: the second pass
+/// reads what the first memoised).
 pub fn score_all(plugin: &dyn ScorePlugin, snap: &ClusterSnapshot, pod: &PodInfo) -> Vec<i64> {
     let nodes: Vec<&NodeView> = snap.nodes.iter().collect();
     let mut out = vec![-1; nodes.len()];
-    plugin.score(&ctx(snap), pod, &nodes, &mut out);
+    let plain = ctx(snap);
+    plugin.score(&plain, pod, &nodes, &mut out);
+    let table = snap.digests(60);
+    let mut buf = Vec::new();
+    let checked = CycleContext {
+        digests: Some(&table),
+        current: Some(table.current_rows(&snap.nodes, &mut buf)),
+        ..plain
+    };
+    let all: Vec<usize> = (0..nodes.len()).collect();
+    for _ in 0..2 {
+        let mut indexed = vec![-1; nodes.len()];
+        plugin.score_indexed(&checked, pod, &nodes, &all, &mut indexed);
+        assert_eq!(indexed, out, "{} by index", plugin.name());
+    }
     out
 }
 
-/// Runs a filter on one node alone.
+/// Each node's verdict from [`FilterPlugin::filter_nodes`] over all of `ctx`'s nodes, in
+/// node order, as [`FilterPlugin::filter`] gives it.
+pub fn batch_verdicts(
+    plugin: &dyn FilterPlugin,
+    ctx: &CycleContext<'_>,
+    pod: &PodInfo,
+) -> Vec<Result<(), Reason>> {
+    let state = plugin.prefilter(ctx, pod);
+    let mut passing: Vec<usize> = (0..ctx.snapshot.nodes.len()).collect();
+    let mut filtered = Vec::new();
+    plugin.filter_nodes(ctx, state.as_ref(), pod, &mut passing, &mut filtered);
+    let mut out = vec![Ok(()); ctx.snapshot.nodes.len()];
+    for f in filtered {
+        assert!(
+            !passing.contains(&f.index),
+            "node {} both kept and rejected",
+            f.index
+        );
+        assert_eq!(f.plugin, plugin.name());
+        out[f.index] = Err(f.reason);
+    }
+    out
+}
+
+/// Asserts that `plugin` gives each node of `snap` the same verdict for `pod` node by node
+/// without a digest table as batched the way evaluation runs it: over the table with its
+/// rows checked once, twice (the second pass reads what the first memoised).
+pub fn assert_batch_agrees(
+    plugin: &dyn FilterPlugin,
+    snap: &ClusterSnapshot,
+    pod: &PodInfo,
+    policy: StalePolicy,
+) {
+    let plain = ctx_with(snap, policy);
+    let want: Vec<_> = snap
+        .nodes
+        .iter()
+        .map(|n| plugin.filter(&plain, pod, n))
+        .collect();
+    let table = snap.digests(60);
+    let mut buf = Vec::new();
+    let checked = CycleContext {
+        digests: Some(&table),
+        current: Some(table.current_rows(&snap.nodes, &mut buf)),
+        ..plain
+    };
+    for _ in 0..2 {
+        assert_eq!(
+            batch_verdicts(plugin, &checked, pod),
+            want,
+            "{} batched",
+            plugin.name()
+        );
+    }
+    assert_eq!(
+        batch_verdicts(plugin, &plain, pod),
+        want,
+        "{} without a table",
+        plugin.name()
+    );
+}
+
+/// Runs a filter on one node alone (and asserts [`assert_batch_agrees`] on it).
 pub fn filter_one(plugin: &dyn FilterPlugin, node: NodeView, pod: &PodInfo) -> Result<(), Reason> {
     let snap = snapshot(vec![node]);
+    assert_batch_agrees(plugin, &snap, pod, StalePolicy::Fallback);
     plugin.filter(&ctx(&snap), pod, &snap.nodes[0])
 }
