@@ -30,6 +30,10 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         &["tonic", "prost", "tokio", "kube", "axum", "plotters"],
     ),
     (
+        "loadstar-parity",
+        &["tonic", "prost", "tokio", "kube", "axum", "plotters"],
+    ),
+    (
         "loadstar-policy",
         &["tonic", "prost", "tokio", "kube", "axum", "plotters"],
     ),

@@ -618,8 +618,10 @@ struct Scratch {
     /// Always empty here: only its allocation is kept (see [`Scratch::emptied`]).
     feasible: Vec<&'static NodeView>,
     feasible_idx: Vec<usize>,
-    /// Score columns, one per plugin.
-    scores: Vec<i64>,
+    /// One plugin's scores.
+    column: Vec<i64>,
+    /// Every plugin's clamped scores (0–100), plugin after plugin.
+    kept: Vec<u8>,
     order: Vec<(f64, usize, u32)>,
     /// [`CycleContext::current`].
     current: Vec<bool>,
@@ -656,6 +658,10 @@ impl Scratch {
         v.into_iter().filter_map(|_| None).collect()
     }
 }
+
+/// Up to this many best nodes are selected in one streaming pass ([`Profile::evaluate`]);
+/// more are selected by partitioning every feasible node.
+const STREAMED_LIMIT: usize = 64;
 
 /// Whether the pod mounts a volume counted against the attach limit of `kind`.
 fn attaches(pod: &PodInfo, kind: AttachKind) -> bool {
@@ -801,34 +807,31 @@ impl Profile {
         scratch.passing = passing;
         let filtered_at = std::time::Instant::now();
         let n = feasible.len();
-        // One column of `n` scores per plugin, plugin after plugin.
-        let mut columns = std::mem::take(&mut scratch.scores);
-        columns.clear();
-        columns.resize(n * self.scores.len(), 0);
-        if n > 0 {
-            for ((plugin, _), out) in self.scores.iter().zip(columns.chunks_exact_mut(n)) {
-                plugin.score_indexed(&ctx, pod, &feasible, &feasible_idx, out);
-                for s in out {
-                    *s = (*s).clamp(0, MAX_NODE_SCORE);
-                }
-            }
-        }
-        let per_plugin = || columns.chunks_exact(n.max(1));
-        let weight_sum: i64 = self.scores.iter().map(|(_, w)| *w).sum();
-        // (total, feasible position, random tie-break key): upstream picks uniformly among
-        // equal best scores. Breakdowns are only built for the nodes returned.
-        let mut order = std::mem::take(&mut scratch.order);
-        order.clear();
-        // Weighted sums column by column (contiguous, vectorised), not node by node.
+        // Plugin after plugin: its column of `n` scores (one buffer, reused), clamped and
+        // added to the weighted sums at once, and kept as bytes (0–100) for the breakdowns
+        // of the nodes returned.
+        let mut column = std::mem::take(&mut scratch.column);
+        let mut kept = std::mem::take(&mut scratch.kept);
+        kept.clear();
+        kept.resize(n * self.scores.len(), 0);
         let mut weighted = std::mem::take(&mut scratch.weighted);
         weighted.clear();
         weighted.resize(n, 0);
-        for ((_, w), column) in self.scores.iter().zip(per_plugin()) {
-            for (t, s) in weighted.iter_mut().zip(column) {
-                *t += w * s;
+        if n > 0 {
+            for ((plugin, w), bytes) in self.scores.iter().zip(kept.chunks_exact_mut(n)) {
+                column.clear();
+                column.resize(n, 0);
+                plugin.score_indexed(&ctx, pod, &feasible, &feasible_idx, &mut column);
+                for ((t, s), b) in weighted.iter_mut().zip(&column).zip(bytes) {
+                    let s = (*s).clamp(0, MAX_NODE_SCORE);
+                    *b = s as u8;
+                    *t += w * s;
+                }
             }
         }
-        order.extend(weighted.iter().enumerate().map(|(j, &weighted)| {
+        let per_plugin = || kept.chunks_exact(n.max(1));
+        let weight_sum: i64 = self.scores.iter().map(|(_, w)| *w).sum();
+        let total_of = |j: usize, weighted: i64| {
             let mut total = if weight_sum > 0 {
                 weighted as f64 / weight_sum as f64
             } else {
@@ -837,15 +840,50 @@ impl Profile {
             if self.stale_policy == StalePolicy::Penalize && feasible[j].stale {
                 total *= self.stale_penalty;
             }
-            (total, j, rng.random::<u32>())
-        }));
+            total
+        };
+        // (total, feasible position, random tie-break key): upstream picks uniformly among
+        // equal best scores. Breakdowns are only built for the nodes returned.
+        let mut order = std::mem::take(&mut scratch.order);
+        order.clear();
         let cmp =
             |a: &(f64, usize, u32), b: &(f64, usize, u32)| b.0.total_cmp(&a.0).then(a.2.cmp(&b.2));
-        if limit > 0 && limit < order.len() {
-            order.select_nth_unstable_by(limit - 1, cmp);
-            order.truncate(limit);
+        if limit > 0 && limit <= STREAMED_LIMIT && limit < n {
+            // The best `limit` in one pass, kept sorted. A node's tie-break key is drawn only
+            // when it is compared: a node below the worst kept total can never be returned,
+            // and keys are independent, so drawing them late picks among ties as uniformly as
+            // drawing one per node up front.
+            for (j, &w) in weighted.iter().enumerate() {
+                let total = total_of(j, w);
+                if order.len() == limit
+                    && order
+                        .last()
+                        .is_some_and(|worst| total.total_cmp(&worst.0).is_lt())
+                {
+                    continue;
+                }
+                let entry = (total, j, rng.random::<u32>());
+                let at = order.partition_point(|e| cmp(e, &entry).is_le());
+                if at < limit {
+                    if order.len() == limit {
+                        order.pop();
+                    }
+                    order.insert(at, entry);
+                }
+            }
+        } else {
+            order.extend(
+                weighted
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &w)| (total_of(j, w), j, rng.random::<u32>())),
+            );
+            if limit > 0 && limit < order.len() {
+                order.select_nth_unstable_by(limit - 1, cmp);
+                order.truncate(limit);
+            }
+            order.sort_unstable_by(cmp);
         }
-        order.sort_unstable_by(cmp);
         let ranked = order
             .iter()
             .map(|&(total, j, _)| RankedNode {
@@ -855,14 +893,15 @@ impl Profile {
                     .scores
                     .iter()
                     .zip(per_plugin())
-                    .map(|((p, w), s)| (p.name(), s[j], *w))
+                    .map(|((p, w), s)| (p.name(), i64::from(s[j]), *w))
                     .collect(),
                 stale: feasible[j].stale,
             })
             .collect();
         scratch.feasible = Scratch::emptied(feasible);
         scratch.feasible_idx = feasible_idx;
-        scratch.scores = columns;
+        scratch.column = column;
+        scratch.kept = kept;
         scratch.order = order;
         scratch.weighted = weighted;
         let evaluated = indices.len();
@@ -1038,7 +1077,9 @@ mod tests {
             kept.feasible.capacity(),
             kept.order.capacity()
         );
-        assert!(kept.scores.capacity() >= 2 * 59 && kept.all.len() == 60);
+        assert!(
+            kept.kept.capacity() >= 2 * 59 && kept.column.capacity() >= 59 && kept.all.len() == 60
+        );
     }
 
     proptest::proptest! {

@@ -27,11 +27,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_norway::Value;
 
-use crate::args::PluginError;
 use crate::eviction::{self, EvictionArgs, EvictionThresholds};
 use crate::inflight::InflightArgs;
 use loadstar_framework::preemption::PreemptionArgs;
 use loadstar_framework::{FilterPlugin, Profile, ScorePlugin, StalePolicy};
+use loadstar_parity::args::PluginError;
 
 /// The embedded default configuration.
 pub const DEFAULT_CONFIG_YAML: &str = include_str!("default-config.yaml");

@@ -24,10 +24,10 @@ use loadstar_framework::{
     CycleContext, FilterPlugin, FilteredNode, PreFilterState, Reason, StalePolicy, retain_passing,
 };
 
-use super::taint_toleration::tolerates;
 use super::util;
-use crate::args::{PluginError, parse_args};
 use loadstar_common::quantity;
+use loadstar_parity::args::{PluginError, parse_args};
+use loadstar_parity::taint_toleration::tolerates;
 
 /// Plugin name.
 pub const NAME: &str = "EvictionPressure";

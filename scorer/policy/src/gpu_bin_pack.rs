@@ -22,7 +22,7 @@ use loadstar_framework::snapshot::{NodeView, PodInfo};
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE, ScorePlugin};
 
 use super::util;
-use crate::args::{PluginError, args_to_yaml, parse_args};
+use loadstar_parity::args::{PluginError, args_to_yaml, parse_args};
 
 /// Plugin name.
 pub const NAME: &str = "GpuBinPack";

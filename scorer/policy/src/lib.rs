@@ -1,5 +1,6 @@
-//! Filter and score plugins (one file per policy) and the registry that builds them by name
-//! from a profile's config.
+//! Loadstar's load-aware filter and score plugins (one file per policy), the registry that
+//! builds every plugin by name (these and kube-scheduler's, from `loadstar-parity`) from a
+//! profile's config, and profiles from YAML.
 //!
 //! Every plugin is a pure function of the [`CycleContext`](loadstar_framework::CycleContext)'s
 //! snapshot and the pod: no I/O, no clocks except the eviction filter's transition period.
@@ -10,36 +11,27 @@
 //! Load comes from [`CycleContext::usage`](loadstar_framework::CycleContext::usage) (the
 //! profile's window plus in-flight estimates); when it is `None` (no agent, or stale under
 //! the `fallback` policy) each load-aware plugin falls back to requests as documented on it.
-pub mod args;
-pub mod balanced_allocation;
+// kube-scheduler's plugins live in `loadstar-parity`; re-exported under this crate's paths.
+pub use loadstar_parity::{
+    args, balanced_allocation, inter_pod_affinity, least_allocated, most_allocated, node_affinity,
+    node_ports, node_ready, node_resources_fit, node_volume_limits, pod_topology_spread,
+    resource_allocation, selector_spread, taint_toleration, volume_binding, volume_restrictions,
+    volume_zone,
+};
+
 pub mod config;
 pub mod eviction;
 pub mod gpu_bin_pack;
 pub mod inflight;
-pub mod inter_pod_affinity;
-pub mod least_allocated;
 pub mod load_aware_scheduling;
 pub mod load_ratio;
 pub mod load_variation_risk_balancing;
 pub mod min_variance;
-pub mod most_allocated;
-pub mod node_affinity;
-pub mod node_ports;
-pub mod node_ready;
-pub mod node_resources_fit;
-pub mod node_volume_limits;
-pub mod pod_topology_spread;
 pub mod profiles;
 pub mod registry;
-pub mod resource_allocation;
-pub mod selector_spread;
-pub mod taint_toleration;
 pub mod target_load_packing;
 pub mod usage_threshold;
 pub mod util;
-pub mod volume_binding;
-pub mod volume_restrictions;
-pub mod volume_zone;
 
 pub use args::{NoArgs, PluginError};
 pub use registry::{FILTER_NAMES, SCORE_NAMES, build_filter, build_score};

@@ -35,7 +35,7 @@ use loadstar_common::model::ResourceKind;
 use loadstar_framework::snapshot::{NodeView, PodInfo};
 use loadstar_framework::{CycleContext, FilterPlugin, MAX_NODE_SCORE, Reason, ScorePlugin};
 
-use crate::args::{PluginError, args_to_yaml, parse_args};
+use loadstar_parity::args::{PluginError, args_to_yaml, parse_args};
 
 /// Plugin name (Koordinator's).
 pub const NAME: &str = "LoadAwareScheduling";

@@ -24,7 +24,7 @@ use loadstar_framework::snapshot::{Memo, NodeView, PodInfo};
 use loadstar_framework::{CycleContext, ScorePlugin};
 
 use super::util::{self, Statistic};
-use crate::args::{PluginError, args_to_yaml, parse_args};
+use loadstar_parity::args::{PluginError, args_to_yaml, parse_args};
 
 /// Plugin name.
 pub const NAME: &str = "LoadRatio";

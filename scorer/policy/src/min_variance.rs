@@ -19,7 +19,7 @@ use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView, 
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE, ScorePlugin, StalePolicy};
 
 use super::util::{self, Statistic};
-use crate::args::{PluginError, args_to_yaml, parse_args};
+use loadstar_parity::args::{PluginError, args_to_yaml, parse_args};
 
 /// Plugin name.
 pub const NAME: &str = "MinVariance";

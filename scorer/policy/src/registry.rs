@@ -1,13 +1,15 @@
 //! The plugin registry: every filter and score plugin by name, built from its YAML `args`.
 use loadstar_framework::{FilterPlugin, ScorePlugin};
 
-use crate::args::PluginError;
 use crate::{
-    balanced_allocation, eviction, gpu_bin_pack, inter_pod_affinity, least_allocated,
-    load_aware_scheduling, load_ratio, load_variation_risk_balancing, min_variance, most_allocated,
-    node_affinity, node_ports, node_ready, node_resources_fit, node_volume_limits,
-    pod_topology_spread, selector_spread, taint_toleration, target_load_packing, usage_threshold,
-    volume_binding, volume_restrictions, volume_zone,
+    eviction, gpu_bin_pack, load_aware_scheduling, load_ratio, load_variation_risk_balancing,
+    min_variance, target_load_packing, usage_threshold,
+};
+use loadstar_parity::args::PluginError;
+use loadstar_parity::{
+    balanced_allocation, inter_pod_affinity, least_allocated, most_allocated, node_affinity,
+    node_ports, node_ready, node_resources_fit, node_volume_limits, pod_topology_spread,
+    selector_spread, taint_toleration, volume_binding, volume_restrictions, volume_zone,
 };
 
 /// Names of the filter plugins [`build_filter`] knows, in the order a profile usually runs

@@ -26,7 +26,7 @@ use loadstar_framework::snapshot::{DEFAULT_NONZERO_CPU_MILLIS, NodeView, PodInfo
 use loadstar_framework::{CycleContext, ScorePlugin};
 
 use super::util;
-use crate::args::{PluginError, args_to_yaml, parse_args};
+use loadstar_parity::args::{PluginError, args_to_yaml, parse_args};
 
 /// Plugin name.
 pub const NAME: &str = "TargetLoadPacking";

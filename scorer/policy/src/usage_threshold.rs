@@ -26,7 +26,7 @@ use loadstar_framework::{
 
 use super::inflight::{InflightArgs, estimate};
 use super::util::{self, Statistic};
-use crate::args::{PluginError, parse_args};
+use loadstar_parity::args::{PluginError, parse_args};
 
 /// Plugin name.
 pub const NAME: &str = "UsageThreshold";

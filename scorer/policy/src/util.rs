@@ -1,7 +1,6 @@
 //! Helpers the plugins share: capacities and request-based fallbacks per resource kind, the
-//! window statistic a plugin reads, one-byte per-node codes memoised per digest table, and
-//! serde adapters for Kubernetes quantities, percentages and Go-style durations in plugin
-//! arguments.
+//! window statistic a plugin reads, and serde adapters for Kubernetes quantities,
+//! percentages and Go-style durations in plugin arguments.
 use std::time::Duration;
 
 use loadstar_common::model::ResourceKind;
@@ -9,7 +8,7 @@ use loadstar_common::quantity;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use loadstar_framework::CycleContext;
-use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo, Usage};
+use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo, Usage};
 
 /// Which statistic of a node's window a plugin reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -278,71 +277,5 @@ mod tests {
         assert_eq!(parse_percent("5"), Ok(0.05));
         assert!(parse_percent("110%").is_err());
         assert!(parse_percent("ten").is_err());
-    }
-}
-
-/// A one-byte summary of a node's row that a plugin's verdict reads (flags, a state), kept
-/// for every node of a digest table as [`RowCodes`].
-pub trait RowCode: Send + Sync + std::fmt::Debug + 'static {
-    /// The code of the node whose row is `d`.
-    fn code(d: &NodeDigest) -> u8;
-}
-
-/// [`RowCode::code`] of every node, in `nodes` order: built once per digest table
-/// ([`CycleContext::memo`]) and patched with the row, so a pass reads one byte per node
-/// instead of the row's line.
-#[derive(Debug)]
-pub struct RowCodes<C> {
-    codes: Vec<u8>,
-    code: std::marker::PhantomData<fn() -> C>,
-}
-
-impl<C: RowCode> Memo for RowCodes<C> {
-    /// The scheduler assumed a pod on one node: its code is computed again from its row.
-    fn patch(
-        &mut self,
-        index: usize,
-        row: &NodeDigest,
-        _node: &NodeView,
-        snapshot: &ClusterSnapshot,
-    ) -> bool {
-        if self.codes.len() != snapshot.nodes.len() {
-            return false;
-        }
-        match self.codes.get_mut(index) {
-            Some(c) => {
-                *c = C::code(row);
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-impl<C: RowCode> RowCodes<C> {
-    /// The cycle's codes, when its table has every row current.
-    pub fn of(ctx: &CycleContext<'_>) -> Option<std::sync::Arc<RowCodes<C>>> {
-        ctx.memo(0, || RowCodes {
-            codes: ctx
-                .snapshot
-                .nodes
-                .iter()
-                .map(|n| C::code(&ctx.digest(n)))
-                .collect(),
-            code: std::marker::PhantomData,
-        })
-    }
-}
-
-/// The code of the snapshot's node `index`: from `codes` when given, else from its row.
-#[inline(always)]
-pub fn code_at<C: RowCode>(
-    codes: Option<&RowCodes<C>>,
-    ctx: &CycleContext<'_>,
-    index: usize,
-) -> u8 {
-    match codes.and_then(|c| c.codes.get(index)) {
-        Some(&c) => c,
-        None => C::code(&ctx.digest_at(index)),
     }
 }

@@ -13,9 +13,9 @@ use loadstar_framework::{
     CycleContext, FilterPlugin, FilteredNode, PreFilterState, Reason, retain_passing,
 };
 
-use super::taint_toleration::tolerates;
-use super::util::{RowCode, RowCodes, code_at};
 use crate::args::{NoArgs, PluginError, parse_args};
+use crate::rows::{RowCode, RowCodes, code_at};
+use crate::taint_toleration::tolerates;
 
 /// Plugin name.
 pub const NAME: &str = "NodeReady";

@@ -6,7 +6,7 @@
 //! rules as [`super::resource_allocation`]. Requests only.
 use loadstar_framework::MAX_NODE_SCORE;
 
-use super::resource_allocation::{AllocationScore, WeightedStrategy};
+use crate::resource_allocation::{AllocationScore, WeightedStrategy};
 
 /// Plugin name.
 pub const NAME: &str = "MostAllocated";

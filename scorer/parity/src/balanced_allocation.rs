@@ -11,7 +11,7 @@
 use loadstar_framework::snapshot::{NodeView, PodInfo};
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE};
 
-use super::resource_allocation::{
+use crate::resource_allocation::{
     self as ra, AllocationScore, AllocationStrategy, MAX_INLINE_RESOURCES, ResourceId, ResourceSpec,
 };
 

@@ -15,8 +15,8 @@ use loadstar_framework::{
     retain_passing,
 };
 
-use super::util::{RowCode, RowCodes, code_at};
 use crate::args::{NoArgs, PluginError, parse_args};
+use crate::rows::{RowCode, RowCodes, code_at};
 
 /// Plugin name.
 pub const NAME: &str = "TaintToleration";

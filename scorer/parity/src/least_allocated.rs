@@ -7,7 +7,7 @@
 //! CPU/memory use the non-zero defaults 100m / 200Mi). Requests only: load plays no part.
 use loadstar_framework::MAX_NODE_SCORE;
 
-use super::resource_allocation::{AllocationScore, WeightedStrategy};
+use crate::resource_allocation::{AllocationScore, WeightedStrategy};
 
 /// Plugin name.
 pub const NAME: &str = "LeastAllocated";
