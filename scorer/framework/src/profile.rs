@@ -822,9 +822,13 @@ impl Profile {
                 column.clear();
                 column.resize(n, 0);
                 plugin.score_indexed(&ctx, pod, &feasible, &feasible_idx, &mut column);
-                for ((t, s), b) in weighted.iter_mut().zip(&column).zip(bytes) {
-                    let s = (*s).clamp(0, MAX_NODE_SCORE);
-                    *b = s as u8;
+                // Two simple loops (each vectorises), not one with three streams.
+                for (s, b) in column.iter_mut().zip(bytes) {
+                    *s = (*s).clamp(0, MAX_NODE_SCORE);
+                    *b = *s as u8;
+                }
+                let w = *w;
+                for (t, s) in weighted.iter_mut().zip(&column) {
                     *t += w * s;
                 }
             }

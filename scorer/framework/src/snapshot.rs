@@ -928,6 +928,8 @@ pub struct AntiAffinityIndex {
     /// that node's [`NodeAllocation::pods`](NodeAllocation::pods)).
     pub terms: Vec<(AffinityTerm, Vec<(u32, u32)>)>,
     covered: Vec<bool>,
+    /// How many nodes `covered` leaves out.
+    uncovered: usize,
 }
 
 impl AntiAffinityIndex {
@@ -959,7 +961,30 @@ impl AntiAffinityIndex {
                 }
             }
         }
-        AntiAffinityIndex { terms, covered }
+        let uncovered = covered.iter().filter(|c| !**c).count();
+        AntiAffinityIndex {
+            terms,
+            covered,
+            uncovered,
+        }
+    }
+
+    /// Whether the index covers every node of the snapshot it was built for.
+    pub fn covers_all(&self) -> bool {
+        self.uncovered == 0
+    }
+
+    /// How many nodes the index was built over.
+    pub fn covered_len(&self) -> usize {
+        self.covered.len()
+    }
+
+    /// The nodes it does not cover, in order.
+    pub fn uncovered(&self) -> impl Iterator<Item = usize> + '_ {
+        self.covered
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| (!*c).then_some(i))
     }
 
     /// Whether the node at `index` was covered when the index was built (its entries, if
@@ -970,8 +995,11 @@ impl AntiAffinityIndex {
 
     /// Stops covering the node at `index` (its pods changed after the index was built).
     pub fn uncover(&mut self, index: usize) {
-        if let Some(c) = self.covered.get_mut(index) {
+        if let Some(c) = self.covered.get_mut(index)
+            && *c
+        {
             *c = false;
+            self.uncovered += 1;
         }
     }
 }

@@ -28,7 +28,9 @@
 //! labels.
 use std::collections::{BTreeMap, HashMap};
 
-use loadstar_framework::snapshot::{AffinityTerm, AntiAffinityIndex, NodeView, PodInfo, PodOnNode};
+use loadstar_framework::snapshot::{
+    AffinityTerm, AntiAffinityIndex, NodeDigest, NodeView, PodInfo, PodOnNode,
+};
 use loadstar_framework::{
     CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, REASON_SEPARATOR, Reason,
     ScorePlugin,
@@ -36,6 +38,7 @@ use loadstar_framework::{
 use serde::{Deserialize, Serialize};
 
 use crate::args::{PluginError, args_to_yaml, parse_args};
+use crate::rows::{RowCode, RowCodes, code_at};
 
 /// Plugin name.
 pub const NAME: &str = "InterPodAffinity";
@@ -145,9 +148,28 @@ fn apply_pod(
 /// `false` only when the cycle's digest row for it (still current) counts none, so the
 /// node's pods are never loaded. Most nodes of a cluster have none, and reading each one's
 /// pod list is a cluster-wide pass's main cost.
-fn may_hold_scoring_terms(ctx: &CycleContext<'_>, index: usize) -> bool {
-    ctx.row_at(index)
-        .is_none_or(|r| r.pods_with_scoring_affinity > 0)
+fn may_hold_scoring_terms(
+    ctx: &CycleContext<'_>,
+    codes: Option<&RowCodes<ScoringHolder>>,
+    index: usize,
+) -> bool {
+    match codes {
+        Some(_) => code_at(codes, ctx, index) != 0,
+        None => ctx
+            .row_at(index)
+            .is_none_or(|r| r.pods_with_scoring_affinity > 0),
+    }
+}
+
+/// Whether the node holds pods with terms that score other pods (1) or not (0), memoised
+/// per table: a pod without preferred terms of its own reads only the nodes that do.
+#[derive(Debug)]
+struct ScoringHolder;
+
+impl RowCode for ScoringHolder {
+    fn code(d: &NodeDigest) -> u8 {
+        u8::from(d.pods_with_scoring_affinity > 0)
+    }
 }
 
 /// Whether `pod` has required (anti-)affinity terms of its own: then every existing pod may
@@ -232,6 +254,16 @@ fn existing_anti_state(
                 1,
             );
         }
+    }
+    // Every row is current: only the nodes the index leaves out are read directly (none
+    // until the scheduler assumes a pod somewhere).
+    if index.covered_len() == nodes.len() && ctx.current.is_some_and(|c| c.all()) {
+        if !index.covers_all() {
+            for n in index.uncovered() {
+                add_node(&mut s, pod, &nodes[n], false);
+            }
+        }
+        return s;
     }
     for (n, node) in nodes.iter().enumerate() {
         if !current(ctx, index, n) {
@@ -349,9 +381,15 @@ impl InterPodAffinity {
         let mut add = |key: &str, l: &BTreeMap<String, String>, w: i64| {
             add_to_pair(&mut m, key, l, w);
         };
+        let codes = if preferred {
+            None
+        } else {
+            RowCodes::<ScoringHolder>::of(ctx)
+        };
         for (index, node) in ctx.snapshot.nodes.iter().enumerate() {
             if !preferred
-                && (!may_hold_scoring_terms(ctx, index) || node.alloc.pods_with_affinity == 0)
+                && (!may_hold_scoring_terms(ctx, codes.as_deref(), index)
+                    || node.alloc.pods_with_affinity == 0)
             {
                 continue;
             }
@@ -656,9 +694,29 @@ mod tests {
                 .expect("affinity state")
                 .clone()
         };
+        // As evaluation runs it: rows checked once, so while every one is current only
+        // the nodes the index leaves out are read directly.
+        let checked = |snap: &loadstar_framework::snapshot::ClusterSnapshot, p: &PodInfo| {
+            let table = snap.digests(60);
+            let mut buf = Vec::new();
+            let ctx = CycleContext {
+                digests: Some(&table),
+                current: Some(table.current_rows(&snap.nodes, &mut buf)),
+                ..ctx(snap)
+            };
+            let s = plugin.prefilter(&ctx, p).expect("a state");
+            s.downcast_ref::<AffinityState>()
+                .expect("affinity state")
+                .clone()
+        };
         for app in ["web", "api", "db"] {
             let p = incoming(app, PodAffinity::default());
             assert_eq!(state(&snap, &p), prefilter_state(&snap.nodes, &p), "{app}");
+            assert_eq!(
+                checked(&snap, &p),
+                prefilter_state(&snap.nodes, &p),
+                "{app}"
+            );
         }
         let web = incoming("web", PodAffinity::default());
         assert_eq!(
@@ -721,6 +779,12 @@ mod tests {
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
         assert_eq!(*s, prefilter_state(&snap.nodes, &web));
         assert_eq!(s.existing_anti["zone"]["d"], 2);
+        drop(table);
+        assert_eq!(
+            checked(&snap, &web),
+            *s,
+            "the assumed node is read directly"
+        );
         // A table someone still holds is left alone: its row no longer matches the node.
         let held = snap.digests(60);
         let mut alloc = (*snap.nodes[1].alloc).clone();
@@ -760,6 +824,8 @@ mod tests {
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
         assert_eq!(*s, prefilter_state(&snap.nodes, &web));
         assert_eq!(s.existing_anti["zone"]["c"], 1);
+        drop(table);
+        assert_eq!(checked(&snap, &web), *s, "the node the index never covered");
     }
 
     #[test]

@@ -71,6 +71,11 @@ impl FilterPlugin for NodeAffinity {
         NAME
     }
 
+    /// No node selector and no required node affinity: every node matches.
+    fn skips(&self, _: Option<&loadstar_framework::PreFilterState>, pod: &PodInfo) -> bool {
+        pod.node_selector.is_empty() && pod.required_affinity.is_empty()
+    }
+
     fn filter(&self, _: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         if pod_matches_node(pod, node) {
             Ok(())

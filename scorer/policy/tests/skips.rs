@@ -92,6 +92,7 @@ fn skipped_filters_pass_every_node_and_needed_ones_run() {
         "EBSLimits",
         "PodTopologySpread",
         "InterPodAffinity",
+        "NodeAffinity",
     ] {
         assert!(
             skipped.contains(name),
@@ -108,6 +109,16 @@ fn skipped_filters_pass_every_node_and_needed_ones_run() {
         .expect("NodePorts in the default profiles");
     assert!(!ports.skips(None, &wants_80));
     assert!(ports.filter(&ctx, &wants_80, &snap.nodes[1]).is_err());
+    // A pod with a node selector: NodeAffinity runs, and refuses nodes without the label.
+    let mut picky = pod(100, 64 << 20);
+    picky.node_selector = BTreeMap::from([("disk".to_string(), "ssd".to_string())]);
+    let node_affinity = profiles
+        .iter()
+        .flat_map(|p| &p.filters)
+        .find(|f| f.name() == "NodeAffinity")
+        .expect("NodeAffinity in the default profiles");
+    assert!(!node_affinity.skips(None, &picky));
+    assert!(node_affinity.filter(&ctx, &picky, &snap.nodes[0]).is_err());
     // A pod labelled `ha=web`: the existing replica's anti-affinity matches it, so
     // InterPodAffinity runs and refuses the replica's node.
     let mut replica = pod(100, 64 << 20);
