@@ -618,10 +618,8 @@ struct Scratch {
     /// Always empty here: only its allocation is kept (see [`Scratch::emptied`]).
     feasible: Vec<&'static NodeView>,
     feasible_idx: Vec<usize>,
-    /// One plugin's scores.
-    column: Vec<i64>,
-    /// Every plugin's clamped scores (0–100), plugin after plugin.
-    kept: Vec<u8>,
+    /// Score columns, one per plugin (as the plugins wrote them: clamped where read).
+    scores: Vec<i64>,
     order: Vec<(f64, usize, u32)>,
     /// [`CycleContext::current`].
     current: Vec<bool>,
@@ -810,30 +808,25 @@ impl Profile {
         // Plugin after plugin: its column of `n` scores (one buffer, reused), clamped and
         // added to the weighted sums at once, and kept as bytes (0–100) for the breakdowns
         // of the nodes returned.
-        let mut column = std::mem::take(&mut scratch.column);
-        let mut kept = std::mem::take(&mut scratch.kept);
-        kept.clear();
-        kept.resize(n * self.scores.len(), 0);
+        // One column of `n` scores per plugin, plugin after plugin; each column is clamped
+        // as it is added to the weighted sums (one pass), and the breakdowns of the nodes
+        // returned clamp their own entries.
+        let mut columns = std::mem::take(&mut scratch.scores);
+        columns.clear();
+        columns.resize(n * self.scores.len(), 0);
         let mut weighted = std::mem::take(&mut scratch.weighted);
         weighted.clear();
         weighted.resize(n, 0);
         if n > 0 {
-            for ((plugin, w), bytes) in self.scores.iter().zip(kept.chunks_exact_mut(n)) {
-                column.clear();
-                column.resize(n, 0);
-                plugin.score_indexed(&ctx, pod, &feasible, &feasible_idx, &mut column);
-                // Two simple loops (each vectorises), not one with three streams.
-                for (s, b) in column.iter_mut().zip(bytes) {
-                    *s = (*s).clamp(0, MAX_NODE_SCORE);
-                    *b = *s as u8;
-                }
+            for ((plugin, w), out) in self.scores.iter().zip(columns.chunks_exact_mut(n)) {
+                plugin.score_indexed(&ctx, pod, &feasible, &feasible_idx, out);
                 let w = *w;
-                for (t, s) in weighted.iter_mut().zip(&column) {
-                    *t += w * s;
+                for (t, s) in weighted.iter_mut().zip(out.iter()) {
+                    *t += w * (*s).clamp(0, MAX_NODE_SCORE);
                 }
             }
         }
-        let per_plugin = || kept.chunks_exact(n.max(1));
+        let per_plugin = || columns.chunks_exact(n.max(1));
         let weight_sum: i64 = self.scores.iter().map(|(_, w)| *w).sum();
         let total_of = |j: usize, weighted: i64| {
             let mut total = if weight_sum > 0 {
@@ -897,15 +890,14 @@ impl Profile {
                     .scores
                     .iter()
                     .zip(per_plugin())
-                    .map(|((p, w), s)| (p.name(), i64::from(s[j]), *w))
+                    .map(|((p, w), s)| (p.name(), s[j].clamp(0, MAX_NODE_SCORE), *w))
                     .collect(),
                 stale: feasible[j].stale,
             })
             .collect();
         scratch.feasible = Scratch::emptied(feasible);
         scratch.feasible_idx = feasible_idx;
-        scratch.column = column;
-        scratch.kept = kept;
+        scratch.scores = columns;
         scratch.order = order;
         scratch.weighted = weighted;
         let evaluated = indices.len();
@@ -1082,7 +1074,7 @@ mod tests {
             kept.order.capacity()
         );
         assert!(
-            kept.kept.capacity() >= 2 * 59 && kept.column.capacity() >= 59 && kept.all.len() == 60
+            kept.scores.capacity() >= 2 * 59 && kept.all.len() == 60
         );
     }
 
