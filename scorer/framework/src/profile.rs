@@ -263,24 +263,32 @@ pub trait FilterPlugin: Send + Sync + Debug {
 
 /// The loop of a [`FilterPlugin::filter_nodes`]: keeps in `nodes` those whose `verdict` is
 /// `Ok`, in order, and records each other one as rejected by `plugin`.
-#[inline]
+///
+/// A plain compaction loop rather than `Vec::retain`, whose per-element adapter the compiler
+/// kept as a call: here `verdict` inlines into one loop per plugin.
+#[inline(always)]
 pub fn retain_passing(
     plugin: &'static str,
     nodes: &mut Vec<usize>,
     filtered: &mut Vec<FilteredNode>,
     mut verdict: impl FnMut(usize) -> Result<(), Reason>,
 ) {
-    nodes.retain(|&index| match verdict(index) {
-        Ok(()) => true,
-        Err(reason) => {
-            filtered.push(FilteredNode {
+    let mut kept = 0;
+    for read in 0..nodes.len() {
+        let index = nodes[read];
+        match verdict(index) {
+            Ok(()) => {
+                nodes[kept] = index;
+                kept += 1;
+            }
+            Err(reason) => filtered.push(FilteredNode {
                 index,
                 plugin,
                 reason,
-            });
-            false
+            }),
         }
-    });
+    }
+    nodes.truncate(kept);
 }
 
 /// A score: how good is each feasible node, 0–100.
