@@ -1081,9 +1081,7 @@ mod tests {
             kept.feasible.capacity(),
             kept.order.capacity()
         );
-        assert!(
-            kept.scores.capacity() >= 2 * 59 && kept.all.len() == 60
-        );
+        assert!(kept.scores.capacity() >= 2 * 59 && kept.all.len() == 60);
     }
 
     proptest::proptest! {

@@ -87,11 +87,24 @@ impl FilterPlugin for TaintToleration {
         filtered: &mut Vec<FilteredNode>,
     ) {
         let codes = RowCodes::<Tainted>::of(ctx);
+        // Nodes tainted alike (a dedicated pool) share one spelled-out reason.
+        let mut last: Option<(&Taint, Reason)> = None;
         retain_passing(NAME, nodes, filtered, |i| {
-            if code_at(codes.as_deref(), ctx, i) != 0 {
-                untolerated(pod, &ctx.snapshot.nodes[i])
-            } else {
-                Ok(())
+            if code_at(codes.as_deref(), ctx, i) == 0 {
+                return Ok(());
+            }
+            let Some(t) = first_untolerated(pod, &ctx.snapshot.nodes[i]) else {
+                return Ok(());
+            };
+            match &last {
+                Some((seen, reason)) if seen.key == t.key && seen.value == t.value => {
+                    Err(reason.clone())
+                }
+                _ => {
+                    let reason = untolerated_reason(t);
+                    last = Some((t, reason.clone()));
+                    Err(reason)
+                }
             }
         });
     }
@@ -109,14 +122,23 @@ impl RowCode for Tainted {
 
 /// The filter's verdict from the node's taints.
 fn untolerated(pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-    let Some(k) = &node.kube else { return Ok(()) };
-    match k.taints.iter().find(|t| {
-        matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute)
-            && !tolerated(&pod.tolerations, t)
-    }) {
-        Some(t) => Err(format!("node(s) had untolerated taint {{{}: {}}}", t.key, t.value).into()),
+    match first_untolerated(pod, node) {
+        Some(t) => Err(untolerated_reason(t)),
         None => Ok(()),
     }
+}
+
+/// The node's first `NoSchedule` or `NoExecute` taint the pod does not tolerate.
+fn first_untolerated<'n>(pod: &PodInfo, node: &'n NodeView) -> Option<&'n Taint> {
+    node.kube.as_ref()?.taints.iter().find(|t| {
+        matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute)
+            && !tolerated(&pod.tolerations, t)
+    })
+}
+
+/// Upstream's reason for an untolerated taint.
+fn untolerated_reason(t: &Taint) -> Reason {
+    format!("node(s) had untolerated taint {{{}: {}}}", t.key, t.value).into()
 }
 
 impl ScorePlugin for TaintToleration {
@@ -173,6 +195,7 @@ impl TaintToleration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use loadstar_framework::StalePolicy;
     use loadstar_testkit::snapshot::*;
 
     fn taint(key: &str, value: &str, effect: TaintEffect) -> Taint {
@@ -247,6 +270,30 @@ mod tests {
         let mut bare = kube_node("b", 1000, GIB);
         bare.kube = None;
         assert_eq!(filter_one(&TaintToleration, bare, &pod(1, 1)), Ok(()));
+    }
+
+    #[test]
+    fn batched_reasons_name_each_nodes_own_taint() {
+        let tainted = |name: &str, value: &str| {
+            edit_kube(kube_node(name, 1000, GIB), |k| {
+                k.taints = vec![taint("dedicated", value, TaintEffect::NoSchedule)]
+            })
+        };
+        let snap = snapshot(vec![
+            tainted("a", "gpu"),
+            tainted("b", "gpu"),
+            tainted("c", "infra"),
+            kube_node("d", 1000, GIB),
+            tainted("e", "gpu"),
+        ]);
+        let mut p = pod(100, MIB);
+        assert_batch_agrees(&TaintToleration, &snap, &p, StalePolicy::Fallback);
+        p.tolerations = vec![tol("dedicated", false, "infra", None)];
+        assert_batch_agrees(&TaintToleration, &snap, &p, StalePolicy::Fallback);
+        assert_eq!(
+            TaintToleration.filter(&ctx(&snap), &p, &snap.nodes[4]),
+            Err("node(s) had untolerated taint {dedicated: gpu}".into())
+        );
     }
 
     #[test]

@@ -18,11 +18,12 @@
 //!   apply), for clusters where GPU nodes should also take ordinary pods freely.
 use serde::{Deserialize, Serialize};
 
-use loadstar_framework::snapshot::{NodeView, PodInfo};
+use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo};
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE, ScorePlugin};
 
 use super::util;
 use loadstar_parity::args::{PluginError, args_to_yaml, parse_args};
+use loadstar_parity::rows::{RowCode, RowCodes, code_at};
 
 /// Plugin name.
 pub const NAME: &str = "GpuBinPack";
@@ -157,8 +158,46 @@ impl ScorePlugin for GpuBinPack {
         }
     }
 
+    /// A pod without GPUs on nodes without GPUs (most of both): one byte per node
+    /// ([`HasGpus`]) memoised per table instead of each node's row.
+    fn score_indexed(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        nodes: &[&NodeView],
+        indices: &[usize],
+        out: &mut [i64],
+    ) {
+        if util::pod_gpus(pod) != 0 || self.args.non_gpu_pods != NonGpuPods::AvoidFreeGpus {
+            return self.score(ctx, pod, nodes, out);
+        }
+        let codes = RowCodes::<HasGpus>::of(ctx);
+        for ((o, n), &i) in out.iter_mut().zip(nodes).zip(indices) {
+            *o = if code_at(codes.as_deref(), ctx, i) == 0 {
+                MAX_NODE_SCORE
+            } else {
+                let (free, total) = self.free_gpus(ctx, n);
+                if total <= 0 {
+                    MAX_NODE_SCORE
+                } else {
+                    MAX_NODE_SCORE * (total - free) / total
+                }
+            };
+        }
+    }
+
     fn args_yaml(&self) -> String {
         args_to_yaml(&self.args)
+    }
+}
+
+/// Whether the node has GPUs (1) or not (0).
+#[derive(Debug)]
+struct HasGpus;
+
+impl RowCode for HasGpus {
+    fn code(d: &NodeDigest) -> u8 {
+        u8::from(d.has_gpus)
     }
 }
 

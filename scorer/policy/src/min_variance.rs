@@ -238,8 +238,9 @@ impl MinVariance {
         let count = utils.len().max(1) as f64;
         let amount = self.amount(pod);
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-        let mut vars: Vec<f64> = Vec::with_capacity(nodes.len());
-        for (j, n) in nodes.iter().enumerate() {
+        // Each node's variance is kept in its own output slot (as the float's bits) until the
+        // span is known: no buffer per pod.
+        for (j, (n, o)) in nodes.iter().zip(out.iter_mut()).enumerate() {
             let index = match indices {
                 Some(ix) => ix.get(j).copied(),
                 None => ctx.snapshot.position_of(n),
@@ -256,10 +257,11 @@ impl MinVariance {
             };
             lo = lo.min(v);
             hi = hi.max(v);
-            vars.push(v);
+            *o = v.to_bits() as i64;
         }
         let span = hi - lo;
-        for (o, v) in out.iter_mut().zip(&vars) {
+        for o in out.iter_mut() {
+            let v = f64::from_bits(*o as u64);
             *o = if span.is_nan() || span <= 1e-12 {
                 MAX_NODE_SCORE
             } else {
