@@ -119,10 +119,11 @@ impl<'a> CycleContext<'a> {
     /// which then read the row's totals instead of the node's own data.
     #[inline(always)]
     pub fn row_at(&self, index: usize) -> Option<&'a NodeDigest> {
-        let row = self.digests?.rows.get(index)?;
+        let table = self.digests?;
+        let row = table.rows.get(index)?;
         let current = match self.current {
             Some(current) => current.get(index),
-            None => row.matches(self.snapshot.nodes.get(index)?),
+            None => table.row_matches(index, self.snapshot.nodes.get(index)?),
         };
         current.then_some(row)
     }

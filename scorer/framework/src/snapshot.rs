@@ -577,17 +577,17 @@ impl Usage {
 /// 5 000 nodes). Fields are laid out in 64-byte lines by use, so a plugin touches only the
 /// lines it needs: (0) flags, affinity counts and CPU/memory totals, which nearly every
 /// plugin reads; (1) CPU usage; (2) memory usage; (3) the other totals, agent GPUs and
-/// memory available; (4) filesystem and pressure data; (5) what the row was computed from,
-/// which only [`NodeDigest::matches`] reads (once per node and evaluation, through
-/// [`DigestTable::current_rows`]).
+/// memory available; (4) filesystem and pressure data. What the row was computed from is kept
+/// beside it, in the table's own compact column ([`DigestTable::row_matches`]).
 #[derive(Debug, Clone, Default)]
 #[repr(C, align(64))]
 pub struct NodeDigest {
     // Line 0.
     /// Kubernetes knows the node.
     pub has_kube: bool,
-    /// [`NodeView::stale`] when the row was computed (part of what [`NodeDigest::matches`]
-    /// compares, so hot loops read it here instead of opening the view).
+    /// [`NodeView::stale`] when the row was computed (part of what
+    /// [`DigestTable::row_matches`] compares, so hot loops read it here instead of opening the
+    /// view).
     pub stale: bool,
     /// Ready condition (true without Kubernetes facts).
     pub ready: bool,
@@ -656,20 +656,46 @@ pub struct NodeDigest {
     pub nodefs_inodes_free_ratio: Option<f64>,
     /// Agent: last time under eviction pressure.
     pub last_pressure_at: Option<Instant>,
-    // Line 5.
-    source: RowSource,
 }
 
 /// What a [`NodeDigest`] was computed from, held weakly: the allocations stay reserved while
 /// the row exists, so a replaced `Arc`'s address cannot be reused by a newer one that would
-/// then pass for the data the row was computed from. On a line of its own: only
-/// [`NodeDigest::matches`] reads it.
+/// then pass for the data the row was computed from. Kept in a column of its own (32 bytes a
+/// node): only [`DigestTable::current_rows`] reads it, once per node and evaluation.
 #[derive(Debug, Clone, Default)]
-#[repr(C, align(64))]
 struct RowSource {
     agent: Option<Weak<AgentNode>>,
     kube: Option<Weak<KubeNode>>,
     alloc: Weak<NodeAllocation>,
+    stale: bool,
+}
+
+impl RowSource {
+    fn of(node: &NodeView) -> RowSource {
+        RowSource {
+            agent: node.agent.as_ref().map(Arc::downgrade),
+            kube: node.kube.as_ref().map(Arc::downgrade),
+            alloc: Arc::downgrade(&node.alloc),
+            stale: node.stale,
+        }
+    }
+
+    /// Whether `node`'s agent, Kubernetes and allocation data are still these (a replaced
+    /// `Arc` means the node changed since) and its staleness too.
+    #[inline]
+    fn matches(&self, node: &NodeView) -> bool {
+        fn same<T>(held: Option<&Weak<T>>, now: Option<&Arc<T>>) -> bool {
+            match (held, now) {
+                (Some(w), Some(a)) => std::ptr::eq(w.as_ptr(), Arc::as_ptr(a)),
+                (None, None) => true,
+                _ => false,
+            }
+        }
+        self.stale == node.stale
+            && std::ptr::eq(self.alloc.as_ptr(), Arc::as_ptr(&node.alloc))
+            && same(self.agent.as_ref(), node.agent.as_ref())
+            && same(self.kube.as_ref(), node.kube.as_ref())
+    }
 }
 
 fn count_u16<T>(items: impl Iterator<Item = T>) -> u16 {
@@ -685,11 +711,6 @@ impl NodeDigest {
         let allocatable = node.allocatable_ref();
         let agent_gpus = agent.map_or(0, |g| g.gpus.len());
         NodeDigest {
-            source: RowSource {
-                agent: node.agent.as_ref().map(Arc::downgrade),
-                kube: node.kube.as_ref().map(Arc::downgrade),
-                alloc: Arc::downgrade(&node.alloc),
-            },
             has_kube: kube.is_some(),
             stale: node.stale,
             ready: kube.is_none_or(|k| k.ready),
@@ -730,24 +751,6 @@ impl NodeDigest {
             nodefs_inodes_free_ratio: agent.and_then(|g| g.nodefs_inodes_free_ratio),
             last_pressure_at: agent.and_then(|g| g.last_pressure_at),
         }
-    }
-
-    /// Whether this row was computed from `node`'s current agent, Kubernetes and allocation
-    /// data (a replaced `Arc` means the node changed since) and staleness.
-    #[inline]
-    pub fn matches(&self, node: &NodeView) -> bool {
-        fn same<T>(held: Option<&Weak<T>>, now: Option<&Arc<T>>) -> bool {
-            match (held, now) {
-                (Some(w), Some(a)) => std::ptr::eq(w.as_ptr(), Arc::as_ptr(a)),
-                (None, None) => true,
-                _ => false,
-            }
-        }
-        let source = &self.source;
-        self.stale == node.stale
-            && std::ptr::eq(source.alloc.as_ptr(), Arc::as_ptr(&node.alloc))
-            && same(source.agent.as_ref(), node.agent.as_ref())
-            && same(source.kube.as_ref(), node.kube.as_ref())
     }
 
     /// Usage of CPU or memory (`None` for other kinds: read those from the view).
@@ -791,6 +794,8 @@ pub struct DigestTable {
     pub generation: u64,
     /// One row per node.
     pub rows: Vec<NodeDigest>,
+    /// What each row was computed from, same order.
+    sources: Vec<RowSource>,
     /// Built on first use by [`DigestTable::anti_affinity`].
     anti_affinity: std::sync::OnceLock<AntiAffinityIndex>,
     /// [`DigestTable::memo`]'s values.
@@ -847,10 +852,17 @@ impl DigestTable {
     /// built on first use.
     pub fn anti_affinity(&self, snapshot: &ClusterSnapshot) -> &AntiAffinityIndex {
         self.anti_affinity
-            .get_or_init(|| AntiAffinityIndex::build(&self.rows, &snapshot.nodes))
+            .get_or_init(|| AntiAffinityIndex::build(self, &snapshot.nodes))
     }
 
-    /// Which rows still [match](NodeDigest::matches) their node of `nodes` (the snapshot
+    /// Whether the row at `index` was computed from `node` as it is now (its agent,
+    /// Kubernetes and allocation data and its staleness); false past the table's end.
+    #[inline]
+    pub fn row_matches(&self, index: usize, node: &NodeView) -> bool {
+        self.sources.get(index).is_some_and(|s| s.matches(node))
+    }
+
+    /// Which rows still [match](DigestTable::row_matches) their node of `nodes` (the snapshot
     /// this table was built for, same order), kept in `buf`: one check per node for a whole
     /// evaluation ([`CycleContext::current`](crate::CycleContext::current)). Nodes past the
     /// table's end are not current.
@@ -860,7 +872,7 @@ impl DigestTable {
             nodes
                 .iter()
                 .enumerate()
-                .map(|(i, n)| self.rows.get(i).is_some_and(|r| r.matches(n))),
+                .map(|(i, n)| self.row_matches(i, n)),
         );
         let all = nodes.len() == self.rows.len() && buf.iter().all(|&c| c);
         CurrentRows { rows: buf, all }
@@ -933,14 +945,15 @@ pub struct AntiAffinityIndex {
 }
 
 impl AntiAffinityIndex {
-    /// Builds the index of `nodes` from their table `rows` (same order).
-    pub fn build(rows: &[NodeDigest], nodes: &[NodeView]) -> AntiAffinityIndex {
+    /// Builds the index of `nodes` from their `table` (same order).
+    pub fn build(table: &DigestTable, nodes: &[NodeView]) -> AntiAffinityIndex {
+        let rows = &table.rows;
         let mut at: HashMap<&AffinityTerm, usize> = HashMap::new();
         let mut terms: Vec<(AffinityTerm, Vec<(u32, u32)>)> = Vec::new();
         let mut covered = vec![false; nodes.len()];
         for (i, (row, node)) in rows.iter().zip(nodes).enumerate() {
             let Ok(index) = u32::try_from(i) else { break };
-            if !row.matches(node) {
+            if !table.row_matches(i, node) {
                 continue;
             }
             let pods = node.alloc.affinity_pods();
@@ -1142,19 +1155,20 @@ impl ClusterSnapshot {
             .cloned();
         // A seed row still current for the node at its index is copied (same data, so the
         // same row), every other row computed.
-        let rows = self
+        let (rows, sources) = self
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| match seed.as_ref().and_then(|s| s.rows.get(i)) {
-                Some(row) if row.matches(n) => row.clone(),
-                _ => NodeDigest::of(n, window_seconds),
+            .map(|(i, n)| match seed.as_ref() {
+                Some(s) if s.row_matches(i, n) => (s.rows[i].clone(), s.sources[i].clone()),
+                _ => (NodeDigest::of(n, window_seconds), RowSource::of(n)),
             })
-            .collect();
+            .unzip();
         let table = Arc::new(DigestTable {
             window_seconds,
             generation: self.generation,
             rows,
+            sources,
             anti_affinity: std::sync::OnceLock::new(),
             memo: Mutex::default(),
         });
@@ -1212,6 +1226,9 @@ impl ClusterSnapshot {
                 };
                 *row = NodeDigest::of(node, t.window_seconds);
                 let row = &*row;
+                if let Some(source) = t.sources.get_mut(index) {
+                    *source = RowSource::of(node);
+                }
                 // The index's entries for the node are the old pods': read it directly.
                 if let Some(ix) = t.anti_affinity.get_mut() {
                     ix.uncover(index);
@@ -1317,8 +1334,8 @@ mod tests {
         assert_eq!(offset_of!(NodeDigest, allocatable_ephemeral_bytes), 192);
         assert_eq!(offset_of!(NodeDigest, memory_available_bytes), 248);
         assert_eq!(offset_of!(NodeDigest, nodefs_available_ratio), 256);
-        assert_eq!(offset_of!(NodeDigest, source), 320);
-        assert_eq!(std::mem::size_of::<NodeDigest>(), 384);
+        assert_eq!(std::mem::size_of::<NodeDigest>(), 320, "five lines");
+        assert_eq!(std::mem::size_of::<RowSource>(), 32);
     }
 
     #[test]
@@ -1385,8 +1402,8 @@ mod tests {
         next.seed_digests_from(&old);
         assert_eq!(Arc::strong_count(&old_table), 3, "held as a seed");
         let table = next.digests(60);
-        for (row, node) in table.rows.iter().zip(&next.nodes) {
-            assert!(row.matches(node), "{}", node.name);
+        for (i, (row, node)) in table.rows.iter().zip(&next.nodes).enumerate() {
+            assert!(table.row_matches(i, node), "{}", node.name);
             assert_eq!(figures(row), figures(&NodeDigest::of(node, 60)));
         }
         assert_eq!(figures(&table.rows[1]), (1, 1));
@@ -1405,13 +1422,13 @@ mod tests {
         a.put_pod(pod("1", true));
         snap.set_alloc(0, Arc::new(a));
         let table = snap.digests(60);
-        assert!(table.rows[0].matches(&snap.nodes[0]));
+        assert!(table.row_matches(0, &snap.nodes[0]));
         assert_eq!(figures(&table.rows[0]), (1, 1));
         // Held: left as it was, and no longer matching the node.
         let mut b = (*snap.nodes[1].alloc).clone();
         b.put_pod(pod("2", false));
         snap.set_alloc(1, Arc::new(b));
-        assert!(!table.rows[1].matches(&snap.nodes[1]));
+        assert!(!table.row_matches(1, &snap.nodes[1]));
         assert_eq!(figures(&table.rows[1]), (0, 0));
         assert_eq!(snap.nodes[1].alloc.pods.len(), 1);
     }
@@ -1457,8 +1474,8 @@ mod tests {
                 assert!(at == Some(i) || changed.len() == 3 && node.name.as_ref() == "b");
             }
             let table = snap.digests(60);
-            for (row, node) in table.rows.iter().zip(&snap.nodes) {
-                assert!(row.matches(node), "{}", node.name);
+            for (i, node) in snap.nodes.iter().enumerate() {
+                assert!(table.row_matches(i, node), "{}", node.name);
             }
         }
     }
