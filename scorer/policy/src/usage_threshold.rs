@@ -10,7 +10,9 @@
 //! `podEstimate` args defaulting to the global in-flight defaults), for GPUs its GPU count
 //! over the node's GPUs, for network and disk IO nothing. A node passes when, for every
 //! configured resource, that is ≤ the threshold. Reason: `node(s) above <resource> usage
-//! threshold` (several joined with `, `).
+//! threshold` (several joined with `, `). The comparison is multiplied out — the pod's amount
+//! against the node's headroom, (threshold − utilisation) × capacity — so the headrooms are
+//! computed once per digest table and a pod costs one comparison per node and resource.
 //!
 //! Nodes without load for a resource (no agent, or stale under `fallback`) pass for that
 //! resource: requests are `NodeResourcesFit`'s job, and this filter must not reject a node
@@ -179,7 +181,7 @@ impl FilterPlugin for UsageThreshold {
     }
 
     /// Over the table's columns when the cycle has them ([`UsageColumns`]): per node, one
-    /// addition and comparison per configured resource, reading 16 bytes per resource.
+    /// comparison per configured resource of the pod's amount with the node's headroom.
     fn filter_nodes(
         &self,
         ctx: &CycleContext<'_>,
@@ -192,69 +194,91 @@ impl FilterPlugin for UsageThreshold {
             .and_then(|s| s.downcast_ref::<PodEstimate>())
             .copied()
             .unwrap_or_else(|| PodEstimate::of(pod, &self.args));
-        let columns = ctx.memo(self.columns_key(ctx), || self.columns(ctx));
+        let columns = ctx
+            .memo(self.columns_key(ctx), || self.columns(ctx))
+            .filter(|c| c.built_by(self, ctx));
         let k = self.checks.len();
-        let (mut amounts, mut limits) = ([0.0; 6], [0.0; 6]);
-        for ((a, l), (kind, limit, _)) in amounts.iter_mut().zip(&mut limits).zip(&self.checks) {
+        let mut amounts = [0.0; 6];
+        for (a, (kind, _, _)) in amounts.iter_mut().zip(&self.checks) {
             *a = estimate.amount(*kind);
-            *l = *limit;
         }
         retain_passing(NAME, nodes, filtered, |index| {
             match columns
                 .as_deref()
-                .and_then(|c| c.cells.get(index * k..index * k + k))
+                .and_then(|c| c.headroom.get(index * k..index * k + k))
             {
                 // Most nodes pass: compare first, spell the reasons out only for the others.
-                Some(cells) if !cells.iter().zip(amounts).zip(limits).any(above) => Ok(()),
-                Some(cells) => self.verdict(cells.iter().copied().zip(amounts)),
+                Some(room) if !room.iter().zip(amounts).any(|(r, a)| a > *r) => Ok(()),
+                Some(room) => self.verdict(room.iter().copied().zip(amounts)),
                 None => self.check(ctx, &estimate, &ctx.snapshot.nodes[index]),
             }
         });
     }
 }
 
-/// Whether a node whose cell is (utilisation, capacity) is above `limit` with `amount` more:
-/// the utilisation plus the amount over the capacity (0 without capacity) exceeds it.
-#[inline(always)]
-fn above(((&(current, cap), amount), limit): ((&Cell, f64), f64)) -> bool {
-    let add = if cap > 0.0 { amount / cap } else { 0.0 };
-    current + add > limit
+/// How much of a resource a node takes before it is above `limit` (a ratio of capacity):
+/// `(limit − utilisation) × capacity`, so that the pod is above the threshold exactly when
+/// its amount exceeds it — the utilisation plus the amount over the capacity exceeds the
+/// limit, multiplied out so no division is left per node and pod. Without capacity the
+/// pod adds nothing: +∞ or −∞ as the utilisation alone is within the limit or not. No load
+/// for the resource (utilisation −∞) gives +∞, and NaN compares false: the node passes.
+#[inline]
+fn headroom(current: f64, cap: f64, limit: f64) -> f64 {
+    if cap > 0.0 {
+        (limit - current) * cap
+    } else if current > limit {
+        f64::NEG_INFINITY
+    } else {
+        f64::INFINITY
+    }
 }
 
 /// What [`UsageThreshold`] compares for every node of a digest table, per configured
-/// resource: the node's utilisation by the plugin's statistic (−∞ when the node has no load
-/// for it, which passes) and the capacity the pod's amount is divided by. It depends on the
-/// nodes alone, so it is built once per table ([`CycleContext::memo`]) and the pod's
-/// estimate is the only per-pod part.
+/// resource: the node's [`headroom`]. It depends on the nodes and the plugin's arguments
+/// alone, so it is built once per table ([`CycleContext::memo`]) and the pod's estimate is
+/// the only per-pod part.
 #[derive(Debug)]
 struct UsageColumns {
-    /// `kinds.len()` cells per node, in `nodes` order.
-    cells: Vec<Cell>,
-    kinds: Vec<ResourceKind>,
+    /// `checks.len()` headrooms per node, in `nodes` order.
+    headroom: Vec<f64>,
+    /// The plugin's (resource, threshold ratio) pairs, in order.
+    checks: Vec<(ResourceKind, f64)>,
     statistic: Statistic,
     window_seconds: u32,
     stale_policy: StalePolicy,
 }
 
-/// (utilisation, capacity) of one node and resource.
-type Cell = (f64, f64);
+impl UsageColumns {
+    /// Whether these columns are `plugin`'s for `ctx` (memo keys are hashes).
+    fn built_by(&self, plugin: &UsageThreshold, ctx: &CycleContext<'_>) -> bool {
+        self.statistic == plugin.args.statistic
+            && self.stale_policy == ctx.stale_policy
+            && self.window_seconds == ctx.window_seconds
+            && self.checks.len() == plugin.checks.len()
+            && self
+                .checks
+                .iter()
+                .zip(&plugin.checks)
+                .all(|(a, b)| a.0 == b.0 && a.1.to_bits() == b.1.to_bits())
+    }
+}
 
-/// The cell of `node` (whose row is `d`) for `kind`.
-fn cell(
+/// The headroom of `node` (whose row is `d`) for `kind` under `limit`.
+fn node_headroom(
     ctx: &CycleContext<'_>,
     node: &NodeView,
     d: &NodeDigest,
-    kind: ResourceKind,
+    (kind, limit): (ResourceKind, f64),
     statistic: Statistic,
-) -> Cell {
+) -> f64 {
     let current = ctx
         .usage_of(node, d, kind)
         .map_or(f64::NEG_INFINITY, |u| statistic.of(&u));
-    (current, util::capacity(d, kind))
+    headroom(current, util::capacity(d, kind), limit)
 }
 
 impl Memo for UsageColumns {
-    /// The scheduler assumed a pod on one node: that node's cells are computed again.
+    /// The scheduler assumed a pod on one node: that node's headrooms are computed again.
     fn patch(
         &mut self,
         index: usize,
@@ -262,16 +286,16 @@ impl Memo for UsageColumns {
         node: &NodeView,
         snapshot: &ClusterSnapshot,
     ) -> bool {
-        let k = self.kinds.len();
-        if self.cells.len() != snapshot.nodes.len() * k {
+        let k = self.checks.len();
+        if self.headroom.len() != snapshot.nodes.len() * k {
             return false;
         }
-        let Some(cells) = self.cells.get_mut(index * k..index * k + k) else {
+        let Some(room) = self.headroom.get_mut(index * k..index * k + k) else {
             return false;
         };
         let ctx = CycleContext::new(snapshot, self.window_seconds, self.stale_policy);
-        for (c, kind) in cells.iter_mut().zip(&self.kinds) {
-            *c = cell(&ctx, node, row, *kind, self.statistic);
+        for (r, check) in room.iter_mut().zip(&self.checks) {
+            *r = node_headroom(&ctx, node, row, *check, self.statistic);
         }
         true
     }
@@ -314,23 +338,22 @@ impl UsageThreshold {
         node: &NodeView,
     ) -> Result<(), Reason> {
         let d = ctx.digest(node);
-        self.verdict(self.checks.iter().map(|(kind, _, _)| {
+        self.verdict(self.checks.iter().map(|(kind, limit, _)| {
             (
-                cell(ctx, node, &d, *kind, self.args.statistic),
+                node_headroom(ctx, node, &d, (*kind, *limit), self.args.statistic),
                 pod.amount(*kind),
             )
         }))
     }
 
-    /// The verdict from each configured resource's cell and the pod's amount ([`above`]
-    /// each), in
-    /// [`UsageThreshold::checks`] order: above the threshold when the utilisation plus the
-    /// amount over the capacity (0 without capacity) exceeds it.
+    /// The verdict from each configured resource's [`headroom`] and the pod's amount, in
+    /// [`UsageThreshold::checks`] order: above the threshold where the amount exceeds the
+    /// headroom.
     #[inline]
-    fn verdict(&self, cells: impl Iterator<Item = (Cell, f64)>) -> Result<(), Reason> {
+    fn verdict(&self, rooms: impl Iterator<Item = (f64, f64)>) -> Result<(), Reason> {
         let mut failed: Option<Reason> = None;
-        for ((cell, amount), (_, limit, reason)) in cells.zip(&self.checks) {
-            if above(((&cell, amount), *limit)) {
+        for ((room, amount), (_, _, reason)) in rooms.zip(&self.checks) {
+            if amount > room {
                 match &mut failed {
                     Some(s) => {
                         let s = s.to_mut();
@@ -347,30 +370,35 @@ impl UsageThreshold {
         }
     }
 
-    /// [`UsageColumns`]' memo key: the resources checked, the statistic and the stale
-    /// policy (the thresholds are compared per pod).
+    /// [`UsageColumns`]' memo key: the resources checked and their thresholds, the
+    /// statistic and the stale policy, hashed ([`UsageColumns::built_by`] checks them).
     fn columns_key(&self, ctx: &CycleContext<'_>) -> u64 {
-        let kinds = self
-            .checks
-            .iter()
-            .fold(0u64, |m, (kind, _, _)| m | 1 << (*kind as u64));
-        kinds * 64 + self.args.statistic as u64 * 4 + ctx.stale_policy as u64
+        self.checks.iter().fold(
+            self.args.statistic as u64 * 4 + ctx.stale_policy as u64,
+            |h, (kind, limit, _)| {
+                (h ^ (*kind as u64) ^ limit.to_bits().rotate_left(17)).wrapping_mul(0x100_0000_01b3)
+            },
+        )
     }
 
     fn columns(&self, ctx: &CycleContext<'_>) -> UsageColumns {
-        let kinds: Vec<ResourceKind> = self.checks.iter().map(|(kind, _, _)| *kind).collect();
-        let mut cells = Vec::with_capacity(ctx.snapshot.nodes.len() * kinds.len());
+        let checks: Vec<(ResourceKind, f64)> = self
+            .checks
+            .iter()
+            .map(|(kind, limit, _)| (*kind, *limit))
+            .collect();
+        let mut headroom = Vec::with_capacity(ctx.snapshot.nodes.len() * checks.len());
         for node in &ctx.snapshot.nodes {
             let d = ctx.digest(node);
-            cells.extend(
-                kinds
+            headroom.extend(
+                checks
                     .iter()
-                    .map(|kind| cell(ctx, node, &d, *kind, self.args.statistic)),
+                    .map(|check| node_headroom(ctx, node, &d, *check, self.args.statistic)),
             );
         }
         UsageColumns {
-            cells,
-            kinds,
+            headroom,
+            checks,
             statistic: self.args.statistic,
             window_seconds: ctx.window_seconds,
             stale_policy: ctx.stale_policy,
