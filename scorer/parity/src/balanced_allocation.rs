@@ -8,7 +8,7 @@
 //! the scored resources (best effort) is not scored: every node gets 0 (upstream skips the
 //! plugin, which adds 0 to every node). Weights in `resources` are accepted but, as upstream,
 //! do not affect this score. Requests only.
-use loadstar_framework::snapshot::{NodeView, PodInfo};
+use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo};
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE};
 
 use crate::resource_allocation::{
@@ -58,6 +58,55 @@ fn balanced_two((q0, a0): (i64, i64), (q1, a1): (i64, i64)) -> i64 {
     ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
 }
 
+/// Each node's (allocatable, requested) of two resources the row holds, in `nodes` order,
+/// built once per digest table and patched with the row: the pod's requests are the only
+/// per-pod part.
+#[derive(Debug)]
+struct AmountColumns {
+    amounts: Vec<[(i64, i64); 2]>,
+    ids: [ResourceId; 2],
+}
+
+impl AmountColumns {
+    fn build(ctx: &CycleContext<'_>, ids: [ResourceId; 2]) -> AmountColumns {
+        AmountColumns {
+            amounts: ctx
+                .snapshot
+                .nodes
+                .iter()
+                .map(|n| Self::of(&ctx.digest(n), ids))
+                .collect(),
+            ids,
+        }
+    }
+
+    fn of(d: &NodeDigest, ids: [ResourceId; 2]) -> [(i64, i64); 2] {
+        ids.map(|id| ra::row_amounts(d, id, false))
+    }
+}
+
+impl Memo for AmountColumns {
+    /// The scheduler assumed a pod on one node: its amounts are taken from its new row.
+    fn patch(
+        &mut self,
+        index: usize,
+        row: &NodeDigest,
+        _node: &NodeView,
+        snapshot: &ClusterSnapshot,
+    ) -> bool {
+        if self.amounts.len() != snapshot.nodes.len() {
+            return false;
+        }
+        match self.amounts.get_mut(index) {
+            Some(a) => {
+                *a = Self::of(row, self.ids);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// The balanced-allocation strategy: [`balanced_score`] over the requested fractions.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Balanced;
@@ -83,8 +132,38 @@ impl AllocationStrategy for Balanced {
             && id0 != ResourceId::Extended
             && id1 != ResourceId::Extended
         {
-            // Two resources read from the row (the default, CPU and memory): the same
-            // arithmetic as `balanced_score`, unrolled.
+            // Two resources the row holds (the default, CPU and memory): the same arithmetic
+            // as `balanced_score`, unrolled, over the table's amounts when it has them.
+            let columns = indices.and_then(|ix| {
+                let key = id0 as u64 * 16 + id1 as u64;
+                ctx.memo(key, || AmountColumns::build(ctx, [id0, id1]))
+                    .filter(|c| c.ids == [id0, id1])
+                    .map(|c| (c, ix))
+            });
+            if let Some((columns, ix)) = columns {
+                let pair = |(a, u): (i64, i64), q: i64, id: ResourceId| {
+                    if q == 0 && id.is_scalar() || id == ResourceId::Pods {
+                        (0, 0)
+                    } else {
+                        (u.saturating_add(q), a)
+                    }
+                };
+                for (o, &i) in out.iter_mut().zip(ix) {
+                    *o = match columns.amounts.get(i) {
+                        Some(&[c0, c1]) => balanced_two(pair(c0, q0, id0), pair(c1, q1, id1)),
+                        None => {
+                            let d = ctx.digest_at(i);
+                            let n = &ctx.snapshot.nodes[i];
+                            let (a0, u0) =
+                                ra::allocatable_requested(&d, n, id0, &r0.name, q0, false);
+                            let (a1, u1) =
+                                ra::allocatable_requested(&d, n, id1, &r1.name, q1, false);
+                            balanced_two((u0, a0), (u1, a1))
+                        }
+                    };
+                }
+                return;
+            }
             for (j, (o, n)) in out.iter_mut().zip(nodes).enumerate() {
                 let d = ra::row(ctx, n, indices, j);
                 let (a0, u0) = ra::allocatable_requested(&d, n, id0, &r0.name, q0, false);

@@ -134,7 +134,9 @@ impl ResourceId {
         }
     }
 
-    fn is_scalar(self) -> bool {
+    /// Whether a pod that does not ask for it leaves it out of scoring (upstream's scalar
+    /// resources: GPUs and extended ones).
+    pub fn is_scalar(self) -> bool {
         matches!(self, ResourceId::Gpu | ResourceId::Extended)
     }
 }
@@ -173,6 +175,21 @@ pub fn allocatable_requested(
         return (0, 0);
     }
     let (alloc, used) = match id {
+        ResourceId::Extended => (
+            node.allocatable_ref().get(name),
+            node.alloc.requested.get(name),
+        ),
+        ResourceId::Pods => return (0, 0),
+        _ => row_amounts(d, id, nonzero),
+    };
+    (alloc, used.saturating_add(pod_req))
+}
+
+/// (allocatable, requested) of a resource the row holds (not `Extended`: (0, 0)); `Pods`
+/// is never scored: (0, 0).
+#[inline]
+pub fn row_amounts(d: &NodeDigest, id: ResourceId, nonzero: bool) -> (i64, i64) {
+    match id {
         ResourceId::Cpu if nonzero => (d.allocatable_cpu_millis, d.nonzero_cpu_millis),
         ResourceId::Cpu => (d.allocatable_cpu_millis, d.requested_cpu_millis),
         ResourceId::Memory if nonzero => (d.allocatable_memory_bytes, d.nonzero_memory_bytes),
@@ -180,14 +197,9 @@ pub fn allocatable_requested(
         ResourceId::EphemeralStorage => {
             (d.allocatable_ephemeral_bytes, d.requested_ephemeral_bytes)
         }
-        ResourceId::Pods => return (0, 0),
         ResourceId::Gpu => (d.allocatable_gpus, d.requested_gpus),
-        ResourceId::Extended => (
-            node.allocatable_ref().get(name),
-            node.alloc.requested.get(name),
-        ),
-    };
-    (alloc, used.saturating_add(pod_req))
+        ResourceId::Pods | ResourceId::Extended => (0, 0),
+    }
 }
 
 /// Scores every node with [`weighted_score`] on the pod's non-zero requests: the whole of
