@@ -50,6 +50,15 @@ pub fn variance_after(n: f64, s: f64, q: f64, u: f64, d: f64) -> f64 {
     ((q + 2.0 * u * d + d * d) / n - mean * mean).max(0.0)
 }
 
+/// [`variance_after`] × N², without its two divisions: N·(Q + 2ud + d²) − (S + d)². The
+/// score compares nodes of one cluster only through differences over the span, which the
+/// common factor N² leaves as they are.
+#[inline(always)]
+fn scaled_variance_after(n: f64, s: f64, q: f64, u: f64, d: f64) -> f64 {
+    let sum = s + d;
+    (n * (q + 2.0 * u * d + d * d) - sum * sum).max(0.0)
+}
+
 /// The min-variance score.
 #[derive(Debug, Clone)]
 pub struct MinVariance {
@@ -246,13 +255,14 @@ impl MinVariance {
                 None => ctx.snapshot.position_of(n),
             };
             let v = match index.and_then(|i| Some((*utils.get(i)?, *caps.get(i)?))) {
-                Some((u, cap)) => variance_after(count, s, q, u, demand(amount, cap)),
+                Some((u, cap)) => scaled_variance_after(count, s, q, u, demand(amount, cap)),
                 None => {
-                    // A node outside the snapshot joins the cluster for this comparison.
+                    // A node outside the snapshot joins the cluster for this comparison
+                    // (scaled by the snapshot's N² like the others).
                     let digest = ctx.digest(n);
                     let u = self.utilisation(ctx, n, &digest);
                     let d = demand(amount, util::capacity(&digest, self.kind));
-                    variance_after(count + 1.0, s + u, q + u * u, u, d)
+                    variance_after(count + 1.0, s + u, q + u * u, u, d) * count * count
                 }
             };
             lo = lo.min(v);
@@ -262,7 +272,8 @@ impl MinVariance {
         let span = hi - lo;
         for o in out.iter_mut() {
             let v = f64::from_bits(*o as u64);
-            *o = if span.is_nan() || span <= 1e-12 {
+            // Variances within 1e-12 of each other are equal (scaled like them).
+            *o = if span.is_nan() || span <= 1e-12 * count * count {
                 MAX_NODE_SCORE
             } else {
                 util::trunc_score(MAX_NODE_SCORE as f64 * (hi - v) / span)
