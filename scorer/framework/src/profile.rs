@@ -296,8 +296,9 @@ pub fn retain_passing(
 pub trait ScorePlugin: Send + Sync + Debug {
     /// Plugin name as in configs and answers.
     fn name(&self) -> &'static str;
-    /// Scores every node in `nodes` into `out` (same length), each in 0..=100. Scoring all
-    /// feasible nodes at once lets cluster-wide plugins do one O(N) pass and normalise.
+    /// Scores every node in `nodes` into `out` (same length), each in 0..=100, writing every
+    /// entry (`out` holds the previous pod's scores on entry). Scoring all feasible nodes at
+    /// once lets cluster-wide plugins do one O(N) pass and normalise.
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]);
     /// [`ScorePlugin::score`] knowing each node's index in the snapshot (`indices[j]` is
     /// `nodes[j]`'s), as evaluation calls it: plugins that read digest rows or per-table
@@ -821,8 +822,13 @@ impl Profile {
         // as it is added to the weighted sums (one pass), and the breakdowns of the nodes
         // returned clamp their own entries.
         let mut columns = std::mem::take(&mut scratch.scores);
-        columns.clear();
-        columns.resize(n * self.scores.len(), 0);
+        // Not zeroed between pods: every plugin writes every entry of its column (the
+        // contract of `ScorePlugin::score`, checked for each plugin by the policy crate's
+        // tests), and a score left over could only be clamped, never unbounded.
+        if columns.len() < n * self.scores.len() {
+            columns.resize(n * self.scores.len(), 0);
+        }
+        columns.truncate(n * self.scores.len());
         let mut weighted = std::mem::take(&mut scratch.weighted);
         weighted.clear();
         weighted.resize(n, 0);

@@ -288,6 +288,27 @@ fn cpu_micros_per_eval(
     Some((end - start) as f64 / f64::from(iters) / 1000.0)
 }
 
+/// p50 and p99 wall-clock time of one evaluation, µs, over `iters` runs: an upper bound on
+/// the tail (a run the host preempts counts its wait too).
+fn wall_micros_p50_p99(
+    profile: &Profile,
+    snap: &ClusterSnapshot,
+    pod: &PodInfo,
+    iters: u32,
+) -> (f64, f64) {
+    let mut rng = StdRng::seed_from_u64(2);
+    let mut took: Vec<f64> = (0..iters.max(1))
+        .map(|_| {
+            let t = std::time::Instant::now();
+            black_box(profile.evaluate(snap, pod, None, 10, &mut rng));
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    took.sort_by(f64::total_cmp);
+    let at = |q: f64| took[((took.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
 /// `LOADSTAR_SCORE_CASES=1000,5000,10000` keeps only those cases of the evaluation group
 /// (`plugins` and `preempt` name the other groups): their setup, which measures on-CPU
 /// time, runs whatever criterion's filter says, so `perf record` needs this to see one case.
@@ -329,6 +350,10 @@ fn bench_evaluate(c: &mut Criterion) {
                 e.summary()
             );
         }
+        let (p50, p99) = wall_micros_p50_p99(&profile, &snap, &pod, evals);
+        println!(
+            "score_default_profile/{label}: wall p50 {p50:.0} µs, p99 {p99:.0} µs per evaluation ({evals} runs)"
+        );
         group.bench_with_input(BenchmarkId::from_parameter(label), &snap, |b, snap| {
             b.iter(|| black_box(profile.evaluate(snap, black_box(&pod), None, 10, &mut rng)))
         });
@@ -414,16 +439,22 @@ fn bench_plugins(c: &mut Criterion) {
         ..CycleContext::new(&snap, profile.window_seconds, profile.stale_policy)
     };
     let nodes: Vec<&NodeView> = snap.nodes.iter().collect();
+    let all: Vec<usize> = (0..nodes.len()).collect();
     let mut group = c.benchmark_group("plugin_5000");
+    let (mut passing, mut filtered) = (Vec::new(), Vec::new());
     for f in &profile.filters {
         group.bench_function(format!("filter/{}", f.name()), |b| {
             b.iter(|| {
-                // As `Profile::evaluate` runs it: PreFilter once per pod, then each node.
+                // As `Profile::evaluate` runs it: PreFilter once per pod, then the plugin's
+                // pass over every node (here all of them, not only those earlier filters
+                // kept).
                 let state = f.prefilter(&ctx, black_box(&pod));
-                nodes
-                    .iter()
-                    .filter(|n| f.filter_prepared(&ctx, state.as_ref(), &pod, n).is_ok())
-                    .count()
+                passing.clone_from(&all);
+                filtered.clear();
+                if !f.skips(state.as_ref(), &pod) {
+                    f.filter_nodes(&ctx, state.as_ref(), &pod, &mut passing, &mut filtered);
+                }
+                passing.len()
             })
         });
     }
@@ -431,7 +462,7 @@ fn bench_plugins(c: &mut Criterion) {
     for (s, _) in &profile.scores {
         group.bench_function(format!("score/{}", s.name()), |b| {
             b.iter(|| {
-                s.score(&ctx, black_box(&pod), &nodes, &mut out);
+                s.score_indexed(&ctx, black_box(&pod), &nodes, &all, &mut out);
                 black_box(out[0])
             })
         });

@@ -115,9 +115,12 @@ mod tests {
                 // Twice with the checked context: the second reads what the first memoised.
                 let all: Vec<usize> = (0..nodes.len()).collect();
                 for ctx in [&fast, &checked, &checked] {
-                    let mut got = vec![0; nodes.len()];
+                    // Filled with a value no plugin gives: every entry must be written
+                    // (evaluation does not clear the columns between pods).
+                    let mut got = vec![i64::MIN; nodes.len()];
                     plugin.score(ctx, &p, &nodes, &mut got);
                     assert_eq!(got, want, "{name}");
+                    got.fill(i64::MIN);
                     // By index, as evaluation calls it.
                     plugin.score_indexed(ctx, &p, &nodes, &all, &mut got);
                     assert_eq!(got, want, "{name} by index");
