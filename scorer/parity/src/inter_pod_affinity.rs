@@ -167,7 +167,7 @@ fn may_hold_scoring_terms(
 struct ScoringHolder;
 
 impl RowCode for ScoringHolder {
-    fn code(d: &NodeDigest) -> u8 {
+    fn code(d: &NodeDigest, _: &NodeView) -> u8 {
         u8::from(d.pods_with_scoring_affinity > 0)
     }
 }

@@ -52,7 +52,7 @@ impl FilterPlugin for NodeReady {
     }
 
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-        Tolerated::of(pod).verdict(Readiness::code(&ctx.digest(node)))
+        Tolerated::of(pod).verdict(Readiness::code(&ctx.digest(node), node))
     }
 
     /// Over one byte per node ([`Readiness`]) memoised per digest table.
@@ -81,7 +81,7 @@ const NOT_READY: u8 = 1;
 const CORDONED: u8 = 2;
 
 impl RowCode for Readiness {
-    fn code(d: &NodeDigest) -> u8 {
+    fn code(d: &NodeDigest, _: &NodeView) -> u8 {
         if !d.has_kube {
             return 0;
         }

@@ -7,8 +7,8 @@ use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView};
 /// A one-byte summary of a node's row that a plugin's verdict reads (flags, a state), kept
 /// for every node of a digest table as [`RowCodes`].
 pub trait RowCode: Send + Sync + std::fmt::Debug + 'static {
-    /// The code of the node whose row is `d`.
-    fn code(d: &NodeDigest) -> u8;
+    /// The code of `node`, whose row is `d`.
+    fn code(d: &NodeDigest, node: &NodeView) -> u8;
 }
 
 /// [`RowCode::code`] of every node, in `nodes` order: built once per digest table
@@ -17,6 +17,8 @@ pub trait RowCode: Send + Sync + std::fmt::Debug + 'static {
 #[derive(Debug)]
 pub struct RowCodes<C> {
     codes: Vec<u8>,
+    /// How many codes are not 0.
+    nonzero: usize,
     code: std::marker::PhantomData<fn() -> C>,
 }
 
@@ -26,7 +28,7 @@ impl<C: RowCode> Memo for RowCodes<C> {
         &mut self,
         index: usize,
         row: &NodeDigest,
-        _node: &NodeView,
+        node: &NodeView,
         snapshot: &ClusterSnapshot,
     ) -> bool {
         if self.codes.len() != snapshot.nodes.len() {
@@ -34,7 +36,9 @@ impl<C: RowCode> Memo for RowCodes<C> {
         }
         match self.codes.get_mut(index) {
             Some(c) => {
-                *c = C::code(row);
+                let new = C::code(row, node);
+                self.nonzero = self.nonzero + usize::from(new != 0) - usize::from(*c != 0);
+                *c = new;
                 true
             }
             None => false,
@@ -45,15 +49,24 @@ impl<C: RowCode> Memo for RowCodes<C> {
 impl<C: RowCode> RowCodes<C> {
     /// The cycle's codes, when its table has every row current.
     pub fn of(ctx: &CycleContext<'_>) -> Option<std::sync::Arc<RowCodes<C>>> {
-        ctx.memo(0, || RowCodes {
-            codes: ctx
+        ctx.memo(0, || {
+            let codes: Vec<u8> = ctx
                 .snapshot
                 .nodes
                 .iter()
-                .map(|n| C::code(&ctx.digest(n)))
-                .collect(),
-            code: std::marker::PhantomData,
+                .map(|n| C::code(&ctx.digest(n), n))
+                .collect();
+            RowCodes {
+                nonzero: codes.iter().filter(|c| **c != 0).count(),
+                codes,
+                code: std::marker::PhantomData,
+            }
         })
+    }
+
+    /// Whether every code is 0 (no node has what the code marks).
+    pub fn all_zero(&self) -> bool {
+        self.nonzero == 0
     }
 }
 
@@ -66,6 +79,6 @@ pub fn code_at<C: RowCode>(
 ) -> u8 {
     match codes.and_then(|c| c.codes.get(index)) {
         Some(&c) => c,
-        None => C::code(&ctx.digest_at(index)),
+        None => C::code(&ctx.digest_at(index), &ctx.snapshot.nodes[index]),
     }
 }

@@ -115,8 +115,26 @@ impl FilterPlugin for TaintToleration {
 struct Tainted;
 
 impl RowCode for Tainted {
-    fn code(d: &NodeDigest) -> u8 {
+    fn code(d: &NodeDigest, _: &NodeView) -> u8 {
         u8::from(d.has_taints)
+    }
+}
+
+/// Whether the node has a `PreferNoSchedule` taint (1) or not (0): only those count for the
+/// score.
+#[derive(Debug)]
+struct PreferTainted;
+
+impl RowCode for PreferTainted {
+    fn code(d: &NodeDigest, node: &NodeView) -> u8 {
+        u8::from(
+            d.has_taints
+                && node.kube.as_ref().is_some_and(|k| {
+                    k.taints
+                        .iter()
+                        .any(|t| t.effect == TaintEffect::PreferNoSchedule)
+                }),
+        )
     }
 }
 
@@ -157,7 +175,7 @@ impl ScorePlugin for TaintToleration {
         Self::normalize(out);
     }
 
-    /// Over one byte per node ([`Tainted`]) memoised per digest table.
+    /// Over one byte per node ([`PreferTainted`]) memoised per digest table.
     fn score_indexed(
         &self,
         ctx: &CycleContext<'_>,
@@ -166,7 +184,12 @@ impl ScorePlugin for TaintToleration {
         indices: &[usize],
         out: &mut [i64],
     ) {
-        let codes = RowCodes::<Tainted>::of(ctx);
+        let codes = RowCodes::<PreferTainted>::of(ctx);
+        if codes.as_deref().is_some_and(RowCodes::all_zero) {
+            // No node has a PreferNoSchedule taint: every node scores the maximum.
+            out.fill(MAX_NODE_SCORE);
+            return;
+        }
         for ((o, n), &i) in out.iter_mut().zip(nodes).zip(indices) {
             *o = if code_at(codes.as_deref(), ctx, i) != 0 {
                 Self::intolerable_prefer_count(pod, n)

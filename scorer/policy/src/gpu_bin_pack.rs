@@ -172,6 +172,11 @@ impl ScorePlugin for GpuBinPack {
             return self.score(ctx, pod, nodes, out);
         }
         let codes = RowCodes::<HasGpus>::of(ctx);
+        if codes.as_deref().is_some_and(RowCodes::all_zero) {
+            // No node has GPUs: every node scores the maximum.
+            out.fill(MAX_NODE_SCORE);
+            return;
+        }
         for ((o, n), &i) in out.iter_mut().zip(nodes).zip(indices) {
             *o = if code_at(codes.as_deref(), ctx, i) == 0 {
                 MAX_NODE_SCORE
@@ -196,7 +201,7 @@ impl ScorePlugin for GpuBinPack {
 struct HasGpus;
 
 impl RowCode for HasGpus {
-    fn code(d: &NodeDigest) -> u8 {
+    fn code(d: &NodeDigest, _: &NodeView) -> u8 {
         u8::from(d.has_gpus)
     }
 }
