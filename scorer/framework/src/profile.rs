@@ -137,7 +137,10 @@ impl<'a> CycleContext<'a> {
             table.window_seconds, self.window_seconds,
             "a cycle's digest table is for its window"
         );
-        self.current?.all().then(|| table.memo(key, build))
+        self.current?
+            .all()
+            .then(|| table.memo(key, build))
+            .flatten()
     }
 
     /// The node's digest row (Kubernetes facts, totals, pressure data and CPU/memory usage
@@ -806,8 +809,11 @@ impl Profile {
             // Each filter appends in order: a stable sort merges the runs.
             filtered.sort_by_key(|f| f.index);
         } else {
-            let position: HashMap<usize, usize> =
-                indices.iter().enumerate().map(|(p, &i)| (i, p)).collect();
+            // A node listed twice sorts at its first place.
+            let mut position: HashMap<usize, usize> = HashMap::with_capacity(indices.len());
+            for (p, &i) in indices.iter().enumerate() {
+                position.entry(i).or_insert(p);
+            }
             filtered.sort_by_key(|f| position.get(&f.index).copied());
         }
         feasible.extend(passing.iter().map(|&i| &snapshot.nodes[i]));
@@ -815,26 +821,31 @@ impl Profile {
         scratch.passing = passing;
         let filtered_at = std::time::Instant::now();
         let n = feasible.len();
-        // Plugin after plugin: its column of `n` scores (one buffer, reused), clamped and
-        // added to the weighted sums at once, and kept as bytes (0–100) for the breakdowns
-        // of the nodes returned.
         // One column of `n` scores per plugin, plugin after plugin; each column is clamped
         // as it is added to the weighted sums (one pass), and the breakdowns of the nodes
         // returned clamp their own entries.
         let mut columns = std::mem::take(&mut scratch.scores);
         // Not zeroed between pods: every plugin writes every entry of its column (the
         // contract of `ScorePlugin::score`, checked for each plugin by the policy crate's
-        // tests), and a score left over could only be clamped, never unbounded.
+        // tests, and in debug builds here), and a score left over could only be clamped.
         if columns.len() < n * self.scores.len() {
             columns.resize(n * self.scores.len(), 0);
         }
         columns.truncate(n * self.scores.len());
+        if cfg!(debug_assertions) {
+            columns.fill(i64::MIN);
+        }
         let mut weighted = std::mem::take(&mut scratch.weighted);
         weighted.clear();
         weighted.resize(n, 0);
         if n > 0 {
             for ((plugin, w), out) in self.scores.iter().zip(columns.chunks_exact_mut(n)) {
                 plugin.score_indexed(&ctx, pod, &feasible, &feasible_idx, out);
+                debug_assert!(
+                    !out.contains(&i64::MIN),
+                    "{} left scores unwritten",
+                    plugin.name()
+                );
                 let w = *w;
                 for (t, s) in weighted.iter_mut().zip(out.iter()) {
                     *t += w * (*s).clamp(0, MAX_NODE_SCORE);
@@ -983,6 +994,93 @@ mod tests {
         }
     }
 
+    /// A filter that refuses the nodes it names, with its own name and reason.
+    #[derive(Debug)]
+    struct RejectSet(&'static str, &'static [&'static str]);
+    impl FilterPlugin for RejectSet {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn filter(&self, _: &CycleContext<'_>, _: &PodInfo, node: &NodeView) -> Result<(), Reason> {
+            if self.1.contains(&&*node.name) {
+                Err(Reason::Borrowed(self.0))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[test]
+    fn rejections_name_the_first_filter_in_candidate_order() {
+        let names = ["a", "b", "c", "d", "e", "f"];
+        let mut nodes: Vec<NodeView> = names.iter().map(|n| node(n)).collect();
+        for n in &mut nodes {
+            n.stale = false;
+        }
+        nodes[4].stale = true; // e
+        let snap = ClusterSnapshot::new(nodes, 1);
+        let first = RejectSet("First", &["b", "d", "e"]);
+        let second = RejectSet("Second", &["a", "d", "f"]);
+        let profile = Profile {
+            name: "t".into(),
+            filters: vec![Box::new(first), Box::new(second)],
+            scores: vec![],
+            window_seconds: 60,
+            stale_policy: StalePolicy::Filter,
+            stale_penalty: 1.0,
+            preemption: None,
+        };
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let at = |name: &str| {
+            snap.nodes
+                .iter()
+                .position(|n| &*n.name == name)
+                .expect("node")
+        };
+        let candidates: Vec<usize> = ["f", "d", "a", "e", "c", "b"].map(at).to_vec();
+        let ev = profile.evaluate(&snap, &PodInfo::default(), Some(&candidates), 0, &mut rng);
+        // A node-by-node pass: stale first, then the filters in profile order.
+        let mut want = Vec::new();
+        for &i in &candidates {
+            let n = &snap.nodes[i];
+            let plugin = if n.stale {
+                STALE_FILTER
+            } else if profile.filters[0]
+                .filter_prepared(
+                    &CycleContext::new(&snap, 60, StalePolicy::Filter),
+                    None,
+                    &PodInfo::default(),
+                    n,
+                )
+                .is_err()
+            {
+                "First"
+            } else if profile.filters[1]
+                .filter_prepared(
+                    &CycleContext::new(&snap, 60, StalePolicy::Filter),
+                    None,
+                    &PodInfo::default(),
+                    n,
+                )
+                .is_err()
+            {
+                "Second"
+            } else {
+                continue;
+            };
+            want.push((i, plugin));
+        }
+        let got: Vec<(usize, &str)> = ev.filtered.iter().map(|f| (f.index, f.plugin)).collect();
+        assert_eq!(got, want);
+        assert_eq!(ev.ranked.len(), 1);
+        assert_eq!(&*snap.nodes[ev.ranked[0].index].name, "c");
+        // A candidate listed twice is rejected twice, both at its first place.
+        let twice: Vec<usize> = ["d", "c", "d"].map(at).to_vec();
+        let ev = profile.evaluate(&snap, &PodInfo::default(), Some(&twice), 0, &mut rng);
+        let got: Vec<usize> = ev.filtered.iter().map(|f| f.index).collect();
+        assert_eq!(got, vec![at("d"), at("d")]);
+    }
+
     #[test]
     fn ranks_filters_and_summarises_with_a_limit() {
         let snap = ClusterSnapshot::new(vec![node("a"), node("bbb"), node("cc"), node("dddd")], 1);
@@ -1091,7 +1189,42 @@ mod tests {
         assert!(kept.scores.capacity() >= 2 * 59 && kept.all.len() == 60);
     }
 
+    /// Scores `n<k>` by `k` × 7 mod 5, × 10: many ties.
+    fn tied(name: &str) -> i64 {
+        name[1..].parse::<i64>().map_or(0, |k| k * 7 % 5 * 10)
+    }
+
     proptest::proptest! {
+        /// The streaming selection of the best `limit` nodes returns the totals a full
+        /// ranking puts first, in the same order, each the node's own total.
+        #[test]
+        fn streaming_top_k_matches_a_full_ranking(n in 1usize..150, limit in 1usize..70, seed in 0u64..1000) {
+            let names: Vec<String> = (0..n).map(|k| format!("n{k}")).collect();
+            let nodes: Vec<NodeView> = names.iter().map(|s| node(s)).collect();
+            let snap = ClusterSnapshot::new(nodes, 1);
+            let profile = Profile {
+                name: "t".into(),
+                filters: vec![],
+                scores: vec![(Box::new(ByName("Tied", tied)), 1)],
+                window_seconds: 60,
+                stale_policy: StalePolicy::Fallback,
+                stale_penalty: 1.0,
+                preemption: None,
+            };
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+            let top = profile.evaluate(&snap, &PodInfo::default(), None, limit, &mut rng);
+            let all = profile.evaluate(&snap, &PodInfo::default(), None, 0, &mut rng);
+            let totals = |ev: &Evaluation| ev.ranked.iter().map(|r| r.total).collect::<Vec<_>>();
+            let mut want = totals(&all);
+            want.truncate(limit);
+            proptest::prop_assert_eq!(totals(&top), want);
+            let mut seen = std::collections::HashSet::new();
+            for r in &top.ranked {
+                proptest::prop_assert!(seen.insert(r.index), "a node returned twice");
+                proptest::prop_assert_eq!(r.total, tied(&snap.nodes[r.index].name) as f64);
+            }
+        }
+
         /// Grouping by (plugin, reason) counts what a plain tally counts, whatever the order
         /// and however many reasons repeat or interleave, and the summary splits joined ones.
         #[test]

@@ -878,8 +878,9 @@ impl DigestTable {
         CurrentRows { rows: buf, all }
     }
 
-    /// Most values [`DigestTable::memo`] keeps; later keys are built on every call.
-    const MAX_MEMOS: usize = 16;
+    /// Most values [`DigestTable::memo`] keeps; past it, callers take their path without
+    /// memos. The embedded profiles use about a dozen per load window.
+    pub const MAX_MEMOS: usize = 64;
 
     /// A value that depends on the snapshot's nodes and nothing else (a cluster-wide sum a
     /// score plugin needs for every pod, or scores that do not depend on the pod), built by
@@ -889,8 +890,10 @@ impl DigestTable {
     /// the data the rows were computed from, so such a value holds for them; patching a row
     /// ([`ClusterSnapshot::set_alloc`]) patches each value ([`Memo::patch`]) or forgets it.
     /// `T` should be a type private to its caller: the table is shared by every profile with
-    /// its window.
-    pub fn memo<T: Memo>(&self, key: u64, build: impl FnOnce() -> T) -> Arc<T> {
+    /// its window. `None` when the table already holds [`DigestTable::MAX_MEMOS`] other
+    /// values (without building this one): a value built and thrown away on every call would
+    /// cost more than the caller's own path.
+    pub fn memo<T: Memo>(&self, key: u64, build: impl FnOnce() -> T) -> Option<Arc<T>> {
         let id = (TypeId::of::<T>(), key);
         let found = |memo: &[(MemoKey, Arc<dyn Memo>)]| {
             memo.iter().find(|(k, _)| *k == id).and_then(|(_, v)| {
@@ -898,20 +901,27 @@ impl DigestTable {
                 any.downcast::<T>().ok()
             })
         };
-        if let Some(v) = found(&self.lock_memo()) {
-            return v;
+        {
+            let memo = self.lock_memo();
+            if let Some(v) = found(&memo) {
+                return Some(v);
+            }
+            if memo.len() >= Self::MAX_MEMOS {
+                return None;
+            }
         }
         // Built without the lock (it may take a pass over the table); the first value
         // stored wins.
         let built = Arc::new(build());
         let mut memo = self.lock_memo();
         if let Some(v) = found(&memo) {
-            return v;
+            return Some(v);
         }
-        if memo.len() < Self::MAX_MEMOS {
-            memo.push((id, built.clone()));
+        if memo.len() >= Self::MAX_MEMOS {
+            return None;
         }
-        built
+        memo.push((id, built.clone()));
+        Some(built)
     }
 
     /// How many values [`DigestTable::memo`] holds.
@@ -1317,6 +1327,32 @@ mod tests {
         let n = a.pods.iter().filter(|p| !p.pod_affinity.is_empty()).count();
         assert_eq!(a.pods_with_affinity, n);
         assert!(a.affinity_pods().iter().all(|p| !p.pod_affinity.is_empty()));
+    }
+
+    #[test]
+    fn a_full_memo_list_refuses_new_values_without_building_them() {
+        #[derive(Debug)]
+        struct Count(u64);
+        impl Memo for Count {}
+        let snap = ClusterSnapshot::new(Vec::new(), 1);
+        let table = snap.digests(60);
+        let limit = DigestTable::MAX_MEMOS as u64;
+        for key in 0..limit {
+            assert_eq!(table.memo(key, || Count(key)).map(|c| c.0), Some(key));
+        }
+        // Kept values are still found; a new key is refused and not built.
+        assert_eq!(table.memo(3, || Count(99)).map(|c| c.0), Some(3));
+        let mut built = false;
+        assert!(
+            table
+                .memo(limit, || {
+                    built = true;
+                    Count(limit)
+                })
+                .is_none()
+        );
+        assert!(!built, "a refused value is not built");
+        assert_eq!(table.memos(), DigestTable::MAX_MEMOS);
     }
 
     #[test]

@@ -468,7 +468,8 @@ impl Memo for PressureColumns {
 
 impl EvictionPressure {
     /// [`PressureColumns`]' memo key: the thresholds the states depend on and the stale
-    /// policy (checked against the columns' own thresholds on use).
+    /// policy (the transition period is compared per pod; the columns' own thresholds are
+    /// checked on use, so filters differing only in that period each build their own).
     fn columns_key(&self, stale_policy: StalePolicy) -> u64 {
         let th = &self.thresholds;
         th.memory_available_bytes.rotate_left(7)

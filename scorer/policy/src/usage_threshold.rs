@@ -225,7 +225,11 @@ impl FilterPlugin for UsageThreshold {
 #[inline]
 fn headroom(current: f64, cap: f64, limit: f64) -> f64 {
     if cap > 0.0 {
-        (limit - current) * cap
+        // A pod that brings the node exactly to the threshold passes (≤), whichever way
+        // the multiplied-out form rounds: a relative 1e-9 of slack, far below any
+        // measurement's precision.
+        let room = (limit - current) * cap;
+        room + room.abs() * 1e-9
     } else if current > limit {
         f64::NEG_INFINITY
     } else {
@@ -478,6 +482,58 @@ mod tests {
             matches!(err, PluginError::InvalidArgs { ref path, .. } if path == "thresholds.disk"),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn instances_with_other_thresholds_keep_their_own_columns() {
+        use loadstar_framework::StalePolicy;
+        let snap = snapshot(vec![
+            with_load(
+                with_capacity(kube_node("a", 4000, 16 * GIB), 4, 16 * GIB),
+                ResourceKind::Cpu,
+                0.6,
+                0.0,
+            ),
+            with_load(
+                with_capacity(kube_node("b", 4000, 16 * GIB), 4, 16 * GIB),
+                ResourceKind::Cpu,
+                0.3,
+                0.0,
+            ),
+        ]);
+        let with = |yaml: &str| {
+            UsageThreshold::from_args(&serde_norway::from_str(yaml).expect("yaml")).expect("valid")
+        };
+        let (high, low) = (
+            with("{thresholds: {cpu: 80}}"),
+            with("{thresholds: {cpu: 50}}"),
+        );
+        let p = pod(400, GIB);
+        // Each against its per-node verdicts, on the one shared table, in turns.
+        for f in [&high, &low, &high, &low] {
+            assert_batch_agrees(f, &snap, &p, StalePolicy::Fallback);
+        }
+        assert_eq!(snap.digests(60).memos(), 2, "one set of columns each");
+        let plain = ctx(&snap);
+        assert!(high.filter(&plain, &p, &snap.nodes[0]).is_ok());
+        assert!(low.filter(&plain, &p, &snap.nodes[0]).is_err());
+    }
+
+    #[test]
+    fn a_pod_that_reaches_the_threshold_exactly_passes() {
+        // 66.25 % of 8 CPUs + 300m = 70 %, exactly the threshold: at it, not above, though
+        // (0.7 − 0.6625) × 8000 rounds below 300.
+        let f = UsageThreshold::from_args(
+            &serde_norway::from_str("{thresholds: {cpu: 70}, podEstimate: {cpuFactor: 1}}")
+                .expect("yaml"),
+        )
+        .expect("valid");
+        let (limit, used) = (std::hint::black_box(0.7), std::hint::black_box(0.6625));
+        assert!((limit - used) * 8000.0 < 300.0, "the case rounds down");
+        let n = with_capacity(kube_node("n", 8000, 32 * GIB), 8, 32 * GIB);
+        let n = with_load(n, ResourceKind::Cpu, 0.6625, 0.0);
+        assert_eq!(filter_one(&f, n.clone(), &pod(300, MIB)), Ok(()));
+        assert!(filter_one(&f, n, &pod(301, MIB)).is_err());
     }
 
     #[test]

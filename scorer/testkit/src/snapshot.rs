@@ -216,6 +216,15 @@ pub fn batch_verdicts(
     let mut passing: Vec<usize> = (0..ctx.snapshot.nodes.len()).collect();
     let mut filtered = Vec::new();
     plugin.filter_nodes(ctx, state.as_ref(), pod, &mut passing, &mut filtered);
+    assert!(
+        passing.is_sorted_by(|a, b| a < b),
+        "kept nodes stay in order, once"
+    );
+    assert_eq!(
+        passing.len() + filtered.len(),
+        ctx.snapshot.nodes.len(),
+        "each node kept or rejected"
+    );
     let mut out = vec![Ok(()); ctx.snapshot.nodes.len()];
     for f in filtered {
         assert!(
