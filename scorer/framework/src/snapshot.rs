@@ -823,6 +823,27 @@ pub trait Memo: Any + Send + Sync + std::fmt::Debug {
     }
 }
 
+/// [`Memo::patch`] for a value that keeps one entry per node, in `nodes` order: entry
+/// `index` becomes `entry()` when `entries` covers `snapshot`'s nodes, and `false` (drop the
+/// value) otherwise.
+pub fn patch_entry<T>(
+    entries: &mut [T],
+    index: usize,
+    snapshot: &ClusterSnapshot,
+    entry: impl FnOnce() -> T,
+) -> bool {
+    if entries.len() != snapshot.nodes.len() {
+        return false;
+    }
+    match entries.get_mut(index) {
+        Some(e) => {
+            *e = entry();
+            true
+        }
+        None => false,
+    }
+}
+
 /// Which rows of a [`DigestTable`] are current for the snapshot being evaluated
 /// ([`DigestTable::current_rows`]): checked once per evaluation, so plugins read rows
 /// without opening the node views.

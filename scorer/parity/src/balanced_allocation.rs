@@ -8,7 +8,9 @@
 //! the scored resources (best effort) is not scored: every node gets 0 (upstream skips the
 //! plugin, which adds 0 to every node). Weights in `resources` are accepted but, as upstream,
 //! do not affect this score. Requests only.
-use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo};
+use loadstar_framework::snapshot::{
+    ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo, patch_entry,
+};
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE};
 
 use crate::resource_allocation::{
@@ -94,16 +96,9 @@ impl Memo for AmountColumns {
         _node: &NodeView,
         snapshot: &ClusterSnapshot,
     ) -> bool {
-        if self.amounts.len() != snapshot.nodes.len() {
-            return false;
-        }
-        match self.amounts.get_mut(index) {
-            Some(a) => {
-                *a = Self::of(row, self.ids);
-                true
-            }
-            None => false,
-        }
+        patch_entry(&mut self.amounts, index, snapshot, || {
+            Self::of(row, self.ids)
+        })
     }
 }
 

@@ -8,14 +8,14 @@
 //! (its cache may see the condition before the taint) and honours the same toleration, with
 //! the historical `CheckNodeCondition` reason `node(s) were not ready`. Nodes without
 //! Kubernetes facts (standalone mode, agent-only nodes) pass.
-use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo, TaintEffect};
+use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo};
 use loadstar_framework::{
     CycleContext, FilterPlugin, FilteredNode, PreFilterState, Reason, retain_passing,
 };
 
 use crate::args::{NoArgs, PluginError, parse_args};
 use crate::rows::{RowCode, RowCodes, code_at};
-use crate::taint_toleration::tolerates;
+use crate::taint_toleration::tolerates_key;
 
 /// Plugin name.
 pub const NAME: &str = "NodeReady";
@@ -38,12 +38,6 @@ impl NodeReady {
         parse_args::<NoArgs>(NAME, args)?;
         Ok(NodeReady)
     }
-}
-
-fn tolerates_key(pod: &PodInfo, key: &str) -> bool {
-    pod.tolerations
-        .iter()
-        .any(|t| tolerates(t, key, "", TaintEffect::NoSchedule))
 }
 
 impl FilterPlugin for NodeReady {

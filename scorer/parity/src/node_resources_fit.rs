@@ -20,7 +20,9 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo};
+use loadstar_framework::snapshot::{
+    ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo, patch_entry,
+};
 use loadstar_framework::{
     CycleContext, FilterPlugin, FilteredNode, PreFilterState, REASON_SEPARATOR, Reason,
     retain_passing,
@@ -181,16 +183,7 @@ impl Memo for FitColumns {
         _node: &NodeView,
         snapshot: &ClusterSnapshot,
     ) -> bool {
-        if self.cells.len() != snapshot.nodes.len() {
-            return false;
-        }
-        match self.cells.get_mut(index) {
-            Some(c) => {
-                *c = FitCell::of(row);
-                true
-            }
-            None => false,
-        }
+        patch_entry(&mut self.cells, index, snapshot, || FitCell::of(row))
     }
 }
 

@@ -110,6 +110,14 @@ impl FilterPlugin for TaintToleration {
     }
 }
 
+/// Whether the pod tolerates a `NoSchedule` taint with this key and no value (the
+/// node-condition taints: not-ready, unschedulable, memory and disk pressure).
+pub fn tolerates_key(pod: &PodInfo, key: &str) -> bool {
+    pod.tolerations
+        .iter()
+        .any(|t| tolerates(t, key, "", TaintEffect::NoSchedule))
+}
+
 /// Whether the node has taints (1) or not (0): only nodes with taints open their view.
 #[derive(Debug)]
 struct Tainted;

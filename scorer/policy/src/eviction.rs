@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use loadstar_framework::snapshot::{
-    AgentNode, ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo, TaintEffect,
+    AgentNode, ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo, patch_entry,
 };
 use loadstar_framework::{
     CycleContext, FilterPlugin, FilteredNode, PreFilterState, Reason, StalePolicy, retain_passing,
@@ -27,7 +27,7 @@ use loadstar_framework::{
 use super::util;
 use loadstar_common::quantity;
 use loadstar_parity::args::{PluginError, parse_args};
-use loadstar_parity::taint_toleration::tolerates;
+use loadstar_parity::taint_toleration::tolerates_key;
 
 /// Plugin name.
 pub const NAME: &str = "EvictionPressure";
@@ -336,12 +336,6 @@ impl EvictionPressure {
     }
 }
 
-fn tolerates_key(pod: &PodInfo, key: &str) -> bool {
-    pod.tolerations
-        .iter()
-        .any(|t| tolerates(t, key, "", TaintEffect::NoSchedule))
-}
-
 impl FilterPlugin for EvictionPressure {
     fn name(&self) -> &'static str {
         NAME
@@ -452,17 +446,10 @@ impl Memo for PressureColumns {
         _node: &NodeView,
         snapshot: &ClusterSnapshot,
     ) -> bool {
-        if self.states.len() != snapshot.nodes.len() {
-            return false;
-        }
-        let state = EvictionPressure::new(self.thresholds).state(self.stale_policy, row);
-        match self.states.get_mut(index) {
-            Some(s) => {
-                *s = state;
-                true
-            }
-            None => false,
-        }
+        let plugin = EvictionPressure::new(self.thresholds);
+        patch_entry(&mut self.states, index, snapshot, || {
+            plugin.state(self.stale_policy, row)
+        })
     }
 }
 

@@ -21,7 +21,9 @@
 use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::ResourceKind;
-use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo, Usage};
+use loadstar_framework::snapshot::{
+    ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo, Usage, patch_entry,
+};
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE, ScorePlugin, StalePolicy};
 
 use super::util;
@@ -322,16 +324,9 @@ impl Memo for RiskColumns {
         _node: &NodeView,
         snapshot: &ClusterSnapshot,
     ) -> bool {
-        if self.cells.len() != snapshot.nodes.len() {
-            return false;
-        }
-        match self.cells.get_mut(index) {
-            Some(c) => {
-                *c = self.plugin.cells(row, self.stale_policy);
-                true
-            }
-            None => false,
-        }
+        patch_entry(&mut self.cells, index, snapshot, || {
+            self.plugin.cells(row, self.stale_policy)
+        })
     }
 }
 
