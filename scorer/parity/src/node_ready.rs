@@ -132,23 +132,11 @@ mod tests {
             both,
             bare,
         ]);
-        let tolerating = |keys: &[&str]| {
-            let mut p = pod(100, MIB);
-            p.tolerations = keys
-                .iter()
-                .map(|k| Toleration {
-                    key: (*k).into(),
-                    exists: true,
-                    ..Default::default()
-                })
-                .collect();
-            p
-        };
         for p in [
-            tolerating(&[]),
-            tolerating(&[NOT_READY_TAINT]),
-            tolerating(&[UNSCHEDULABLE_TAINT]),
-            tolerating(&[NOT_READY_TAINT, UNSCHEDULABLE_TAINT]),
+            pod_tolerating(&[]),
+            pod_tolerating(&[NOT_READY_TAINT]),
+            pod_tolerating(&[UNSCHEDULABLE_TAINT]),
+            pod_tolerating(&[NOT_READY_TAINT, UNSCHEDULABLE_TAINT]),
         ] {
             assert_batch_agrees(
                 &NodeReady,
@@ -159,11 +147,11 @@ mod tests {
         }
         let plain = ctx(&snap);
         assert_eq!(
-            NodeReady.filter(&plain, &tolerating(&[NOT_READY_TAINT]), &snap.nodes[3]),
+            NodeReady.filter(&plain, &pod_tolerating(&[NOT_READY_TAINT]), &snap.nodes[3]),
             Err(REASON_UNSCHEDULABLE.into())
         );
         assert_eq!(
-            NodeReady.filter(&plain, &tolerating(&[]), &snap.nodes[3]),
+            NodeReady.filter(&plain, &pod_tolerating(&[]), &snap.nodes[3]),
             Err(REASON_NOT_READY.into())
         );
     }

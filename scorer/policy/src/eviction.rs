@@ -494,7 +494,7 @@ mod tests {
 
     #[test]
     fn columns_give_the_node_by_node_verdicts() {
-        use loadstar_framework::{CycleContext, FilteredNode};
+        use loadstar_framework::CycleContext;
 
         let healthy = || edit_agent(kube_node("n", 1000, GIB), |_| {});
         let mut stale = edit_agent(healthy(), |a| a.memory_available_bytes = 1);
@@ -511,46 +511,15 @@ mod tests {
             stale,
             kube_node("no-agent", 1000, GIB),
         ]);
-        let tolerating = |keys: &[&str]| {
-            let mut p = pod(100, MIB);
-            p.tolerations = keys
-                .iter()
-                .map(|k| Toleration {
-                    key: (*k).into(),
-                    exists: true,
-                    ..Default::default()
-                })
-                .collect();
-            p
-        };
         let f = filter();
-        let table = snap.digests(60);
-        let mut buf = Vec::new();
         for policy in [StalePolicy::Fallback, StalePolicy::Penalize] {
-            let plain = CycleContext::new(&snap, 60, policy);
-            let ctx = CycleContext {
-                digests: Some(&table),
-                current: Some(table.current_rows(&snap.nodes, &mut buf)),
-                ..plain
-            };
             for p in [
                 pod(100, MIB),
-                tolerating(&[MEMORY_PRESSURE_TAINT]),
-                tolerating(&[DISK_PRESSURE_TAINT]),
-                tolerating(&[MEMORY_PRESSURE_TAINT, DISK_PRESSURE_TAINT]),
+                pod_tolerating(&[MEMORY_PRESSURE_TAINT]),
+                pod_tolerating(&[DISK_PRESSURE_TAINT]),
+                pod_tolerating(&[MEMORY_PRESSURE_TAINT, DISK_PRESSURE_TAINT]),
             ] {
-                let want: Vec<_> = snap.nodes.iter().map(|n| f.filter(&plain, &p, n)).collect();
-                // Twice: the second pass reads the memoised states.
-                for _ in 0..2 {
-                    let mut kept: Vec<usize> = (0..snap.nodes.len()).collect();
-                    let mut rejected: Vec<FilteredNode> = Vec::new();
-                    f.filter_nodes(&ctx, None, &p, &mut kept, &mut rejected);
-                    let mut got = vec![Ok(()); snap.nodes.len()];
-                    for r in rejected {
-                        got[r.index] = Err(r.reason);
-                    }
-                    assert_eq!(got, want, "{:?} {:?}", policy, p.tolerations);
-                }
+                assert_batch_agrees(&f, &snap, &p, policy);
             }
         }
         // Under `fallback` the stale node passes; under `penalize` its pressure counts.
@@ -559,7 +528,7 @@ mod tests {
             f.filter(&plain, &pod(1, 1), &snap.nodes[6]),
             Err(REASON_MEMORY.into())
         );
-        assert_eq!(table.memos(), 2, "one memo per stale policy");
+        assert_eq!(snap.digests(60).memos(), 2, "one memo per stale policy");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use loadstar_common::model::{NodeCapacity, ResourceKind, ResourceList, ResourceL
 use loadstar_common::window::WindowSummary;
 
 use loadstar_framework::snapshot::{
-    AgentNode, ClusterSnapshot, KubeNode, NodeAllocation, NodeView, PodInfo, PodOnNode,
+    AgentNode, ClusterSnapshot, KubeNode, NodeAllocation, NodeView, PodInfo, PodOnNode, Toleration,
 };
 use loadstar_framework::{CycleContext, FilterPlugin, Profile, Reason, ScorePlugin, StalePolicy};
 use rand::SeedableRng;
@@ -136,6 +136,20 @@ pub fn pod(cpu_millis: i64, memory_bytes: i64) -> PodInfo {
         nonzero_memory_bytes: memory_bytes,
         ..Default::default()
     }
+}
+
+/// A 100m / 1 MiB pod tolerating each of `keys` with any value and effect (`Exists`).
+pub fn pod_tolerating(keys: &[&str]) -> PodInfo {
+    let mut p = pod(100, MIB);
+    p.tolerations = keys
+        .iter()
+        .map(|k| Toleration {
+            key: (*k).into(),
+            exists: true,
+            ..Default::default()
+        })
+        .collect();
+    p
 }
 
 /// A snapshot of `nodes` (sorted by name).
