@@ -146,9 +146,13 @@ pub fn window_to_proto(w: &WindowSummary) -> pb::WindowStats {
     }
 }
 
-/// Validated domain form of one window's statistics; `field` prefixes error paths.
-pub fn window_from_proto(field: &str, w: &pb::WindowStats) -> Result<WindowSummary, ConvertError> {
-    let f = |name: &str| format!("{field}.{name}");
+/// Validated domain form of one window's statistics; `field` names it in error paths (only
+/// called on an error: a valid report formats no path).
+pub fn window_from_proto(
+    field: impl Fn() -> String,
+    w: &pb::WindowStats,
+) -> Result<WindowSummary, ConvertError> {
+    let f = |name: &str| format!("{}.{name}", field());
     let summary = WindowSummary {
         window_seconds: w.window_seconds,
         mean: ratio(|| f("mean_ratio"), w.mean_ratio)?,
@@ -163,7 +167,7 @@ pub fn window_from_proto(field: &str, w: &pb::WindowStats) -> Result<WindowSumma
     let (min, max) = (summary.min - EPS, summary.max + EPS);
     if !(min <= summary.mean && summary.mean <= max && min <= summary.p95 && summary.p95 <= max) {
         return Err(ConvertError::Inconsistent {
-            field: field.to_string(),
+            field: field(),
             message: format!(
                 "window statistics out of order: need min ≤ mean ≤ max and min ≤ p95 ≤ max, \
                  got min {}, mean {}, p95 {}, max {}",
@@ -189,26 +193,27 @@ pub fn load_to_proto(load: &LoadSummary) -> Vec<pb::ResourceUsage> {
 pub fn load_from_proto(usage: &[pb::ResourceUsage]) -> Result<LoadSummary, ConvertError> {
     let mut load = LoadSummary::default();
     for (i, u) in usage.iter().enumerate() {
-        let field = format!("usage[{i}]");
+        // Paths are formatted only for an error: every report passes through here.
+        let field = || format!("usage[{i}]");
         let kind = pb::Resource::try_from(u.resource)
             .ok()
             .and_then(|r| ResourceKind::try_from(r).ok())
-            .ok_or(ConvertError::UnknownEnum {
-                field: format!("{field}.resource"),
+            .ok_or_else(|| ConvertError::UnknownEnum {
+                field: format!("{}.resource", field()),
                 value: u.resource,
             })?;
         if load.get(kind).is_some() {
             return Err(ConvertError::Duplicate {
-                field,
+                field: field(),
                 resource: kind.name(),
             });
         }
-        let latest = ratio(|| format!("{field}.latest_ratio"), u.latest_ratio)?;
+        let latest = ratio(|| format!("{}.latest_ratio", field()), u.latest_ratio)?;
         let mut windows = u
             .windows
             .iter()
             .enumerate()
-            .map(|(j, w)| window_from_proto(&format!("{field}.windows[{j}]"), w))
+            .map(|(j, w)| window_from_proto(|| format!("{}.windows[{j}]", field()), w))
             .collect::<Result<Vec<_>, _>>()?;
         windows.sort_by_key(|w| w.window_seconds);
         load.set(kind, ResourceLoad { latest, windows });
@@ -290,25 +295,31 @@ pub fn gpu_capacity(index: u32, uuid: &str, model: &str, memory_bytes: u64) -> G
 /// Validated domain form of a node's capacity.
 pub fn capacity_from_proto(c: &pb::NodeCapacity) -> Result<NodeCapacity, ConvertError> {
     use crate::limits::capacity as cap;
-    let int = |field: String, value: u64, min: u64, max: u64| {
-        bounded(|| field, value as f64, min as f64, max as f64).map(|_| value)
-    };
+    // Paths are formatted only for an error: every report passes through here.
+    fn int(
+        field: impl FnOnce() -> String,
+        value: u64,
+        min: u64,
+        max: u64,
+    ) -> Result<u64, ConvertError> {
+        bounded(field, value as f64, min as f64, max as f64).map(|_| value)
+    }
     // 0 is a valid wire value (the agent could not count CPUs); the scorer refuses it.
     int(
-        "capacity.logical_cpus".into(),
+        || "capacity.logical_cpus".into(),
         c.logical_cpus.into(),
         0,
         cap::MAX_LOGICAL_CPUS.into(),
     )?;
     int(
-        "capacity.memory_bytes".into(),
+        || "capacity.memory_bytes".into(),
         c.memory_bytes,
         0,
         cap::MAX_MEMORY_BYTES,
     )?;
     for (i, n) in c.nics.iter().enumerate() {
         int(
-            format!("capacity.nics[{i}].speed_bits_per_second"),
+            || format!("capacity.nics[{i}].speed_bits_per_second"),
             n.speed_bits_per_second,
             0,
             cap::MAX_NIC_BITS_PER_SECOND,
@@ -316,7 +327,7 @@ pub fn capacity_from_proto(c: &pb::NodeCapacity) -> Result<NodeCapacity, Convert
     }
     for (i, d) in c.disks.iter().enumerate() {
         int(
-            format!("capacity.disks[{i}].max_bytes_per_second"),
+            || format!("capacity.disks[{i}].max_bytes_per_second"),
             d.max_bytes_per_second,
             0,
             cap::MAX_DISK_BYTES_PER_SECOND,
@@ -324,7 +335,7 @@ pub fn capacity_from_proto(c: &pb::NodeCapacity) -> Result<NodeCapacity, Convert
     }
     for (i, g) in c.gpus.iter().enumerate() {
         int(
-            format!("capacity.gpus[{i}].memory_bytes"),
+            || format!("capacity.gpus[{i}].memory_bytes"),
             g.memory_bytes,
             0,
             cap::MAX_GPU_MEMORY_BYTES,

@@ -56,7 +56,7 @@ pub struct Candidate {
     pub index: usize,
     /// Pods to evict, in kube-scheduler's order (those breaking a budget first, then by
     /// importance: priority, then start time).
-    pub victims: Vec<PodOnNode>,
+    pub victims: Vec<Arc<PodOnNode>>,
     /// How many victims break a PodDisruptionBudget.
     pub pdb_violations: usize,
     /// 0 for the best candidates; candidates with equal rank tie on every criterion of
@@ -142,9 +142,9 @@ fn more_important_first(a: &PodOnNode, b: &PodOnNode) -> std::cmp::Ordering {
 /// `filterPodsWithPDBViolation`: walks the pods in order, spending each covering budget's
 /// allowed disruptions; a pod that takes any budget below zero is violating.
 fn split_by_budgets(
-    pods: Vec<PodOnNode>,
+    pods: Vec<Arc<PodOnNode>>,
     budgets: &[DisruptionBudget],
-) -> (Vec<PodOnNode>, Vec<PodOnNode>) {
+) -> (Vec<Arc<PodOnNode>>, Vec<Arc<PodOnNode>>) {
     let mut allowed: Vec<i32> = budgets.iter().map(|b| b.disruptions_allowed).collect();
     let (mut violating, mut fine) = (Vec::new(), Vec::new());
     for pod in pods {
@@ -190,14 +190,14 @@ impl DryRun<'_> {
     }
 
     /// Takes `uid` off `node`, updating the states (`RemovePod`).
-    fn remove(&mut self, node: &mut NodeView, uid: &str) -> Option<PodOnNode> {
+    fn remove(&mut self, node: &mut NodeView, uid: &str) -> Option<Arc<PodOnNode>> {
         let pod = Arc::make_mut(&mut node.alloc).evict(uid)?;
         self.update(node, &pod, -1);
         Some(pod)
     }
 
     /// Puts `pod` back on `node`, updating the states (`AddPod`).
-    fn add(&mut self, node: &mut NodeView, pod: PodOnNode) {
+    fn add(&mut self, node: &mut NodeView, pod: Arc<PodOnNode>) {
         self.update(node, &pod, 1);
         Arc::make_mut(&mut node.alloc).admit(pod);
     }
@@ -216,7 +216,7 @@ impl DryRun<'_> {
         &mut self,
         index: usize,
         budgets: &[DisruptionBudget],
-    ) -> Option<(Vec<PodOnNode>, usize)> {
+    ) -> Option<(Vec<Arc<PodOnNode>>, usize)> {
         let base = &self.ctx.snapshot.nodes[index];
         let lower: Vec<String> = base
             .alloc
@@ -229,7 +229,7 @@ impl DryRun<'_> {
             return None;
         }
         let mut node = base.clone();
-        let mut potential: Vec<PodOnNode> = lower
+        let mut potential: Vec<Arc<PodOnNode>> = lower
             .iter()
             .filter_map(|uid| self.remove(&mut node, uid))
             .collect();
@@ -239,7 +239,7 @@ impl DryRun<'_> {
             }
             return None;
         }
-        potential.sort_by(more_important_first);
+        potential.sort_by(|a, b| more_important_first(a, b));
         let (violating, fine) = split_by_budgets(potential, budgets);
         let breaking = violating.len();
         let mut victims = Vec::new();

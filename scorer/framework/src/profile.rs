@@ -497,8 +497,14 @@ impl Evaluation {
     /// kube-scheduler's summary: `0/12 nodes are available: 7 Insufficient cpu, 5 ...` when
     /// nothing fits, else `N/M nodes are available`.
     pub fn summary(&self) -> String {
+        self.summary_of(&self.filtered_groups())
+    }
+
+    /// [`Evaluation::summary`] from groups already counted by
+    /// [`Evaluation::filtered_groups`] (a decision record needs both: one pass, not two).
+    pub fn summary_of(&self, groups: &[FilteredCount<'_>]) -> String {
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for g in self.filtered_groups() {
+        for g in groups {
             for reason in g.reason.split(REASON_SEPARATOR) {
                 *counts.entry(reason).or_default() += g.count;
             }

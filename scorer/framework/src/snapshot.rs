@@ -361,8 +361,9 @@ pub struct NodeAllocation {
     pub nonzero_memory_bytes: i64,
     /// The pods. Change them through [`NodeAllocation::put_pod`],
     /// [`NodeAllocation::remove_pod`] or [`NodeAllocation::set_pods`], which keep
-    /// [`NodeAllocation::pods_with_affinity`] true.
-    pub pods: Vec<PodOnNode>,
+    /// [`NodeAllocation::pods_with_affinity`] true. Shared: copying an allocation (each
+    /// assumption copies its node's, which snapshots still hold) copies pointers, not pods.
+    pub pods: Vec<Arc<PodOnNode>>,
     /// How many of `pods` carry inter-pod affinity or anti-affinity; they come first in
     /// `pods` ([`NodeAllocation::affinity_pods`]), so the affinity plugins read only them
     /// (kube-scheduler's `PodsWithAffinity`) and a cluster where few pods use affinity does
@@ -375,12 +376,13 @@ pub struct NodeAllocation {
 impl NodeAllocation {
     /// The pods with inter-pod affinity or anti-affinity.
     #[inline]
-    pub fn affinity_pods(&self) -> &[PodOnNode] {
+    pub fn affinity_pods(&self) -> &[Arc<PodOnNode>] {
         &self.pods[..self.pods_with_affinity.min(self.pods.len())]
     }
 
     /// Adds the pod, replacing one with the same UID.
-    pub fn put_pod(&mut self, pod: PodOnNode) {
+    pub fn put_pod(&mut self, pod: impl Into<Arc<PodOnNode>>) {
+        let pod = pod.into();
         self.remove_pod(&pod.uid);
         let affinity = !pod.pod_affinity.is_empty();
         self.pods.push(pod);
@@ -393,7 +395,7 @@ impl NodeAllocation {
     }
 
     /// Removes the pod with this UID, if present.
-    pub fn remove_pod(&mut self, uid: &str) -> Option<PodOnNode> {
+    pub fn remove_pod(&mut self, uid: &str) -> Option<Arc<PodOnNode>> {
         let i = self.pods.iter().position(|p| p.uid == uid)?;
         if i < self.pods_with_affinity {
             // Close the prefix: move its last member into the hole, then the hole to the end.
@@ -409,7 +411,8 @@ impl NodeAllocation {
     }
 
     /// Adds the pod and its requests (as binding it would).
-    pub fn admit(&mut self, pod: PodOnNode) {
+    pub fn admit(&mut self, pod: impl Into<Arc<PodOnNode>>) {
+        let pod = pod.into();
         self.requested.add(&pod.requests);
         self.requested.pods = self.requested.pods.saturating_add(1);
         self.nonzero_cpu_millis = self
@@ -422,7 +425,7 @@ impl NodeAllocation {
     }
 
     /// Removes the pod with this UID and its requests (as evicting it would).
-    pub fn evict(&mut self, uid: &str) -> Option<PodOnNode> {
+    pub fn evict(&mut self, uid: &str) -> Option<Arc<PodOnNode>> {
         let pod = self.remove_pod(uid)?;
         self.requested.sub(&pod.requests);
         self.requested.pods = self.requested.pods.saturating_sub(1).max(0);
@@ -437,7 +440,8 @@ impl NodeAllocation {
     }
 
     /// Replaces all pods.
-    pub fn set_pods(&mut self, mut pods: Vec<PodOnNode>) {
+    pub fn set_pods(&mut self, pods: Vec<PodOnNode>) {
+        let mut pods: Vec<Arc<PodOnNode>> = pods.into_iter().map(Arc::new).collect();
         pods.sort_by_key(|p| p.pod_affinity.is_empty());
         self.pods_with_affinity = pods.iter().filter(|p| !p.pod_affinity.is_empty()).count();
         self.pods = pods;

@@ -704,14 +704,11 @@ impl ClusterCache {
             }
         }
         let inflight = Inflight::new(info.uid.clone(), estimate.0, estimate.1, Instant::now());
-        let mut out = None;
-        self.store.update_allocation(node, |a| {
+        Ok(self.store.update_allocation_shared(node, |a| {
             add_to(a, &p, PodOnNode::of(info));
             a.inflight.retain(|e| e.uid != inflight.uid);
             a.inflight.push(inflight);
-            out = Some(Arc::new(a.clone()));
-        });
-        Ok(out.unwrap_or_default())
+        }))
     }
 
     /// Drops an assumption whose bind failed (no-op once the watch has shown the pod bound).

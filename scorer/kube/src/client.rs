@@ -5,15 +5,20 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use ::kube::client::ClientBuilder;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+use ::kube::client::{ClientBuilder, ConfigExt, RustlsTlsError};
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use ::kube::{Client, Config};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 pub use loadstar_common::rate::RateLimit;
 use loadstar_common::rate::TokenBucket;
 use thiserror::Error;
 use tokio::time::{Instant, Sleep};
-use tower::{Layer, Service};
+use tower::{Layer, Service, ServiceBuilder};
 
 /// Errors building a client.
 #[derive(Debug, Error)]
@@ -144,13 +149,74 @@ pub async fn load_config(path: Option<&Path>) -> Result<Config, ClientError> {
 
 /// A client for `config` with its own token bucket (`None`: unlimited).
 pub fn build(config: &Config, limit: Option<RateLimit>) -> Result<Client, ClientError> {
+    build_with(config, limit.map(RateLimitLayer::new).as_ref())
+}
+
+/// A client for `config` behind `limit` (a bucket it may share with other clients).
+pub fn build_with(config: &Config, limit: Option<&RateLimitLayer>) -> Result<Client, ClientError> {
     let url = config.cluster_url.to_string();
     let builder = ClientBuilder::try_from(config.clone())
         .map_err(|source| ClientError::Build { url, source })?;
     Ok(match limit {
-        Some(l) => builder.with_layer(&RateLimitLayer::new(l)).build(),
+        Some(l) => builder.with_layer(l).build(),
         None => builder.build(),
     })
+}
+
+/// How often an idle HTTP/2 connection is pinged, and how long a ping may go unanswered
+/// before the connection is dropped (requests then fail and are retried on a new one).
+const H2_PING: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(15));
+
+/// A client for the scheduler's writes (bindings, Events, status patches): like [`build_with`],
+/// but its requests share one HTTP/2 connection when the API server offers it (ALPN `h2`, as
+/// every kube-apiserver does; client-go talks to it the same way), else HTTP/1.1. kube's own
+/// connector speaks HTTP/1.1 only, one request per connection at a time: with dozens of writes
+/// in flight that is dozens of TLS connections, each request its own encrypted record and
+/// `writev`, where HTTP/2 puts the frames of all requests ready at once into one. Behind a
+/// proxy (`proxy-url`), kube's stack is used as it is.
+pub fn build_multiplexed(
+    config: &Config,
+    limit: Option<&RateLimitLayer>,
+) -> Result<Client, ClientError> {
+    if config.proxy_url.is_some() {
+        return build_with(config, limit);
+    }
+    let err = |source| ClientError::Build {
+        url: config.cluster_url.to_string(),
+        source,
+    };
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(config.connect_timeout);
+    let tls = config.rustls_client_config().map_err(err)?;
+    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls_pki_types::ServerName::try_from(name.clone())
+            .map_err(|e| err(kube::Error::RustlsTls(RustlsTlsError::InvalidServerName(e))))?;
+        https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let https = https.enable_all_versions().wrap_connector(http);
+    let hyper: hyper_util::client::legacy::Client<_, ::kube::client::Body> =
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            // HTTP/2's pings need a timer (hyper panics in the connection's task without one).
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .http2_keep_alive_interval(H2_PING.0)
+            .http2_keep_alive_timeout(H2_PING.1)
+            .http2_keep_alive_while_idle(true)
+            .build(https);
+    let service = ServiceBuilder::new()
+        .option_layer(limit.cloned())
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer().map_err(err)?)
+        .layer(config.extra_headers_layer().map_err(err)?)
+        // One error type below the optional layers, as kube's stack has.
+        .map_err(|e: hyper_util::client::legacy::Error| -> BoxError { Box::new(e) })
+        .service(hyper);
+    Ok(Client::new(service, config.default_namespace.clone()))
 }
 
 #[cfg(test)]

@@ -304,8 +304,16 @@ pub async fn start(
     let config = client::load_config(options.kubeconfig.as_deref()).await?;
     info!(server = %config.cluster_url, qps = options.rate_limit.qps,
           burst = options.rate_limit.burst, "connecting to Kubernetes");
-    let main = client::build(&config, Some(options.rate_limit))?;
-    let events = client::build(&config, Some(options.rate_limit))?;
+    // Watches and the scheduler's writes share one token bucket, as they share one client in
+    // kube-scheduler; the writes go over HTTP/2 (`client::build_multiplexed`). Events have
+    // their own bucket and connection.
+    let bucket = client::RateLimitLayer::new(options.rate_limit);
+    let main = client::build_with(&config, Some(&bucket))?;
+    let writes = client::build_multiplexed(&config, Some(&bucket))?;
+    let events = client::build_multiplexed(
+        &config,
+        Some(&client::RateLimitLayer::new(options.rate_limit)),
+    )?;
     let reviews = Arc::new(super::review::KubeReviews::new(client::build(
         &config,
         Some(options.rate_limit),
@@ -352,7 +360,7 @@ pub async fn start(
         }
         None => (leader::always_leader(&options.identity), None),
     };
-    let api = KubeApi::new(main, events, &options.component, &options.identity);
+    let api = KubeApi::new(writes, events, &options.component, &options.identity);
     let scheduler = Arc::new(
         Scheduler::new(
             cache.clone(),

@@ -648,7 +648,7 @@ mod tests {
         p.spread_constraints[0].when_unsatisfiable = WhenUnsatisfiable::ScheduleAnyway;
         assert_eq!(feasible(nodes.clone(), &p).len(), 2);
         let mut alloc = (*nodes[0].alloc).clone();
-        for (i, q) in alloc.pods.iter_mut().enumerate() {
+        for (i, q) in alloc.pods.iter_mut().map(Arc::make_mut).enumerate() {
             if i == 0 {
                 q.namespace = "other".into();
             } else {

@@ -478,7 +478,7 @@ fn full_cluster(n: usize, seed: u64) -> ClusterSnapshot {
     for node in &mut snap.nodes {
         let cpu = node.allocatable().cpu_millis;
         let alloc = Arc::make_mut(&mut node.alloc);
-        let pods: Vec<PodOnNode> = alloc.pods.drain(..).collect();
+        let pods: Vec<PodOnNode> = alloc.pods.drain(..).map(Arc::unwrap_or_clone).collect();
         let share = (cpu - 250) / pods.len().max(1) as i64;
         let mut fresh = NodeAllocation {
             inflight: std::mem::take(&mut alloc.inflight),

@@ -220,7 +220,7 @@ impl Decision {
             profile: profile.to_string(),
             decided_at_ms: now_ms(),
             attempt,
-            summary: ev.summary(),
+            summary: ev.summary_of(&counted),
             evaluated: ev.evaluated,
             feasible: ev.feasible(),
             ranked,

@@ -429,10 +429,21 @@ impl NodeStore {
     /// Changes the requests placed on a node (creating a hidden entry for a node not known,
     /// and dropping one left empty).
     pub fn update_allocation(&self, name: &str, f: impl FnOnce(&mut NodeAllocation)) {
+        self.update_allocation_shared(name, f);
+    }
+
+    /// [`NodeStore::update_allocation`], returning the node's new allocation (shared with
+    /// the store: a scheduler patches its snapshot with it instead of copying it again).
+    pub fn update_allocation_shared(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut NodeAllocation),
+    ) -> Arc<NodeAllocation> {
         let key: Arc<str> = Arc::from(name);
         let mut shard = lock_write(self.shard(name));
         let entry = shard.entry(key.clone()).or_default();
         f(Arc::make_mut(&mut entry.alloc));
+        let alloc = entry.alloc.clone();
         let visible = Self::visible(entry);
         if Self::vacant(entry) {
             shard.remove(&key);
@@ -444,6 +455,7 @@ impl NodeStore {
             // Nothing anyone can see changed; snapshots still rebuild on the generation.
             self.generation.fetch_add(1, Ordering::Release);
         }
+        alloc
     }
 
     /// Adds an in-flight estimate to a node.

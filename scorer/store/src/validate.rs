@@ -305,9 +305,9 @@ fn check_details(report: &pb::NodeReport) -> Result<(), ConvertError> {
             &|| format!("disks[{i}].write_bytes_per_second"),
             d.write_bytes_per_second,
         )?;
-        let iops = |f: String, v| convert::bounded(|| f, v, 0.0, rates::MAX_IOPS);
-        iops(format!("disks[{i}].read_iops"), d.read_iops)?;
-        iops(format!("disks[{i}].write_iops"), d.write_iops)?;
+        let iops = |f: &dyn Fn() -> String, v| convert::bounded(f, v, 0.0, rates::MAX_IOPS);
+        iops(&|| format!("disks[{i}].read_iops"), d.read_iops)?;
+        iops(&|| format!("disks[{i}].write_iops"), d.write_iops)?;
         convert::ratio(
             || format!("disks[{i}].utilization_ratio"),
             d.utilization_ratio,
