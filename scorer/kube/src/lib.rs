@@ -23,3 +23,4 @@ pub mod scheduler;
 pub mod volume_binder;
 pub mod volumes;
 pub mod watch_health;
+pub mod watched_pod;

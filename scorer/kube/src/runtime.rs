@@ -14,7 +14,7 @@ use ::kube::runtime::WatchStreamExt;
 use ::kube::runtime::watcher::{self, Event};
 use ::kube::{Client, ResourceExt};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -28,6 +28,7 @@ use super::queue::SchedulingQueue;
 use super::scheduler::{Estimator, Scheduler, SchedulerConfig};
 use super::volumes::VolumeStores;
 use super::watch_health::{WatchHealth, WatchStatus};
+use super::watched_pod::WatchedPod;
 use loadstar_policy::profiles::Profiles;
 use loadstar_store::NodeStore;
 use loadstar_store::metrics::{Metrics, Readiness};
@@ -95,7 +96,8 @@ async fn reflect_nodes(client: Client, cache: Arc<ClusterCache>, mut status: Wat
 }
 
 async fn reflect_pods(client: Client, cache: Arc<ClusterCache>, mut status: WatchStatus) {
-    let api: Api<Pod> = Api::all(client);
+    // Decoded without managed fields (`WatchedPod`): every pod change passes through here.
+    let api: Api<WatchedPod> = Api::all(client);
     let config = watcher::Config::default()
         .any_semantic()
         .fields(ACTIVE_PODS);
