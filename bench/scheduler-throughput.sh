@@ -7,8 +7,10 @@
 #! 0.2 s) when a placeholder's Lease is deleted at the start mark.
 #! Prints pods/s from start to all bound, the ratio, p50/p99 latencies, and CPU seconds of the
 #! scheduler, kube-apiserver and etcd while scheduling. Release builds. Loadstar's ingest CPU
-#! is reported separately: measured on the standby scorer with every agent reporting, before
-#! the start mark (INGEST_SECONDS, default 10), and subtracted pro rata.
+#! is reported separately: measured on the scorer with every agent reporting and nothing to
+#! schedule, for INGEST_SECONDS (default 10) before the start mark and again after the last
+#! bind (2 s after, once trailing writes are done); the mean of the two is subtracted pro
+#! rata (this host's speed drifts within minutes: one window alone biased the figure).
 #! CONSTRAINED percent of the pods carry a hard inter-pod constraint (half required
 #! anti-affinity per host, half a hard host spread, in 50 groups), the same pods for both.
 #! FLEET_FOR_BOTH=1 gives kube-scheduler's run the same background load as Loadstar's: a
@@ -148,6 +150,12 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
   GEN_CORES=$(cores_between "$ag0" "$(cpu_ticks "$ag")" "$start" "$(date +%s%3N)")
   log "loadstar: $LS_JSON"
   if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" 2>/dev/null || true; fi
+  # Ingest alone again, after the run: the mean of both windows is what is subtracted.
+  sleep 2
+  t0=$(cpu_ticks "$ls"); sleep "$INGEST_SECONDS"; t1=$(cpu_ticks "$ls")
+  INGEST_AFTER=$(cores_between "$t0" "$t1" 0 $((INGEST_SECONDS * 1000)))
+  log "ingest alone after the run: $INGEST_AFTER cores over ${INGEST_SECONDS} s"
+  INGEST_CORES=$(python3 -c "print(round(($INGEST_CORES + $INGEST_AFTER) / 2, 3))")
   kill "$ag" "$ls" 2>/dev/null || true; wait "$ag" "$ls" 2>/dev/null || true
   clear_pods "$ns"
 }
@@ -183,7 +191,7 @@ def table(r):
         print(f"{'CPU s ' + proc:26}{k['cpu_seconds'][proc]:>16.2f}{l['cpu_seconds'][proc]:>16.2f}")
         print(f"{'CPU ms/pod ' + proc:26}{k['cpu_ms_per_pod'][proc]:>16.3f}{l['cpu_ms_per_pod'][proc]:>16.3f}")
     ingest_ms = r["ingest_cores"] * l["seconds"] * 1000 / int(pods)
-    print(f"{'ingest CPU ms/pod':26}{'-':>16}{ingest_ms:>16.3f}   ({r['ingest_cores']:.3f} cores measured before the start mark)")
+    print(f"{'ingest CPU ms/pod':26}{'-':>16}{ingest_ms:>16.3f}   ({r['ingest_cores']:.3f} cores: mean of the windows before the start mark and after the last bind)")
     print(f"{'CPU ms/pod w/o ingest':26}{k['cpu_ms_per_pod']['scheduler']:>16.3f}{l['cpu_ms_per_pod']['scheduler'] - ingest_ms:>16.3f}")
     print(f"load generator during Loadstar's run: {r['generator_cores']:.3f} cores; background during kube-scheduler's run: {fleet}")
     # What the machine allows: API server and etcd CPU per binding are paid whoever

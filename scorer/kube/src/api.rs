@@ -145,18 +145,21 @@ fn pods_path(namespace: &str) -> String {
 
 /// The body of a binding of `name` (UID `uid`, checked by the server) to `node`.
 pub fn binding_body(namespace: &str, name: &str, uid: &str, node: &str) -> Vec<u8> {
-    let mut meta = json!({"name": name, "namespace": namespace});
-    if !uid.is_empty() {
-        meta["uid"] = json!(uid);
-    }
-    json!({
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": meta,
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node}
+    body(&wire::Binding {
+        api_version: "v1",
+        kind: "Binding",
+        metadata: wire::Meta {
+            name: Some(name),
+            namespace,
+            uid: (!uid.is_empty()).then_some(uid),
+            generate_name: None,
+        },
+        target: wire::Target {
+            api_version: "v1",
+            kind: "Node",
+            name: node,
+        },
     })
-    .to_string()
-    .into_bytes()
 }
 
 /// The body of a core/v1 Event reported by `component` (instance `instance`) at `now`.
@@ -164,24 +167,111 @@ pub fn event_body(ev: &PodEvent, component: &str, instance: &str, now: Timestamp
     let ts = Timestamp::from_second(now.as_second())
         .unwrap_or(now)
         .to_string();
-    json!({
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": format!("{}.", ev.name), "namespace": ev.namespace},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ev.namespace,
-                           "name": ev.name, "uid": ev.uid},
-        "reason": ev.reason,
-        "message": ev.message,
-        "type": match ev.type_ { EventType::Normal => "Normal", EventType::Warning => "Warning" },
-        "source": {"component": component},
-        "reportingComponent": component,
-        "reportingInstance": instance,
-        "firstTimestamp": ts,
-        "lastTimestamp": ts,
-        "count": 1
+    body(&wire::Event {
+        api_version: "v1",
+        kind: "Event",
+        metadata: wire::Meta {
+            name: None,
+            namespace: &ev.namespace,
+            uid: None,
+            generate_name: Some(&format!("{}.", ev.name)),
+        },
+        involved_object: wire::Object {
+            api_version: "v1",
+            kind: "Pod",
+            namespace: &ev.namespace,
+            name: &ev.name,
+            uid: &ev.uid,
+        },
+        reason: ev.reason,
+        message: &ev.message,
+        type_: match ev.type_ {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        },
+        source: wire::Source { component },
+        reporting_component: component,
+        reporting_instance: instance,
+        first_timestamp: &ts,
+        last_timestamp: &ts,
+        count: 1,
     })
-    .to_string()
-    .into_bytes()
+}
+
+/// A request body as JSON. Serialising plain structs of borrowed strings cannot fail (no map
+/// with non-string keys, no failing `Serialize`); an empty body would make the API server
+/// answer 400, which the caller reports.
+fn body(value: &impl serde::Serialize) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// The scheduler's per-pod bodies as borrowed structs: one `to_vec` each, where a
+/// `serde_json::Value` tree cost an allocation per key and value on every binding and Event.
+mod wire {
+    use serde::Serialize;
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Meta<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub name: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub generate_name: Option<&'a str>,
+        pub namespace: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub uid: Option<&'a str>,
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Target<'a> {
+        pub api_version: &'a str,
+        pub kind: &'a str,
+        pub name: &'a str,
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Binding<'a> {
+        pub api_version: &'a str,
+        pub kind: &'a str,
+        pub metadata: Meta<'a>,
+        pub target: Target<'a>,
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Object<'a> {
+        pub api_version: &'a str,
+        pub kind: &'a str,
+        pub namespace: &'a str,
+        pub name: &'a str,
+        pub uid: &'a str,
+    }
+
+    #[derive(Serialize)]
+    pub(super) struct Source<'a> {
+        pub component: &'a str,
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Event<'a> {
+        pub api_version: &'a str,
+        pub kind: &'a str,
+        pub metadata: Meta<'a>,
+        pub involved_object: Object<'a>,
+        pub reason: &'a str,
+        pub message: &'a str,
+        #[serde(rename = "type")]
+        pub type_: &'a str,
+        pub source: Source<'a>,
+        pub reporting_component: &'a str,
+        pub reporting_instance: &'a str,
+        pub first_timestamp: &'a str,
+        pub last_timestamp: &'a str,
+        pub count: u32,
+    }
 }
 
 /// The strategic-merge patch that sets `PodScheduled=False, reason=Unschedulable`.
@@ -397,9 +487,15 @@ mod tests {
     fn bodies_are_what_the_api_expects() {
         let b: serde_json::Value =
             serde_json::from_slice(&binding_body("ns", "p", "u1", "n1")).expect("json");
-        assert_eq!(b["kind"], "Binding");
-        assert_eq!(b["metadata"]["uid"], "u1");
-        assert_eq!(b["target"]["name"], "n1");
+        assert_eq!(
+            b,
+            json!({"apiVersion": "v1", "kind": "Binding",
+                   "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}})
+        );
+        let no_uid: serde_json::Value =
+            serde_json::from_slice(&binding_body("ns", "p", "", "n1")).expect("json");
+        assert_eq!(no_uid["metadata"], json!({"name": "p", "namespace": "ns"}));
         let now = Timestamp::from_second(1_700_000_000).expect("ts");
         let ev = PodEvent {
             namespace: "ns".into(),
@@ -411,6 +507,24 @@ mod tests {
         };
         let e: serde_json::Value =
             serde_json::from_slice(&event_body(&ev, "loadstar", "i1", now)).expect("json");
+        assert_eq!(
+            e,
+            json!({
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": "p.", "namespace": "ns"},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": "ns",
+                                   "name": "p", "uid": "u1"},
+                "reason": "FailedScheduling",
+                "message": "0/3 nodes are available: 3 Insufficient cpu.",
+                "type": "Warning",
+                "source": {"component": "loadstar"},
+                "reportingComponent": "loadstar",
+                "reportingInstance": "i1",
+                "firstTimestamp": "2023-11-14T22:13:20Z",
+                "lastTimestamp": "2023-11-14T22:13:20Z",
+                "count": 1
+            })
+        );
         assert_eq!(e["involvedObject"]["uid"], "u1");
         assert_eq!(e["type"], "Warning");
         assert_eq!(e["firstTimestamp"], "2023-11-14T22:13:20Z");
