@@ -332,11 +332,24 @@ pub async fn run_servers(
             });
         }
     }
+    // gRPC (agent ingest, scoring, binding for other schedulers) runs on its own runtime:
+    // thousands of agent streams cannot take the scheduler's worker threads, and the CPU of
+    // ingest is that of the threads named `GRPC_THREAD_NAME` (the throughput bench reads it).
+    let runtime = grpc_runtime()?;
+    let listener = grpc
+        .into_std()
+        .map_err(|e| AppError::Other(format!("handing the gRPC listener over: {e}")))?;
     let wait = shutdown.wait();
-    let server = server::serve(grpc, parts, wait);
+    let server = runtime.spawn(async move {
+        let grpc = TcpListener::from_std(listener)
+            .map_err(|e| AppError::Other(format!("taking the gRPC listener: {e}")))?;
+        server::serve(grpc, parts, wait)
+            .await
+            .map_err(AppError::from)
+    });
     tokio::pin!(server);
     let result = tokio::select! {
-        r = &mut server => r.map_err(AppError::from),
+        r = &mut server => r.unwrap_or_else(|e| Err(AppError::Other(format!("gRPC server task: {e}")))),
         _ = async {
             shutdown.wait().await;
             tokio::time::sleep(DRAIN_TIMEOUT).await;
@@ -346,5 +359,21 @@ pub async fn run_servers(
         }
     };
     sweeper.abort();
+    // Dropping a runtime inside another one's task would panic: let its threads go.
+    runtime.shutdown_background();
     result
+}
+
+/// The name of the gRPC runtime's threads (`/proc/<pid>/task/*/comm`).
+pub const GRPC_THREAD_NAME: &str = "loadstar-grpc";
+
+/// The runtime gRPC is served on: as many workers as the main runtime (one per CPU).
+fn grpc_runtime() -> Result<tokio::runtime::Runtime, AppError> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name(GRPC_THREAD_NAME)
+        .enable_all()
+        .build()
+        .map_err(|e| AppError::Other(format!("starting the gRPC runtime: {e}")))
 }

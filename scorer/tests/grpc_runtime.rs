@@ -1,0 +1,96 @@
+//! The scorer serves gRPC on its own runtime, whose threads are named `loadstar-grpc`:
+//! `bench/scheduler-throughput.sh` counts their CPU as the scorer's ingest. This checks, on
+//! the real binary, that those threads exist and are the ones doing the serving.
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use loadstar_proto::pb;
+use loadstar_proto::pb::scorer_client::ScorerClient;
+
+struct Scorer(Child);
+
+impl Drop for Scorer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// (threads named `loadstar-grpc`, their utime + stime in clock ticks).
+fn grpc_threads(pid: u32) -> (usize, u64) {
+    let mut found = (0, 0);
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return found;
+    };
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "loadstar-grpc" {
+            continue;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // Fields after "pid (comm) ": state is the first, utime the 12th, stime the 13th.
+        let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        found.0 += 1;
+        found.1 += f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_is_served_by_its_own_named_threads() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let scorer = Scorer(
+        Command::new(env!("CARGO_BIN_EXE_loadstar-scorer"))
+            .args([
+                "standalone",
+                "--listen",
+                &addr,
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start loadstar-scorer standalone"),
+    );
+    let pid = scorer.0.id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut client = loop {
+        match ScorerClient::connect(format!("http://{addr}")).await {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("scorer never listened on {addr}: {e}"),
+        }
+    };
+    let (threads, before) = grpc_threads(pid);
+    assert!(
+        threads >= 1,
+        "no thread named loadstar-grpc in /proc/{pid}/task"
+    );
+    // A second of calls back to back: serving them is CPU on the gRPC threads.
+    let until = Instant::now() + Duration::from_secs(1);
+    let mut calls = 0u32;
+    while Instant::now() < until {
+        client
+            .list_nodes(pb::ListNodesRequest::default())
+            .await
+            .expect("ListNodes");
+        calls += 1;
+    }
+    let (_, after) = grpc_threads(pid);
+    assert!(
+        after > before,
+        "{calls} calls left the gRPC threads' CPU at {before} ticks"
+    );
+}
