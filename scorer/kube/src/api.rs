@@ -154,10 +154,12 @@ pub fn binding_body(namespace: &str, name: &str, uid: &str, node: &str) -> Vec<u
             uid: (!uid.is_empty()).then_some(uid),
             generate_name: None,
         },
-        target: wire::Target {
+        target: wire::Object {
             api_version: "v1",
             kind: "Node",
+            namespace: None,
             name: node,
+            uid: None,
         },
     })
 }
@@ -179,9 +181,9 @@ pub fn event_body(ev: &PodEvent, component: &str, instance: &str, now: Timestamp
         involved_object: wire::Object {
             api_version: "v1",
             kind: "Pod",
-            namespace: &ev.namespace,
+            namespace: Some(&ev.namespace),
             name: &ev.name,
-            uid: &ev.uid,
+            uid: Some(&ev.uid),
         },
         reason: ev.reason,
         message: &ev.message,
@@ -224,29 +226,24 @@ mod wire {
 
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
-    pub(super) struct Target<'a> {
-        pub api_version: &'a str,
-        pub kind: &'a str,
-        pub name: &'a str,
-    }
-
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
     pub(super) struct Binding<'a> {
         pub api_version: &'a str,
         pub kind: &'a str,
         pub metadata: Meta<'a>,
-        pub target: Target<'a>,
+        pub target: Object<'a>,
     }
 
+    /// A reference to an object: a binding's node (cluster-scoped, no UID) or an Event's pod.
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     pub(super) struct Object<'a> {
         pub api_version: &'a str,
         pub kind: &'a str,
-        pub namespace: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub namespace: Option<&'a str>,
         pub name: &'a str,
-        pub uid: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub uid: Option<&'a str>,
     }
 
     #[derive(Serialize)]
