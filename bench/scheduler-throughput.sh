@@ -8,7 +8,9 @@
 #! Prints pods/s from start to all bound, the ratio, p50/p99 latencies, and CPU seconds of the
 #! scheduler, kube-apiserver and etcd while scheduling. Release builds. Loadstar's ingest CPU
 #! is reported separately: the CPU of the scorer's gRPC threads (`loadstar-grpc`: agent
-#! streams are served on their own runtime) during the run, subtracted from the scorer's.
+#! streams are served on their own runtime) during the run, subtracted from the scorer's
+#! (that runtime's blocking-pool threads share the name and take their CPU with them when
+#! they exit idle; this unauthenticated bench starts none).
 #! Also printed, for comparison and for builds before that runtime: the scorer's CPU with
 #! every agent reporting and nothing to schedule, for INGEST_SECONDS (default 10) before the
 #! start mark and again after the last bind (2 s after, once trailing writes are done).

@@ -9,15 +9,18 @@ use std::time::Duration;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+use ::kube::client::retry::RetryPolicy;
 use ::kube::client::{ClientBuilder, ConfigExt, RustlsTlsError};
 use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use ::kube::{Client, Config};
+use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 pub use loadstar_common::rate::RateLimit;
 use loadstar_common::rate::TokenBucket;
 use thiserror::Error;
 use tokio::time::{Instant, Sleep};
+use tower::retry::RetryLayer;
 use tower::{Layer, Service, ServiceBuilder};
 
 /// Errors building a client.
@@ -198,7 +201,13 @@ pub fn build_multiplexed(
             .map_err(|e| err(kube::Error::RustlsTls(RustlsTlsError::InvalidServerName(e))))?;
         https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
-    let https = https.enable_all_versions().wrap_connector(http);
+    // kube's timeouts: the connect timeout covers the TLS handshake too, and reads and
+    // writes that stall are bounded (HTTP/2 pings keep an idle connection reading).
+    let mut https = TimeoutConnector::new(https.enable_all_versions().wrap_connector(http));
+    https.set_connect_timeout(config.connect_timeout);
+    https.set_read_timeout(config.read_timeout);
+    https.set_write_timeout(config.write_timeout);
+    https.set_reset_reader_on_write(config.reset_reader_on_write);
     let hyper: hyper_util::client::legacy::Client<_, ::kube::client::Body> =
         hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             // HTTP/2's pings need a timer (hyper panics in the connection's task without one).
@@ -208,9 +217,16 @@ pub fn build_multiplexed(
             .http2_keep_alive_timeout(H2_PING.1)
             .http2_keep_alive_while_idle(true)
             .build(https);
+    // The layers of kube's own stack, in its order (retries of 429/503/504 as kube's default
+    // client makes them, each retry authenticated again), under the token bucket.
     let service = ServiceBuilder::new()
         .option_layer(limit.cloned())
         .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+        )
         .option_layer(config.auth_layer().map_err(err)?)
         .layer(config.extra_headers_layer().map_err(err)?)
         // One error type below the optional layers, as kube's stack has.

@@ -892,6 +892,37 @@ fn cluster_error(e: ApiError) -> ClusterError {
     }
 }
 
+/// The [`Scheduler`] as the `Scheduler.Bind` service's binder: each call runs on the runtime
+/// the scheduler was started on. The API connections a call opens (and the scheduler's own
+/// bindings they carry afterwards) then belong to that runtime, not to the gRPC runtime that
+/// serves the call, which stops first at shutdown while bindings still drain.
+#[derive(Debug)]
+pub struct SchedulerBinder {
+    scheduler: Arc<Scheduler>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl SchedulerBinder {
+    /// A binder for `scheduler`, on the runtime this is called on.
+    pub fn new(scheduler: Arc<Scheduler>) -> SchedulerBinder {
+        SchedulerBinder {
+            scheduler,
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Binder for SchedulerBinder {
+    async fn bind(&self, request: BindRequest) -> Result<BindOutcome, ClusterError> {
+        let scheduler = self.scheduler.clone();
+        self.runtime
+            .spawn(async move { Binder::bind(&*scheduler, request).await })
+            .await
+            .unwrap_or_else(|e| Err(ClusterError::Unavailable(format!("binding task: {e}"))))
+    }
+}
+
 #[async_trait::async_trait]
 impl Binder for Scheduler {
     async fn bind(&self, request: BindRequest) -> Result<BindOutcome, ClusterError> {
@@ -1528,6 +1559,41 @@ mod tests {
         })
         .await;
         running.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn the_grpc_binder_binds_on_the_schedulers_runtime_for_a_caller_on_another() {
+        let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1", "4"));
+        cache.nodes_relist_done();
+        cache.pods_relist_started();
+        cache.apply_pod(&pod("a", "1"));
+        cache.pods_relist_done();
+        let binder = SchedulerBinder::new(scheduler.clone());
+        // The caller's runtime (as the gRPC runtime is) is another one, on its own thread.
+        let outcome = std::thread::spawn(move || {
+            let other = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            other.block_on(binder.bind(BindRequest {
+                namespace: "ns".into(),
+                name: "a".into(),
+                ..Default::default()
+            }))
+        })
+        .join()
+        .expect("caller thread")
+        .expect("bound");
+        assert_eq!(outcome.node_name, "n1");
+        assert!(
+            log.lock()
+                .expect("log")
+                .iter()
+                .any(|e| e.1.ends_with("/pods/a/binding")),
+            "the binding was written"
+        );
     }
 
     #[tokio::test]

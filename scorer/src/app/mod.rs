@@ -335,10 +335,19 @@ pub async fn run_servers(
     // gRPC (agent ingest, scoring, binding for other schedulers) runs on its own runtime:
     // thousands of agent streams cannot take the scheduler's worker threads, and the CPU of
     // ingest is that of the threads named `GRPC_THREAD_NAME` (the throughput bench reads it).
-    let runtime = grpc_runtime()?;
-    let listener = grpc
+    // The runtime is built last before use: one dropped inside this async function would
+    // panic (it is let go with `shutdown_background` below).
+    let started = grpc
         .into_std()
-        .map_err(|e| AppError::Other(format!("handing the gRPC listener over: {e}")))?;
+        .map_err(|e| AppError::Other(format!("handing the gRPC listener over: {e}")))
+        .and_then(|listener| Ok((listener, grpc_runtime()?)));
+    let (listener, runtime) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            sweeper.abort();
+            return Err(e);
+        }
+    };
     let wait = shutdown.wait();
     let server = runtime.spawn(async move {
         let grpc = TcpListener::from_std(listener)

@@ -251,7 +251,9 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         // Whole pods sent over gRPC get their claims resolved against the cluster too.
         decoder = Some(rt.cache.clone());
         budgets = Some(rt.cache.clone());
-        binder = Some(rt.scheduler.clone());
+        binder = Some(Arc::new(loadstar_kube::scheduler::SchedulerBinder::new(
+            rt.scheduler.clone(),
+        )));
         kube = Some(rt);
     }
     let gate = match &kube {
