@@ -1526,12 +1526,7 @@ mod tests {
             holder: Some("replica-a".into()),
         });
         let (scheduler, cache, log) = setup(&[], rx);
-        cache.nodes_relist_started();
-        cache.apply_node(&node("n1", "4"));
-        cache.nodes_relist_done();
-        cache.pods_relist_started();
-        cache.apply_pod(&pod("a", "1"));
-        cache.pods_relist_done();
+        node_n1_and_pending_a(&cache);
         let err = Binder::bind(
             &*scheduler,
             BindRequest {
@@ -1561,15 +1556,20 @@ mod tests {
         running.stop().await;
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn the_grpc_binder_binds_on_the_schedulers_runtime_for_a_caller_on_another() {
-        let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
+    /// A synced cache with node `n1` (4 CPUs) and pending pod `ns/a` (1 CPU).
+    fn node_n1_and_pending_a(cache: &ClusterCache) {
         cache.nodes_relist_started();
         cache.apply_node(&node("n1", "4"));
         cache.nodes_relist_done();
         cache.pods_relist_started();
         cache.apply_pod(&pod("a", "1"));
         cache.pods_relist_done();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn the_grpc_binder_binds_on_the_schedulers_runtime_for_a_caller_on_another() {
+        let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
+        node_n1_and_pending_a(&cache);
         let binder = SchedulerBinder::new(scheduler.clone());
         // The caller's runtime (as the gRPC runtime is) is another one, on its own thread.
         let outcome = std::thread::spawn(move || {
@@ -1599,12 +1599,7 @@ mod tests {
     #[tokio::test]
     async fn bind_errors_name_huge_pods_and_nodes_briefly() {
         let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
-        cache.nodes_relist_started();
-        cache.apply_node(&node("n1", "4"));
-        cache.nodes_relist_done();
-        cache.pods_relist_started();
-        cache.apply_pod(&pod("a", "1"));
-        cache.pods_relist_done();
+        node_n1_and_pending_a(&cache);
         let huge = "h".repeat(1_000_000);
         let bind = |namespace: &str, name: &str, node_name: &str| {
             Binder::bind(
