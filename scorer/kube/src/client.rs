@@ -191,7 +191,6 @@ pub fn build_multiplexed(
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
-    http.set_connect_timeout(config.connect_timeout);
     let tls = config.rustls_client_config().map_err(err)?;
     let mut https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
