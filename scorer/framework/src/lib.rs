@@ -4,7 +4,9 @@
 pub mod constraints;
 pub mod preemption;
 pub mod profile;
+pub mod sampling;
 pub mod snapshot;
 pub mod volumes;
 
 pub use profile::*;
+pub use sampling::{NodeSampling, SampleCursor};

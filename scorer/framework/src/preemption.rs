@@ -498,6 +498,7 @@ mod tests {
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 0.5,
             preemption: Some(PreemptionArgs::default()),
+            sampling: crate::NodeSampling::ALL,
         }
     }
 

@@ -11,6 +11,7 @@ use rand::Rng;
 
 use std::borrow::Cow;
 
+use crate::sampling::{NodeSampling, SampleCursor};
 use crate::snapshot::{
     AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, CurrentRows, DigestTable, Memo,
     NodeDigest, NodeView, PodInfo, Usage, raw_usage,
@@ -393,6 +394,8 @@ pub struct Profile {
     pub stale_penalty: f64,
     /// DefaultPreemption's arguments (`None`: the profile never preempts).
     pub preemption: Option<PreemptionArgs>,
+    /// How many nodes a scheduling cycle examines ([`Profile::evaluate_sampled`]).
+    pub sampling: NodeSampling,
 }
 
 /// A feasible node and its score.
@@ -676,6 +679,10 @@ impl Scratch {
     }
 }
 
+/// A sampled evaluation ([`Profile::evaluate_sampled`]) filters at least this many nodes at a
+/// time.
+const MIN_SAMPLE_SLICE: usize = 64;
+
 /// Up to this many best nodes are selected in one streaming pass ([`Profile::evaluate`]);
 /// more are selected by partitioning every feasible node.
 const STREAMED_LIMIT: usize = 64;
@@ -701,7 +708,8 @@ impl Profile {
     }
 
     /// Filters and scores `snapshot`'s nodes (or only `candidates`, by index) for `pod`.
-    /// Only the best `limit` nodes are sorted (0: all); ties are broken at random.
+    /// Only the best `limit` nodes are sorted (0: all); ties are broken at random. Every
+    /// node is examined, whatever the profile's [`NodeSampling`].
     pub fn evaluate(
         &self,
         snapshot: &ClusterSnapshot,
@@ -709,6 +717,86 @@ impl Profile {
         candidates: Option<&[usize]>,
         limit: usize,
         rng: &mut impl Rng,
+    ) -> Evaluation {
+        self.evaluate_inner(snapshot, pod, candidates, limit, rng, None)
+    }
+
+    /// [`Profile::evaluate`] as a scheduling cycle runs it: with the profile's
+    /// [`NodeSampling`], filtering starts at `cursor` and stops once enough feasible nodes
+    /// are found, and `cursor` moves past the nodes examined (kube-scheduler's
+    /// `nextStartNodeIndex`). A pod no node fits examines every node, so its reasons and
+    /// preemption see the whole cluster.
+    pub fn evaluate_sampled(
+        &self,
+        snapshot: &ClusterSnapshot,
+        pod: &PodInfo,
+        candidates: Option<&[usize]>,
+        limit: usize,
+        rng: &mut impl Rng,
+        cursor: &mut SampleCursor,
+    ) -> Evaluation {
+        self.evaluate_inner(snapshot, pod, candidates, limit, rng, Some(cursor))
+    }
+
+    /// Runs the stale-node policy and then `active` filters over `slice` (indices into the
+    /// snapshot): the nodes passing end in `passing` (cleared first, in `slice`'s order), the
+    /// rejections are appended to `filtered` in `slice`'s order, each with the first filter
+    /// (in profile order) that refused it.
+    fn filter_slice(
+        &self,
+        ctx: &CycleContext<'_>,
+        active: &[(&dyn FilterPlugin, Option<&PreFilterState>)],
+        pod: &PodInfo,
+        slice: &[usize],
+        passing: &mut Vec<usize>,
+        filtered: &mut Vec<FilteredNode>,
+    ) {
+        let mark = filtered.len();
+        passing.clear();
+        if self.stale_policy == StalePolicy::Filter {
+            for &i in slice {
+                if ctx.snapshot.nodes[i].stale {
+                    filtered.push(FilteredNode {
+                        index: i,
+                        plugin: STALE_FILTER,
+                        reason: Reason::Borrowed(STALE_REASON),
+                    });
+                } else {
+                    passing.push(i);
+                }
+            }
+        } else {
+            passing.extend_from_slice(slice);
+        }
+        for &(f, state) in active {
+            if passing.is_empty() {
+                break;
+            }
+            f.filter_nodes(ctx, state, pod, passing, filtered);
+        }
+        let rejected = &mut filtered[mark..];
+        // Rejections in slice order, as a node-by-node pass lists them.
+        if slice.is_sorted() {
+            // Each filter appends in order: a stable sort merges the runs.
+            rejected.sort_by_key(|f| f.index);
+        } else {
+            // A node listed twice sorts at its first place.
+            let mut position: HashMap<usize, usize> = HashMap::with_capacity(slice.len());
+            for (p, &i) in slice.iter().enumerate() {
+                position.entry(i).or_insert(p);
+            }
+            rejected.sort_by_key(|f| position.get(&f.index).copied());
+        }
+    }
+
+    fn evaluate_inner(
+        &self,
+        snapshot: &ClusterSnapshot,
+        pod: &PodInfo,
+        candidates: Option<&[usize]>,
+        limit: usize,
+        rng: &mut impl Rng,
+        cursor: Option<&mut SampleCursor>,
     ) -> Evaluation {
         // Digest rows pay off when most of the snapshot is evaluated (they are built once per
         // snapshot generation and window, then shared).
@@ -786,44 +874,61 @@ impl Profile {
             .map(|(f, s)| (f.as_ref(), s.as_ref()))
             .collect();
         // Stale nodes first, then each filter over the nodes still feasible: a node is
-        // rejected by the first filter (in profile order) that refuses it, as before.
+        // rejected by the first filter (in profile order) that refuses it, as before. A
+        // sampled cycle filters from its cursor on, a slice at a time, until it has found
+        // the feasible nodes it wants (kube-scheduler's `percentageOfNodesToScore`).
         let mut passing = std::mem::take(&mut scratch.passing);
-        passing.clear();
-        if self.stale_policy == StalePolicy::Filter {
-            for &i in indices {
-                if snapshot.nodes[i].stale {
-                    filtered.push(FilteredNode {
-                        index: i,
-                        plugin: STALE_FILTER,
-                        reason: Reason::Borrowed(STALE_REASON),
-                    });
-                } else {
-                    passing.push(i);
+        let to_find = match cursor.as_ref() {
+            Some(_) => self.sampling.feasible_to_find(indices.len()),
+            None => indices.len(),
+        };
+        let examined = if to_find >= indices.len() {
+            self.filter_slice(&ctx, &active, pod, indices, &mut passing, &mut filtered);
+            feasible_idx.extend_from_slice(&passing);
+            indices.len()
+        } else {
+            let start = cursor.as_ref().map_or(0, |c| c.next % indices.len());
+            let mut examined = 0;
+            while feasible_idx.len() < to_find && examined < indices.len() {
+                let from = (start + examined) % indices.len();
+                let wanted = to_find - feasible_idx.len();
+                // As many as are still wanted (at least a few dozen, so a sparse tail is not
+                // filtered node by node), never wrapping within a slice.
+                let take = wanted
+                    .max(MIN_SAMPLE_SLICE)
+                    .min(indices.len() - examined)
+                    .min(indices.len() - from);
+                let slice = &indices[from..from + take];
+                let mark = filtered.len();
+                self.filter_slice(&ctx, &active, pod, slice, &mut passing, &mut filtered);
+                if passing.len() >= wanted {
+                    // Stop right after the last node wanted, as a node-by-node pass would:
+                    // the rest of the slice is the next cycle's. Passing nodes and
+                    // rejections are both in slice order, so one walk splits them.
+                    let (mut kept, mut rejected, mut cut) = (0, 0, 0);
+                    while kept < wanted {
+                        if slice[cut] == passing[kept] {
+                            kept += 1;
+                        } else {
+                            rejected += 1;
+                        }
+                        cut += 1;
+                    }
+                    passing.truncate(wanted);
+                    filtered.truncate(mark + rejected);
+                    feasible_idx.extend_from_slice(&passing);
+                    examined += cut;
+                    break;
                 }
+                feasible_idx.extend_from_slice(&passing);
+                examined += take;
             }
-        } else {
-            passing.extend_from_slice(indices);
-        }
-        for &(f, state) in &active {
-            if passing.is_empty() {
-                break;
+            if let Some(c) = cursor {
+                c.next = (start + examined) % indices.len();
             }
-            f.filter_nodes(&ctx, state, pod, &mut passing, &mut filtered);
-        }
-        // Rejections in candidate order, as a node-by-node pass lists them.
-        if indices.is_sorted() {
-            // Each filter appends in order: a stable sort merges the runs.
-            filtered.sort_by_key(|f| f.index);
-        } else {
-            // A node listed twice sorts at its first place.
-            let mut position: HashMap<usize, usize> = HashMap::with_capacity(indices.len());
-            for (p, &i) in indices.iter().enumerate() {
-                position.entry(i).or_insert(p);
-            }
-            filtered.sort_by_key(|f| position.get(&f.index).copied());
-        }
-        feasible.extend(passing.iter().map(|&i| &snapshot.nodes[i]));
-        feasible_idx.extend_from_slice(&passing);
+            examined
+        };
+        feasible.extend(feasible_idx.iter().map(|&i| &snapshot.nodes[i]));
         scratch.passing = passing;
         let filtered_at = std::time::Instant::now();
         let n = feasible.len();
@@ -932,7 +1037,7 @@ impl Profile {
         scratch.scores = columns;
         scratch.order = order;
         scratch.weighted = weighted;
-        let evaluated = indices.len();
+        let evaluated = examined;
         scratch.current = current;
         scratch.put_back();
         let timings = PhaseTimings {
@@ -1035,6 +1140,7 @@ mod tests {
             stale_policy: StalePolicy::Filter,
             stale_penalty: 1.0,
             preemption: None,
+            sampling: NodeSampling::ALL,
         };
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let at = |name: &str| {
@@ -1087,6 +1193,199 @@ mod tests {
         assert_eq!(got, vec![at("d"), at("d")]);
     }
 
+    /// Refuses the nodes whose name `refuse` picks.
+    #[derive(Debug)]
+    struct RejectWhere(fn(&str) -> bool);
+    impl FilterPlugin for RejectWhere {
+        fn name(&self) -> &'static str {
+            "RejectWhere"
+        }
+        fn filter(&self, _: &CycleContext<'_>, _: &PodInfo, node: &NodeView) -> Result<(), Reason> {
+            if (self.0)(&node.name) {
+                Err("node(s) were refused".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    fn sampled(refuse: fn(&str) -> bool, sampling: NodeSampling) -> Profile {
+        Profile {
+            name: "t".into(),
+            filters: vec![Box::new(RejectWhere(refuse))],
+            scores: vec![(Box::new(by_name_length()), 1)],
+            window_seconds: 60,
+            stale_policy: StalePolicy::Fallback,
+            stale_penalty: 0.5,
+            preemption: None,
+            sampling,
+        }
+    }
+
+    /// The node numbers (`n0042` → 42) of `indices` into `snap`.
+    fn numbers(snap: &ClusterSnapshot, indices: impl IntoIterator<Item = usize>) -> Vec<usize> {
+        indices
+            .into_iter()
+            .map(|i| snap.nodes[i].name[1..].parse().expect("a number"))
+            .collect()
+    }
+
+    #[test]
+    fn a_sampled_cycle_stops_at_enough_feasible_nodes_and_the_next_goes_on_from_there() {
+        let snap = ClusterSnapshot::new((0..1000).map(|i| node(&format!("n{i:04}"))).collect(), 1);
+        let pod = PodInfo::default();
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+        let mut cursor = SampleCursor::default();
+        // Adaptive at 1 000 nodes: 420 feasible nodes, from the cursor on.
+        let profile = sampled(|_| false, NodeSampling::ADAPTIVE);
+        let mut seen = Vec::new();
+        for round in 0..3 {
+            let ev = profile.evaluate_sampled(&snap, &pod, None, 0, &mut rng, &mut cursor);
+            assert_eq!(ev.evaluated, 420, "round {round}");
+            assert_eq!(ev.ranked.len(), 420);
+            let mut got = numbers(&snap, ev.ranked.iter().map(|r| r.index));
+            got.sort_unstable();
+            seen.push(got);
+        }
+        assert_eq!(seen[0], (0..420).collect::<Vec<_>>());
+        assert_eq!(seen[1], (420..840).collect::<Vec<_>>());
+        // The third wraps around the end.
+        assert_eq!(seen[2], (0..260).chain(840..1000).collect::<Vec<_>>());
+        assert_eq!(cursor.next, 260);
+        // Unsampled evaluation ignores the sampling and leaves no cursor behind.
+        let ev = profile.evaluate(&snap, &pod, None, 0, &mut rng);
+        assert_eq!(ev.evaluated, 1000);
+
+        // Every odd node refused: up to the 420th even node (938) examined, the rejections in
+        // node order.
+        let odd = sampled(
+            |n| n.ends_with(['1', '3', '5', '7', '9']),
+            NodeSampling::ADAPTIVE,
+        );
+        let mut cursor = SampleCursor { next: 100 };
+        let ev = odd.evaluate_sampled(&snap, &pod, None, 0, &mut rng, &mut cursor);
+        assert_eq!(ev.evaluated, 839);
+        assert_eq!(ev.ranked.len(), 420);
+        assert_eq!(
+            numbers(&snap, ev.filtered.iter().map(|f| f.index)),
+            (100..939).filter(|i| i % 2 == 1).collect::<Vec<_>>()
+        );
+        assert_eq!(cursor.next, 939);
+
+        // No node fits: every node is examined, so the reasons cover the cluster.
+        let none = sampled(|_| true, NodeSampling::new(10).expect("valid"));
+        let ev = none.evaluate_sampled(&snap, &pod, None, 0, &mut rng, &mut cursor);
+        assert_eq!(
+            (ev.evaluated, ev.filtered.len(), ev.ranked.len()),
+            (1000, 1000, 0)
+        );
+        assert_eq!(
+            ev.summary(),
+            "0/1000 nodes are available: 1000 node(s) were refused."
+        );
+        // In the order examined: from the cursor round to it again.
+        let order = numbers(&snap, ev.filtered.iter().map(|f| f.index));
+        assert_eq!(order[..3], [939, 940, 941]);
+        assert_eq!(order[61..64], [0, 1, 2]);
+        assert_eq!(cursor.next, 939);
+
+        // Below 100 nodes every node is examined, whatever the percentage.
+        let small = ClusterSnapshot::new((0..50).map(|i| node(&format!("n{i:04}"))).collect(), 1);
+        let one = sampled(|_| false, NodeSampling::new(1).expect("valid"));
+        let ev = one.evaluate_sampled(&small, &pod, None, 0, &mut rng, &mut cursor);
+        assert_eq!(ev.evaluated, 50);
+        // Candidates: sampled among them only.
+        let evens: Vec<usize> = (0..1000).step_by(2).collect();
+        let ten = sampled(|_| false, NodeSampling::new(10).expect("valid"));
+        let mut cursor = SampleCursor::default();
+        let ev = ten.evaluate_sampled(&snap, &pod, Some(&evens), 0, &mut rng, &mut cursor);
+        // 10 % of 500 candidates is 50: at least 100.
+        assert_eq!(ev.evaluated, 100);
+        let mut got = numbers(&snap, ev.ranked.iter().map(|r| r.index));
+        got.sort_unstable();
+        assert_eq!(got, (0..200).step_by(2).collect::<Vec<_>>());
+    }
+
+    /// Refuses the nodes named in its set.
+    #[derive(Debug)]
+    struct RejectNames(std::collections::HashSet<String>);
+    impl FilterPlugin for RejectNames {
+        fn name(&self) -> &'static str {
+            "RejectNames"
+        }
+        fn filter(&self, _: &CycleContext<'_>, _: &PodInfo, node: &NodeView) -> Result<(), Reason> {
+            if self.0.contains(&*node.name) {
+                Err("node(s) were in the set".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[test]
+    fn a_sampled_cycle_examines_what_a_node_by_node_walk_would() {
+        use rand::Rng;
+        let mut draw = rand::rngs::SmallRng::seed_from_u64(11);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(12);
+        for case in 0..200 {
+            let n = draw.random_range(100..700);
+            let names: Vec<String> = (0..n).map(|i| format!("n{i:04}")).collect();
+            let snap = ClusterSnapshot::new(names.iter().map(|m| node(m)).collect(), 1);
+            // Dense, sparse or clustered refusals.
+            let density = draw.random_range(0.0..1.0);
+            let refused: std::collections::HashSet<String> = names
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| draw.random_bool(density) || (case % 3 == 0 && i % 97 < 40))
+                .map(|(_, m)| m.clone())
+                .collect();
+            let percentage = draw.random_range(0..=100);
+            let profile = Profile {
+                name: "t".into(),
+                filters: vec![Box::new(RejectNames(refused.clone()))],
+                scores: vec![(Box::new(by_name_length()), 1)],
+                window_seconds: 60,
+                stale_policy: StalePolicy::Fallback,
+                stale_penalty: 0.5,
+                preemption: None,
+                sampling: NodeSampling::new(percentage).expect("valid"),
+            };
+            let start = draw.random_range(0..n);
+            let mut cursor = SampleCursor { next: start };
+            let ev = profile.evaluate_sampled(
+                &snap,
+                &PodInfo::default(),
+                None,
+                0,
+                &mut rng,
+                &mut cursor,
+            );
+            // The walk: from `start`, node by node, until enough are feasible (every node in
+            // candidate order when every node is wanted).
+            let to_find = profile.sampling.feasible_to_find(n);
+            let begin = if to_find >= n { 0 } else { start };
+            let (mut feasible, mut rejected, mut walked) = (Vec::new(), Vec::new(), 0);
+            while walked < n && feasible.len() < to_find {
+                let i = (begin + walked) % n;
+                if refused.contains(&names[i]) {
+                    rejected.push(i);
+                } else {
+                    feasible.push(i);
+                }
+                walked += 1;
+            }
+            let what = format!("case {case}: {n} nodes, {percentage} %, start {start}");
+            assert_eq!(ev.evaluated, walked, "{what}");
+            let mut got: Vec<usize> = ev.ranked.iter().map(|r| r.index).collect();
+            got.sort_unstable();
+            feasible.sort_unstable();
+            assert_eq!(got, feasible, "{what}");
+            let got: Vec<usize> = ev.filtered.iter().map(|f| f.index).collect();
+            assert_eq!(got, rejected, "{what}");
+            assert_eq!(cursor.next, (start + walked) % n, "{what}");
+        }
+    }
+
     #[test]
     fn ranks_filters_and_summarises_with_a_limit() {
         let snap = ClusterSnapshot::new(vec![node("a"), node("bbb"), node("cc"), node("dddd")], 1);
@@ -1098,6 +1397,7 @@ mod tests {
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 0.5,
             preemption: None,
+            sampling: NodeSampling::ALL,
         };
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let ev = profile.evaluate(&snap, &PodInfo::default(), None, 1, &mut rng);
@@ -1142,6 +1442,7 @@ mod tests {
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 0.5,
             preemption: None,
+            sampling: NodeSampling::ALL,
         };
         let pod = PodInfo::default();
         let run = |snap: &ClusterSnapshot, candidates: Option<&[usize]>| {
@@ -1216,6 +1517,7 @@ mod tests {
                 stale_policy: StalePolicy::Fallback,
                 stale_penalty: 1.0,
                 preemption: None,
+                sampling: NodeSampling::ALL,
             };
             let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
             let top = profile.evaluate(&snap, &PodInfo::default(), None, limit, &mut rng);
@@ -1294,6 +1596,7 @@ mod tests {
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 0.5,
             preemption: None,
+            sampling: NodeSampling::ALL,
         };
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let ok = profile.evaluate(&snap, &PodInfo::default(), None, 0, &mut rng);

@@ -805,6 +805,7 @@ mod tests {
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 1.0,
             preemption: None,
+            sampling: loadstar_framework::NodeSampling::ALL,
         }]));
         let cache = ClusterCache::new(store.clone(), queue.clone(), profiles);
         (store, queue, cache)

@@ -34,7 +34,7 @@ use super::reservations::VolumeWrites;
 use super::volume_binder::{self, VolumeBindError};
 use loadstar_framework::preemption::PreemptionOutcome;
 use loadstar_framework::snapshot::{ClusterSnapshot, NodeView, PodInfo};
-use loadstar_framework::{Evaluation, Profile};
+use loadstar_framework::{Evaluation, Profile, SampleCursor};
 use loadstar_policy::profiles::{ProfileError, Profiles};
 use loadstar_store::NodeStore;
 use loadstar_store::cluster::{BindOutcome, BindRequest, Binder, ClusterError};
@@ -54,7 +54,9 @@ pub struct SchedulerConfig {
     /// Events and status patches in flight at most.
     pub write_concurrency: usize,
     /// The loop's own snapshot is rebuilt from the store when older than this (and the store
-    /// changed); its own assumptions are patched in immediately.
+    /// changed); its own assumptions are patched in immediately, and Kubernetes' node
+    /// changes (or a retried pod) rebuild it at once. Each rebuild reads every node, so
+    /// under thousands of reporting agents a shorter period costs CPU in proportion.
     pub snapshot_refresh: Duration,
     /// How long shutdown waits for bindings in flight.
     pub drain_timeout: Duration,
@@ -67,13 +69,14 @@ pub struct SchedulerConfig {
 
 impl Default for SchedulerConfig {
     /// 64 bindings and 64 writes in flight (Events keep pace with bindings, as
-    /// kube-scheduler's do), snapshots refreshed every 100 ms, 10 s drain, 30 s per binding,
+    /// kube-scheduler's do), snapshots refreshed every 500 ms (agents report every second),
+    /// 10 s drain, 30 s per binding,
     /// 600 s for volumes to be bound (upstream's default).
     fn default() -> Self {
         SchedulerConfig {
             bind_concurrency: 64,
             write_concurrency: 64,
-            snapshot_refresh: Duration::from_millis(100),
+            snapshot_refresh: Duration::from_millis(500),
             drain_timeout: Duration::from_secs(10),
             bind_timeout: Duration::from_secs(30),
             volume_bind_timeout: Duration::from_secs(600),
@@ -395,6 +398,8 @@ impl Scheduler {
         let mut leader = self.leader.clone();
         let mut rng = SmallRng::from_rng(&mut rand::rng());
         let mut local: Option<LocalSnapshot> = None;
+        // Where the next sampled cycle starts (kube-scheduler's `nextStartNodeIndex`).
+        let mut cursor = SampleCursor::default();
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -420,7 +425,7 @@ impl Scheduler {
             );
             {
                 let _enter = span.enter();
-                self.schedule_one(pod, permit, &mut local, &mut rng, &span);
+                self.schedule_one(pod, permit, &mut local, &mut rng, &mut cursor, &span);
             }
         }
         info!("scheduler stopping: waiting for bindings in flight");
@@ -439,6 +444,7 @@ impl Scheduler {
         permit: tokio::sync::OwnedSemaphorePermit,
         local: &mut Option<LocalSnapshot>,
         rng: &mut SmallRng,
+        cursor: &mut SampleCursor,
         span: &tracing::Span,
     ) {
         let Some(facts) = self.cache.pod(&pod.key) else {
@@ -503,7 +509,7 @@ impl Scheduler {
         } else {
             limits.ranked.max(1)
         };
-        let ev = profile.evaluate(view, info, Some(&l.candidates), keep, rng);
+        let ev = profile.evaluate_sampled(view, info, Some(&l.candidates), keep, rng, cursor);
         self.observe_phases(&profile.name, &ev);
         let decision = |ev: &Evaluation| {
             Decision::of(

@@ -230,6 +230,7 @@ mod tests {
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 1.0,
             preemption: None,
+            sampling: loadstar_framework::NodeSampling::ALL,
         };
         let mut rng = StdRng::seed_from_u64(7);
         let snap = snapshot(vec![

@@ -960,6 +960,7 @@ mod tests {
             stale_policy: StalePolicy::Fallback,
             stale_penalty: 1.0,
             preemption: Some(PreemptionArgs::default()),
+            sampling: loadstar_framework::NodeSampling::ALL,
         };
         let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
         let ev = profile.evaluate(&snap, p, None, 0, &mut rng);

@@ -9,6 +9,7 @@
 //!
 //! ```yaml
 //! staleAfterSeconds: 15            # optional; unset = 3 × each node's report interval
+//! percentageOfNodesToScore: 100    # default 100 (every node); 0 = kube-scheduler's adaptive
 //! inflight: {cpuFactor: 1.0, memoryFactor: 1.0, cpuFallback: 250m, memoryFallback: 200Mi}
 //! eviction: {hard: {memory.available: 100Mi}, pressureTransitionPeriod: 5m}
 //! profiles:
@@ -16,6 +17,7 @@
 //!     windowSeconds: 300           # default 300
 //!     stalePolicy: fallback        # fallback | filter | penalize
 //!     stalePenalty: 0.5            # total × this for stale nodes under `penalize`
+//!     percentageOfNodesToScore: 0  # optional; overrides the file's for this profile
 //!     preemption: {enabled: true, minCandidateNodesPercentage: 10, minCandidateNodesAbsolute: 100}
 //!     filters: [NodeReady, {name: UsageThreshold, args: {thresholds: {cpu: 75}}}]
 //!     scores:
@@ -30,7 +32,7 @@ use serde_norway::Value;
 use crate::eviction::{self, EvictionArgs, EvictionThresholds};
 use crate::inflight::InflightArgs;
 use loadstar_framework::preemption::PreemptionArgs;
-use loadstar_framework::{FilterPlugin, Profile, ScorePlugin, StalePolicy};
+use loadstar_framework::{FilterPlugin, NodeSampling, Profile, ScorePlugin, StalePolicy};
 use loadstar_parity::args::PluginError;
 
 /// The embedded default configuration.
@@ -113,6 +115,8 @@ pub struct ProfileConfig {
     pub stale_penalty: f64,
     /// DefaultPreemption's arguments; `None` when the profile does not preempt.
     pub preemption: Option<PreemptionArgs>,
+    /// `percentageOfNodesToScore`: the profile's own, else the file's, else 100.
+    pub sampling: NodeSampling,
 }
 
 /// The validated configuration.
@@ -129,6 +133,8 @@ pub struct ScorerConfig {
 struct RawConfig {
     #[serde(default)]
     stale_after_seconds: Option<f64>,
+    #[serde(default)]
+    percentage_of_nodes_to_score: Option<u32>,
     #[serde(default)]
     inflight: InflightArgs,
     #[serde(default)]
@@ -165,6 +171,8 @@ struct RawProfile {
     stale_penalty: f64,
     #[serde(default)]
     preemption: RawPreemption,
+    #[serde(default)]
+    percentage_of_nodes_to_score: Option<u32>,
 }
 
 /// A profile's `preemption` block: kube-scheduler's DefaultPreemption PostFilter and its
@@ -287,6 +295,15 @@ impl ScorerConfig {
                 "at least one profile is required",
             ));
         }
+        let sampling_of = |path: &str, p: Option<u32>| {
+            p.map_or(Ok(None), |p| {
+                NodeSampling::new(p)
+                    .map(Some)
+                    .map_err(|e| ConfigError::at(path, e.to_string()))
+            })
+        };
+        let file_sampling =
+            sampling_of("percentageOfNodesToScore", raw.percentage_of_nodes_to_score)?;
         let mut names = HashSet::new();
         let mut profiles = Vec::with_capacity(raw.profiles.len());
         for (i, p) in raw.profiles.into_iter().enumerate() {
@@ -384,6 +401,12 @@ impl ScorerConfig {
             } else {
                 None
             };
+            let sampling = sampling_of(
+                &join(&at, "percentageOfNodesToScore"),
+                p.percentage_of_nodes_to_score,
+            )?
+            .or(file_sampling)
+            .unwrap_or_default();
             profiles.push(ProfileConfig {
                 scheduler_name: p.scheduler_name,
                 filters,
@@ -392,6 +415,7 @@ impl ScorerConfig {
                 stale_policy: p.stale_policy,
                 stale_penalty: p.stale_penalty,
                 preemption,
+                sampling,
             });
         }
         Ok(ScorerConfig {
@@ -436,6 +460,7 @@ impl ScorerConfig {
                     stale_policy: p.stale_policy,
                     stale_penalty: p.stale_penalty,
                     preemption: p.preemption,
+                    sampling: p.sampling,
                 })
             })
             .collect()
@@ -511,6 +536,32 @@ mod tests {
         assert_eq!(p.stale_policy, StalePolicy::Fallback);
         assert_eq!(p.scores[0].weight, 1);
         assert_eq!(c.stale_after(), Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn percentage_of_nodes_to_score_per_file_and_per_profile() {
+        let c = ScorerConfig::from_yaml(
+            "percentageOfNodesToScore: 0\nprofiles:\n  - schedulerName: a\n  - schedulerName: b\n    percentageOfNodesToScore: 30\n",
+        )
+        .expect("valid");
+        assert_eq!(c.profiles()[0].sampling, NodeSampling::ADAPTIVE);
+        assert_eq!(c.profiles()[1].sampling.percentage(), 30);
+        let built = c.build_profiles().expect("builds");
+        assert_eq!(built[1].sampling.feasible_to_find(5_000), 1_500);
+        // Unset: every node.
+        let c = ScorerConfig::from_yaml("profiles:\n  - schedulerName: a\n").expect("valid");
+        assert_eq!(c.profiles()[0].sampling, NodeSampling::ALL);
+        assert_eq!(
+            ScorerConfig::embedded_default().profiles()[0].sampling,
+            NodeSampling::ALL
+        );
+        let e = err("percentageOfNodesToScore: 101\nprofiles:\n  - schedulerName: a\n");
+        assert_eq!(
+            e.to_string(),
+            "percentageOfNodesToScore: must be between 0 (adaptive) and 100, got 101"
+        );
+        let e = err("profiles:\n  - schedulerName: a\n    percentageOfNodesToScore: 200\n");
+        assert_eq!(e.path(), "profiles[0].percentageOfNodesToScore");
     }
 
     #[test]

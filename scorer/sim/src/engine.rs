@@ -35,7 +35,7 @@ use loadstar_framework::snapshot::{
     ClusterSnapshot, DEFAULT_NONZERO_CPU_MILLIS, DEFAULT_NONZERO_MEMORY_BYTES, GpuState, Inflight,
     MeasuredPod, NodeAllocation, NodeView, Owner, PodInfo, PodOnNode, retire_inflight,
 };
-use loadstar_framework::{Evaluation, Profile, REASON_SEPARATOR};
+use loadstar_framework::{Evaluation, Profile, REASON_SEPARATOR, SampleCursor};
 use loadstar_policy::eviction;
 use loadstar_policy::inflight;
 
@@ -159,6 +159,8 @@ pub struct Simulation<'a> {
     nodes: Vec<NodeState>,
     snapshot: ClusterSnapshot,
     rng: StdRng,
+    /// Where the next cycle starts under the profile's `percentageOfNodesToScore`.
+    cursor: SampleCursor,
     base: Instant,
     step: u64,
     steps: u64,
@@ -245,6 +247,7 @@ impl<'a> Simulation<'a> {
             nodes,
             snapshot,
             rng: StdRng::seed_from_u64(s.seed),
+            cursor: SampleCursor::default(),
             base,
             step: 0,
             steps,
@@ -501,9 +504,15 @@ impl<'a> Simulation<'a> {
                 still.push(j);
                 continue;
             }
-            let eval =
-                self.profile
-                    .evaluate(&self.snapshot, &self.infos[j], None, 1, &mut self.rng);
+            // As the scheduler runs a cycle: with the profile's percentageOfNodesToScore.
+            let eval = self.profile.evaluate_sampled(
+                &self.snapshot,
+                &self.infos[j],
+                None,
+                1,
+                &mut self.rng,
+                &mut self.cursor,
+            );
             if let Some(obs) = &mut self.observer {
                 obs(&self.snapshot, &self.infos[j], &eval);
             }

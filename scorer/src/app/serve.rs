@@ -122,6 +122,12 @@ pub struct ServeArgs {
     /// Bindings in flight at most.
     #[arg(long, default_value_t = 64)]
     pub bind_concurrency: usize,
+    /// How often, seconds, the scheduler's own snapshot takes in the agents' newer reports
+    /// (a full rebuild over every node, so its cost grows with the cluster; the scheduler's
+    /// own placements and Kubernetes' node changes apply at once). Agents report every
+    /// second by default.
+    #[arg(long, default_value_t = 0.5)]
+    pub snapshot_refresh_seconds: f64,
     /// How long a pod's WaitForFirstConsumer claims may take to be bound (by the PV
     /// controller or a provisioner) before the pod is retried; kube-scheduler's
     /// `bindTimeoutSeconds`.
@@ -227,6 +233,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
             scheduler: SchedulerConfig {
                 bind_concurrency: args.bind_concurrency.max(1),
                 drain_timeout: DRAIN_TIMEOUT,
+                snapshot_refresh: secs(args.snapshot_refresh_seconds, "snapshot-refresh-seconds")?,
                 volume_bind_timeout: secs(
                     args.volume_bind_timeout_seconds,
                     "volume-bind-timeout-seconds",

@@ -201,8 +201,14 @@ impl Decision {
             .enumerate()
             .map(|(i, g)| ((g.plugin, g.reason), i))
             .collect();
+        // Runs of one filter's rejections are common (filters append in node order): the
+        // last group is checked before hashing.
+        let mut last: Option<usize> = None;
         for f in ev.filtered.iter().take(limits.named_filtered) {
-            if let Some(&i) = at.get(&(f.plugin, &*f.reason)) {
+            let same =
+                last.filter(|&i| counted[i].plugin == f.plugin && counted[i].reason == &*f.reason);
+            last = same.or_else(|| at.get(&(f.plugin, &*f.reason)).copied());
+            if let Some(i) = last {
                 filtered[i].nodes.push(name_of(f.index));
             }
         }

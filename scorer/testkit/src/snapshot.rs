@@ -183,6 +183,7 @@ pub fn feasible_names(
         stale_policy: StalePolicy::Fallback,
         stale_penalty: 1.0,
         preemption: None,
+        sampling: loadstar_framework::NodeSampling::ALL,
     };
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
     let ev = profile.evaluate(&snap, pod, None, 0, &mut rng);
