@@ -327,27 +327,34 @@ impl Inflight {
 /// in `measured`: a pod measured for the first time starts fading; an estimate goes when it
 /// was never measured within `max_unmeasured_age`, when its measurement began more than
 /// `fade` ago (the longest load window), or when a measured pod is no longer reported.
-/// Returns whether anything changed. The store and the simulator both call this.
+/// Returns whether anything changed; `alloc` is copied (when shared) only then, so a report
+/// that changes nothing (most of them) costs one read of the estimates. The store and the
+/// simulator both call this.
 pub fn retire_inflight(
-    inflight: &mut Vec<Inflight>,
+    alloc: &mut Arc<NodeAllocation>,
     measured: &HashMap<String, MeasuredPod>,
     now: Instant,
     max_unmeasured_age: std::time::Duration,
     fade: std::time::Duration,
 ) -> bool {
-    let mut changed = false;
+    let keeps = |e: &Inflight| match e.measured_since {
+        None => now.saturating_duration_since(e.added_at) <= max_unmeasured_age,
+        Some(t) => measured.contains_key(&e.uid) && now.saturating_duration_since(t) <= fade,
+    };
+    // A pod measured for the first time is marked, else an estimate goes.
+    let changes =
+        |e: &Inflight| (e.measured_since.is_none() && measured.contains_key(&e.uid)) || !keeps(e);
+    if !alloc.inflight.iter().any(changes) {
+        return false;
+    }
+    let inflight = &mut Arc::make_mut(alloc).inflight;
     for e in inflight.iter_mut() {
         if e.measured_since.is_none() && measured.contains_key(&e.uid) {
             e.measured_since = Some(now);
-            changed = true;
         }
     }
-    let before = inflight.len();
-    inflight.retain(|e| match e.measured_since {
-        None => now.saturating_duration_since(e.added_at) <= max_unmeasured_age,
-        Some(t) => measured.contains_key(&e.uid) && now.saturating_duration_since(t) <= fade,
-    });
-    changed || inflight.len() != before
+    inflight.retain(keeps);
+    true
 }
 
 /// Requests placed on a node: pods bound or assumed there, and in-flight estimates.
@@ -1332,6 +1339,93 @@ pub fn inflight_extra(node: &NodeView, kind: ResourceKind, window_span_seconds: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn in_flight_estimates_are_retired_and_copied_only_on_change() {
+        use std::time::Duration;
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(300);
+        let fade = Duration::from_secs(900);
+        let measured = |uids: &[&str]| -> HashMap<String, MeasuredPod> {
+            uids.iter()
+                .map(|u| (u.to_string(), MeasuredPod::default()))
+                .collect()
+        };
+        let mut alloc = Arc::new(NodeAllocation {
+            inflight: vec![
+                Inflight::new("a".into(), 100, 1, t0),
+                Inflight::new("b".into(), 200, 2, t0),
+            ],
+            ..NodeAllocation::default()
+        });
+        let held = alloc.clone();
+        // Nothing measured, nothing expired: no change, and no copy of the shared allocation.
+        let later = t0 + Duration::from_secs(10);
+        assert!(!retire_inflight(
+            &mut alloc,
+            &measured(&[]),
+            later,
+            ttl,
+            fade
+        ));
+        assert!(Arc::ptr_eq(&alloc, &held));
+        // `a` measured: it starts fading; the snapshot's copy keeps the old estimates.
+        assert!(retire_inflight(
+            &mut alloc,
+            &measured(&["a"]),
+            later,
+            ttl,
+            fade
+        ));
+        assert!(!Arc::ptr_eq(&alloc, &held));
+        assert_eq!(alloc.inflight[0].measured_since, Some(later));
+        assert_eq!(alloc.inflight[1].measured_since, None);
+        assert_eq!(held.inflight[0].measured_since, None);
+        // Still measured, within the fade: no change.
+        let copy = alloc.clone();
+        let again = t0 + Duration::from_secs(20);
+        assert!(!retire_inflight(
+            &mut alloc,
+            &measured(&["a"]),
+            again,
+            ttl,
+            fade
+        ));
+        assert!(Arc::ptr_eq(&alloc, &copy));
+        // `a` no longer reported: it goes; `b` past the unmeasured age: it goes too.
+        let expired = t0 + ttl + Duration::from_secs(1);
+        assert!(retire_inflight(
+            &mut alloc,
+            &measured(&[]),
+            expired,
+            ttl,
+            fade
+        ));
+        assert!(alloc.inflight.is_empty());
+        // A measured estimate goes once its fade is over.
+        let mut alloc = Arc::new(NodeAllocation {
+            inflight: vec![Inflight {
+                measured_since: Some(t0),
+                ..Inflight::new("c".into(), 1, 1, t0)
+            }],
+            ..NodeAllocation::default()
+        });
+        assert!(!retire_inflight(
+            &mut alloc,
+            &measured(&["c"]),
+            t0 + fade,
+            ttl,
+            fade
+        ));
+        assert!(retire_inflight(
+            &mut alloc,
+            &measured(&["c"]),
+            t0 + fade + Duration::from_secs(1),
+            ttl,
+            fade
+        ));
+        assert!(alloc.inflight.is_empty());
+    }
 
     fn pod(uid: &str, affinity: bool) -> PodOnNode {
         PodOnNode {

@@ -21,7 +21,7 @@ use loadstar_framework::snapshot::{
     AffinityTerm, AgentNode, ClusterSnapshot, Inflight, KubeNode, LabelSelector, MeasuredPod,
     NodeAllocation, NodeView, Owner, PodAffinity, PodInfo, PodOnNode, Taint, TaintEffect,
 };
-use loadstar_framework::{CycleContext, Profile};
+use loadstar_framework::{CycleContext, NodeSampling, Profile, SampleCursor};
 use loadstar_policy::config::ScorerConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -356,6 +356,50 @@ fn bench_evaluate(c: &mut Criterion) {
         );
         group.bench_with_input(BenchmarkId::from_parameter(label), &snap, |b, snap| {
             b.iter(|| black_box(profile.evaluate(snap, black_box(&pod), None, 10, &mut rng)))
+        });
+    }
+    if selected("5000-adaptive") {
+        // As the scheduler runs a cycle with `percentageOfNodesToScore: 0` (kube-scheduler's
+        // default: 10 % of 5 000 nodes), the cursor moving on from cycle to cycle.
+        let sampled = Profile {
+            sampling: NodeSampling::ADAPTIVE,
+            ..default_profile()
+        };
+        let snap = cluster(5_000, 42);
+        let pod = pod();
+        let mut rng = StdRng::seed_from_u64(1);
+        let mut cursor = SampleCursor::default();
+        let evals = evaluations();
+        let start = thread_cpu_ns();
+        let mut e = None;
+        for _ in 0..evals {
+            e = Some(black_box(sampled.evaluate_sampled(
+                &snap,
+                &pod,
+                None,
+                10,
+                &mut rng,
+                &mut cursor,
+            )));
+        }
+        if let (Some(start), Some(end), Some(e)) = (start, thread_cpu_ns(), e) {
+            println!(
+                "score_default_profile/5000-adaptive: {:.0} µs on-CPU per evaluation (mean of {evals}; {} nodes examined)",
+                (end - start) as f64 / f64::from(evals) / 1000.0,
+                e.evaluated
+            );
+        }
+        group.bench_function("5000-adaptive", |b| {
+            b.iter(|| {
+                black_box(sampled.evaluate_sampled(
+                    &snap,
+                    black_box(&pod),
+                    None,
+                    10,
+                    &mut rng,
+                    &mut cursor,
+                ))
+            })
         });
     }
     group.finish();

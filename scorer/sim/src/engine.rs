@@ -470,10 +470,7 @@ impl<'a> Simulation<'a> {
                 });
                 let view = &mut self.snapshot.nodes[i];
                 // The store's own rule: measured pods fade their estimates over the window.
-                let mut inflight = view.alloc.inflight.clone();
-                if retire_inflight(&mut inflight, &report.pods, at, max_age, INFLIGHT_FADE) {
-                    Arc::make_mut(&mut view.alloc).inflight = inflight;
-                }
+                retire_inflight(&mut view.alloc, &report.pods, at, max_age, INFLIGHT_FADE);
                 view.agent = Some(Arc::new(report));
                 self.nodes[i].last_report_s = t;
                 self.snapshot.generation += 1;

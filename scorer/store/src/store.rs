@@ -319,16 +319,13 @@ impl NodeStore {
             agent.last_pressure_at = Some(now);
         }
         // Measured pods start fading their in-flight estimates; stale estimates expire.
-        let mut inflight = entry.alloc.inflight.clone();
-        if retire_inflight(
-            &mut inflight,
+        retire_inflight(
+            &mut entry.alloc,
             &agent.pods,
             now,
             self.config.inflight_ttl,
             self.config.inflight_fade,
-        ) {
-            Arc::make_mut(&mut entry.alloc).inflight = inflight;
-        }
+        );
         entry.agent = Some(Arc::new(agent));
         if entry.last_instance != report.agent_instance {
             entry.last_instance.clone_from(&report.agent_instance);
@@ -673,16 +670,13 @@ impl NodeStore {
                         });
                     }
                 }
-                let mut inflight = e.alloc.inflight.clone();
-                if retire_inflight(
-                    &mut inflight,
+                retire_inflight(
+                    &mut e.alloc,
                     &agent.pods,
                     now,
                     self.config.inflight_ttl,
                     self.config.inflight_fade,
-                ) {
-                    Arc::make_mut(&mut e.alloc).inflight = inflight;
-                }
+                );
             }
             for name in forget {
                 // Forgetting the agent keeps any pods' requests (hidden).
