@@ -40,6 +40,11 @@ NODES=${1:-1000}
 PODS=${2:-5000}
 QPS=${3:-1000}
 CONSTRAINED=${4:-0}
+if [ -n "${PERCENTAGE_OF_NODES_TO_SCORE:-}" ] &&
+  ! [[ "$PERCENTAGE_OF_NODES_TO_SCORE" =~ ^([0-9]|[1-9][0-9]|100)$ ]]; then
+  echo "PERCENTAGE_OF_NODES_TO_SCORE must be 0 (adaptive) to 100, got $PERCENTAGE_OF_NODES_TO_SCORE" >&2
+  exit 2
+fi
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 bench_up loadstar-bench
@@ -63,6 +68,7 @@ FLEET_NOTE="none"
 INGEST_SECONDS=${INGEST_SECONDS:-10}
 [ "$INGEST_SECONDS" -ge 1 ] || { log "INGEST_SECONDS must be at least 1"; exit 2; }
 ROUNDS=${ROUNDS:-1}
+[ "$ROUNDS" -ge 1 ] || { log "ROUNDS must be at least 1"; exit 2; }
 LOADSTAR_CONFIG_ARGS=()
 SAMPLING_NOTE="Loadstar evaluates 100 % of nodes (its default)"
 if [ -n "${PERCENTAGE_OF_NODES_TO_SCORE:-}" ]; then
@@ -71,7 +77,6 @@ if [ -n "${PERCENTAGE_OF_NODES_TO_SCORE:-}" ]; then
   LOADSTAR_CONFIG_ARGS=(--config "$WORK/loadstar-config.yaml")
   SAMPLING_NOTE="Loadstar runs percentageOfNodesToScore: $PERCENTAGE_OF_NODES_TO_SCORE"
 fi
-[ "$ROUNDS" -ge 1 ] || { log "ROUNDS must be at least 1"; exit 2; }
 "$K8S_BIN/kubectl" --kubeconfig "$KC" create namespace loadstar >/dev/null
 
 # Deletes the pods of namespace $1 at once (no kubelet here) and waits until they are gone, so

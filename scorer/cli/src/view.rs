@@ -559,6 +559,8 @@ pub struct ProfileView {
     pub window_seconds: u32,
     /// Stale policy.
     pub stale_policy: String,
+    /// `percentageOfNodesToScore` (100: every node; 0: adaptive).
+    pub percentage_of_nodes_to_score: u32,
     /// Filters.
     pub filters: Vec<String>,
     /// Scores with weights.
@@ -573,6 +575,7 @@ pub fn profile_views(r: &pb::ListProfilesResponse) -> Vec<ProfileView> {
             name: p.name.clone(),
             window_seconds: p.window_seconds,
             stale_policy: p.stale_policy.clone(),
+            percentage_of_nodes_to_score: p.percentage_of_nodes_to_score,
             filters: p
                 .plugins
                 .iter()
@@ -591,7 +594,7 @@ pub fn profile_views(r: &pb::ListProfilesResponse) -> Vec<ProfileView> {
 
 /// The profiles table.
 pub fn profiles_table(p: &[ProfileView]) -> Table {
-    let mut t = Table::new(&["NAME", "WINDOW", "STALE", "SCORES", "FILTERS"]);
+    let mut t = Table::new(&["NAME", "WINDOW", "STALE", "NODES", "SCORES", "FILTERS"]);
     for (i, v) in p.iter().enumerate() {
         t.push(vec![
             Cell::plain(if i == 0 {
@@ -601,6 +604,10 @@ pub fn profiles_table(p: &[ProfileView]) -> Table {
             }),
             Cell::plain(format!("{}s", v.window_seconds)),
             Cell::plain(v.stale_policy.clone()),
+            Cell::plain(match v.percentage_of_nodes_to_score {
+                0 => "adaptive".to_string(),
+                p => format!("{p}%"),
+            }),
             Cell::plain(
                 v.scores
                     .iter()

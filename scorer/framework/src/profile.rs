@@ -725,7 +725,8 @@ impl Profile {
     /// [`NodeSampling`], filtering starts at `cursor` and stops once enough feasible nodes
     /// are found, and `cursor` moves past the nodes examined (kube-scheduler's
     /// `nextStartNodeIndex`). A pod no node fits examines every node, so its reasons and
-    /// preemption see the whole cluster.
+    /// preemption see the whole cluster. `candidates` must not repeat a node (the scheduler
+    /// passes each Kubernetes node once): where a cycle stops is counted in nodes.
     pub fn evaluate_sampled(
         &self,
         snapshot: &ClusterSnapshot,
@@ -887,6 +888,14 @@ impl Profile {
             feasible_idx.extend_from_slice(&passing);
             indices.len()
         } else {
+            debug_assert!(
+                indices.len()
+                    == indices
+                        .iter()
+                        .collect::<std::collections::HashSet<_>>()
+                        .len(),
+                "a sampled evaluation's candidates repeat a node"
+            );
             let start = cursor.as_ref().map_or(0, |c| c.next % indices.len());
             let mut examined = 0;
             while feasible_idx.len() < to_find && examined < indices.len() {
@@ -1306,16 +1315,16 @@ mod tests {
         assert_eq!(got, (0..200).step_by(2).collect::<Vec<_>>());
     }
 
-    /// Refuses the nodes named in its set.
+    /// Refuses the nodes named in its set, under its own name.
     #[derive(Debug)]
-    struct RejectNames(std::collections::HashSet<String>);
+    struct RejectNames(&'static str, std::collections::HashSet<String>);
     impl FilterPlugin for RejectNames {
         fn name(&self) -> &'static str {
-            "RejectNames"
+            self.0
         }
         fn filter(&self, _: &CycleContext<'_>, _: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-            if self.0.contains(&*node.name) {
-                Err("node(s) were in the set".into())
+            if self.1.contains(&*node.name) {
+                Err(Reason::Borrowed(self.0))
             } else {
                 Ok(())
             }
@@ -1325,64 +1334,110 @@ mod tests {
     #[test]
     fn a_sampled_cycle_examines_what_a_node_by_node_walk_would() {
         use rand::Rng;
+        use rand::seq::SliceRandom;
+        use std::collections::HashSet;
         let mut draw = rand::rngs::SmallRng::seed_from_u64(11);
         let mut rng = rand::rngs::SmallRng::seed_from_u64(12);
-        for case in 0..200 {
+        for case in 0..300 {
             let n = draw.random_range(100..700);
             let names: Vec<String> = (0..n).map(|i| format!("n{i:04}")).collect();
-            let snap = ClusterSnapshot::new(names.iter().map(|m| node(m)).collect(), 1);
-            // Dense, sparse or clustered refusals.
-            let density = draw.random_range(0.0..1.0);
-            let refused: std::collections::HashSet<String> = names
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| draw.random_bool(density) || (case % 3 == 0 && i % 97 < 40))
-                .map(|(_, m)| m.clone())
-                .collect();
+            let stale: Vec<bool> = (0..n).map(|_| draw.random_bool(0.1)).collect();
+            let snap = ClusterSnapshot::new(
+                names
+                    .iter()
+                    .zip(&stale)
+                    .map(|(m, &stale)| NodeView { stale, ..node(m) })
+                    .collect(),
+                1,
+            );
+            // Dense, sparse or clustered refusals, by two filters.
+            let density = draw.random_range(0.0..0.9);
+            let mut refuse = |clustered: bool| -> HashSet<String> {
+                names
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| draw.random_bool(density / 2.0) || (clustered && i % 97 < 40))
+                    .map(|(_, m)| m.clone())
+                    .collect()
+            };
+            let (first, second) = (refuse(case % 3 == 0), refuse(false));
             let percentage = draw.random_range(0..=100);
+            let stale_policy = if case % 4 < 2 {
+                StalePolicy::Filter
+            } else {
+                StalePolicy::Fallback
+            };
             let profile = Profile {
                 name: "t".into(),
-                filters: vec![Box::new(RejectNames(refused.clone()))],
+                filters: vec![
+                    Box::new(RejectNames("First", first.clone())),
+                    Box::new(RejectNames("Second", second.clone())),
+                ],
                 scores: vec![(Box::new(by_name_length()), 1)],
                 window_seconds: 60,
-                stale_policy: StalePolicy::Fallback,
+                stale_policy,
                 stale_penalty: 0.5,
                 preemption: None,
                 sampling: NodeSampling::new(percentage).expect("valid"),
             };
+            // Every node, or some of them in a random order.
+            let candidates: Option<Vec<usize>> = (case % 2 == 1).then(|| {
+                let mut c: Vec<usize> = (0..n).filter(|_| draw.random_bool(0.7)).collect();
+                c.shuffle(&mut draw);
+                c
+            });
+            let list: Vec<usize> = candidates.clone().unwrap_or_else(|| (0..n).collect());
             let start = draw.random_range(0..n);
             let mut cursor = SampleCursor { next: start };
             let ev = profile.evaluate_sampled(
                 &snap,
                 &PodInfo::default(),
-                None,
+                candidates.as_deref(),
                 0,
                 &mut rng,
                 &mut cursor,
             );
-            // The walk: from `start`, node by node, until enough are feasible (every node in
-            // candidate order when every node is wanted).
-            let to_find = profile.sampling.feasible_to_find(n);
-            let begin = if to_find >= n { 0 } else { start };
+            // The walk: node by node from the cursor until enough are feasible (every node in
+            // candidate order when every node is wanted), each rejected by the first check
+            // that refuses it.
+            let len = list.len();
+            let to_find = profile.sampling.feasible_to_find(len);
+            let begin = if to_find >= len {
+                0
+            } else {
+                start % len.max(1)
+            };
             let (mut feasible, mut rejected, mut walked) = (Vec::new(), Vec::new(), 0);
-            while walked < n && feasible.len() < to_find {
-                let i = (begin + walked) % n;
-                if refused.contains(&names[i]) {
-                    rejected.push(i);
+            while walked < len && feasible.len() < to_find {
+                let i = list[(begin + walked) % len];
+                let name = &*snap.nodes[i].name;
+                if stale_policy == StalePolicy::Filter && snap.nodes[i].stale {
+                    rejected.push((i, STALE_FILTER));
+                } else if first.contains(name) {
+                    rejected.push((i, "First"));
+                } else if second.contains(name) {
+                    rejected.push((i, "Second"));
                 } else {
                     feasible.push(i);
                 }
                 walked += 1;
             }
-            let what = format!("case {case}: {n} nodes, {percentage} %, start {start}");
+            let what = format!(
+                "case {case}: {len} of {n} nodes, {percentage} %, start {start}, {stale_policy:?}"
+            );
             assert_eq!(ev.evaluated, walked, "{what}");
             let mut got: Vec<usize> = ev.ranked.iter().map(|r| r.index).collect();
             got.sort_unstable();
             feasible.sort_unstable();
             assert_eq!(got, feasible, "{what}");
-            let got: Vec<usize> = ev.filtered.iter().map(|f| f.index).collect();
+            let got: Vec<(usize, &str)> = ev.filtered.iter().map(|f| (f.index, f.plugin)).collect();
             assert_eq!(got, rejected, "{what}");
-            assert_eq!(cursor.next, (start + walked) % n, "{what}");
+            let moved = if to_find >= len {
+                start
+            } else {
+                (start + walked) % len
+            };
+            assert_eq!(cursor.next, moved, "{what}");
         }
     }
 

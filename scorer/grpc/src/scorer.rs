@@ -547,6 +547,7 @@ impl pb::scorer_server::Scorer for ScorerService {
                     plugins,
                     window_seconds: p.window_seconds,
                     stale_policy: p.stale_policy.name().to_string(),
+                    percentage_of_nodes_to_score: p.sampling.percentage(),
                 }
             })
             .collect();

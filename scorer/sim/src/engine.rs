@@ -7,8 +7,9 @@
 //!    scorer sees (in-flight estimates of pods the report now measures, or older than their
 //!    max age, are dropped — the store's semantics);
 //! 3. pods that arrived join the queue (FIFO by arrival);
-//! 4. each queued pod is evaluated with [`Profile::evaluate`] on the cluster snapshot, exactly
-//!    as the scorer would, and bound to the best node: its requests are added to the node's
+//! 4. each queued pod is evaluated with [`Profile::evaluate_sampled`] on the cluster snapshot,
+//!    exactly as the scorer's scheduler would (with the profile's `percentageOfNodesToScore`),
+//!    and bound to the best node: its requests are added to the node's
 //!    allocation and an in-flight estimate ([`inflight::estimate`]) until the agent measures
 //!    it — so a burst of pods in one step sees the earlier ones. A pod that fits nowhere
 //!    stays pending and is retried when a pod finishes or after the retry interval.

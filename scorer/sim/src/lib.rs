@@ -2,7 +2,7 @@
 //! whose real usage differs from its requests, simulated agents that keep the same
 //! [`WindowSet`](loadstar_common::window::WindowSet)s as the real agent, and a scheduling
 //! loop that builds [`ClusterSnapshot`](loadstar_framework::snapshot::ClusterSnapshot)s and calls the very
-//! same [`Profile::evaluate`](loadstar_framework::Profile::evaluate) and plugins as the scorer.
+//! same [`Profile::evaluate_sampled`](loadstar_framework::Profile::evaluate_sampled) and plugins as the scorer's scheduler.
 //! It measures how evenly each profile spreads real load (stddev, hot-node-minutes, the seed
 //! paper's balance efficiency H(i)), why pods wait, and how GPUs fragment; it writes tables
 //! (text, CSV, JSON) and plots (SVG, PNG). See `docs/simulator.md`.

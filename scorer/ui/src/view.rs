@@ -315,6 +315,8 @@ pub struct ProfileView {
     pub window_seconds: u32,
     /// What happens to stale nodes.
     pub stale_policy: &'static str,
+    /// `percentageOfNodesToScore` (100: every node; 0: kube-scheduler's adaptive share).
+    pub percentage_of_nodes_to_score: u32,
     /// Filter plugins, in order.
     pub filters: Vec<&'static str>,
     /// Score plugins with their weights.
@@ -327,6 +329,7 @@ pub fn profile_view(p: &Profile) -> ProfileView {
         name: p.name.clone(),
         window_seconds: p.window_seconds,
         stale_policy: p.stale_policy.name(),
+        percentage_of_nodes_to_score: p.sampling.percentage(),
         filters: p.filters.iter().map(|f| f.name()).collect(),
         scores: p.scores.iter().map(|(s, w)| (s.name(), *w)).collect(),
     }

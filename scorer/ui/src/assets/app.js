@@ -287,7 +287,7 @@ async function loadProfiles() {
     const list = await resp.json();
     $('profiles').replaceChildren(...list.map((p) => {
       const div = el('div', null, 'profile');
-      div.append(el('b', p.name), el('div', `window ${p.window_seconds} s · stale nodes: ${p.stale_policy}`),
+      div.append(el('b', p.name), el('div', `window ${p.window_seconds} s · stale nodes: ${p.stale_policy} · nodes per cycle: ${p.percentage_of_nodes_to_score === 0 ? 'adaptive' : p.percentage_of_nodes_to_score + ' %'}`),
         el('div', `filters: ${p.filters.join(', ') || '–'}`),
         el('div', `scores: ${p.scores.map(([n, w]) => `${n} ×${w}`).join(', ') || '–'}`));
       return div;
