@@ -337,3 +337,44 @@ fn a_study_over_seeds_reports_every_profile_with_intervals_and_paired_changes() 
     assert!(text.contains("Against the baseline loadstar-requests, paired by seed"));
     assert!(study.to_csv().lines().count() == 1 + 2 * loadstar_sim::seeds::FIGURES.len());
 }
+
+#[test]
+fn the_simulator_samples_nodes_as_the_scheduler_does() {
+    // The embedded config with kube-scheduler's `percentageOfNodesToScore: 30`.
+    let dir = std::env::temp_dir().join(format!("loadstar-sim-sampling-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "percentageOfNodesToScore: 30\n{}",
+            loadstar_policy::config::DEFAULT_CONFIG_YAML
+        ),
+    )
+    .expect("config written");
+    let p = Profiles::load(Some(&path)).expect("config builds");
+    let profile = p.get("loadstar").expect("profile");
+    let cluster = Cluster::generate(400, &NodeMix::default(), 9).expect("cluster");
+    let trace = Trace::generate(60, &TraceMix::default(), 600.0, 9);
+    let mut sim = Simulation::new(profile, &cluster, &trace, &settings(&p, 9)).expect("sim");
+    let seen: Rc<RefCell<Vec<(usize, usize)>>> = Rc::default();
+    let log = seen.clone();
+    sim.set_observer(Box::new(move |snap, _, eval| {
+        log.borrow_mut().push((eval.evaluated, snap.nodes.len()));
+    }));
+    while sim.step().expect("step") {}
+    let seen = seen.borrow();
+    assert!(!seen.is_empty());
+    for &(evaluated, nodes) in seen.iter() {
+        assert_eq!(nodes, 400);
+        // 30 % of 400 feasible nodes wanted: at least 120 examined, every node only when
+        // too few fit.
+        assert!((120..=400).contains(&evaluated), "{evaluated} of {nodes}");
+    }
+    assert!(
+        seen.iter().any(|&(evaluated, _)| evaluated < 400),
+        "no cycle stopped early: {:?}",
+        &seen[..seen.len().min(10)]
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
