@@ -341,15 +341,18 @@ pub fn retire_inflight(
         None => now.saturating_duration_since(e.added_at) <= max_unmeasured_age,
         Some(t) => measured.contains_key(&e.uid) && now.saturating_duration_since(t) <= fade,
     };
+    let first_measured = |e: &Inflight| e.measured_since.is_none() && measured.contains_key(&e.uid);
     // A pod measured for the first time is marked, else an estimate goes.
-    let changes =
-        |e: &Inflight| (e.measured_since.is_none() && measured.contains_key(&e.uid)) || !keeps(e);
-    if !alloc.inflight.iter().any(changes) {
+    if !alloc
+        .inflight
+        .iter()
+        .any(|e| first_measured(e) || !keeps(e))
+    {
         return false;
     }
     let inflight = &mut Arc::make_mut(alloc).inflight;
     for e in inflight.iter_mut() {
-        if e.measured_since.is_none() && measured.contains_key(&e.uid) {
+        if first_measured(e) {
             e.measured_since = Some(now);
         }
     }

@@ -272,6 +272,16 @@ fn thread_cpu_ns() -> Option<u64> {
     s.split_whitespace().next()?.parse().ok()
 }
 
+/// Mean on-CPU time of one call of `run`, µs, over `iters` calls.
+fn cpu_micros_per_call(iters: u32, mut run: impl FnMut()) -> Option<f64> {
+    let start = thread_cpu_ns()?;
+    for _ in 0..iters {
+        run();
+    }
+    let end = thread_cpu_ns()?;
+    Some((end - start) as f64 / f64::from(iters) / 1000.0)
+}
+
 /// Mean on-CPU time of one evaluation, µs, over `iters` runs.
 fn cpu_micros_per_eval(
     profile: &Profile,
@@ -280,12 +290,9 @@ fn cpu_micros_per_eval(
     iters: u32,
 ) -> Option<f64> {
     let mut rng = StdRng::seed_from_u64(2);
-    let start = thread_cpu_ns()?;
-    for _ in 0..iters {
+    cpu_micros_per_call(iters, || {
         black_box(profile.evaluate(snap, pod, None, 10, &mut rng));
-    }
-    let end = thread_cpu_ns()?;
-    Some((end - start) as f64 / f64::from(iters) / 1000.0)
+    })
 }
 
 /// p50 and p99 wall-clock time of one evaluation, µs, over `iters` runs: an upper bound on
@@ -369,24 +376,15 @@ fn bench_evaluate(c: &mut Criterion) {
         let pod = pod();
         let mut rng = StdRng::seed_from_u64(1);
         let mut cursor = SampleCursor::default();
+        let examined = sampled
+            .evaluate_sampled(&snap, &pod, None, 10, &mut rng, &mut cursor)
+            .evaluated;
         let evals = evaluations();
-        let start = thread_cpu_ns();
-        let mut e = None;
-        for _ in 0..evals {
-            e = Some(black_box(sampled.evaluate_sampled(
-                &snap,
-                &pod,
-                None,
-                10,
-                &mut rng,
-                &mut cursor,
-            )));
-        }
-        if let (Some(start), Some(end), Some(e)) = (start, thread_cpu_ns(), e) {
+        if let Some(us) = cpu_micros_per_call(evals, || {
+            black_box(sampled.evaluate_sampled(&snap, &pod, None, 10, &mut rng, &mut cursor));
+        }) {
             println!(
-                "score_default_profile/5000-adaptive: {:.0} µs on-CPU per evaluation (mean of {evals}; {} nodes examined)",
-                (end - start) as f64 / f64::from(evals) / 1000.0,
-                e.evaluated
+                "score_default_profile/5000-adaptive: {us:.0} µs on-CPU per evaluation (mean of {evals}; {examined} nodes examined)"
             );
         }
         group.bench_function("5000-adaptive", |b| {
