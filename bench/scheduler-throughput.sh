@@ -33,6 +33,10 @@
 #! PERCENTAGE_OF_NODES_TO_SCORE=P runs Loadstar's embedded config with
 #! `percentageOfNodesToScore: P` (0: kube-scheduler's adaptive default, which kube-scheduler
 #! runs here: 42 % of 1 000 nodes, 10 % of 5 000); unset, Loadstar's default of 100 %.
+#! LOADSTAR_BENCH_PERF=FILE records `perf` of the scorer while it schedules into FILE.<round>,
+#! with LOADSTAR_BENCH_PERF_OPTIONS (default `-F 999 -g`, frame pointers: a build with
+#! RUSTFLAGS="-C force-frame-pointers=yes"; `-F 199 --call-graph dwarf,16384` unwinds the
+#! plain release build, at ~16 KB per sample).
 #! Usage: bench/scheduler-throughput.sh [NODES] [PODS] [QPS] [CONSTRAINED]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -170,7 +174,8 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
   local start ag0 g0 perf=""; start=$(date +%s%3N); ag0=$(cpu_ticks "$ag"); g0=$(grpc_ticks "$ls")
   "$K8S_BIN/kubectl" --kubeconfig "$KC" -n loadstar delete lease loadstar-scorer >/dev/null
   if [ -n "${LOADSTAR_BENCH_PERF:-}" ]; then  # optional profile of the scorer while it schedules
-    perf record -F 999 -g -p "$ls" -o "$LOADSTAR_BENCH_PERF.$1" >/dev/null 2>&1 &
+    # shellcheck disable=SC2086 # the options are words
+    perf record ${LOADSTAR_BENCH_PERF_OPTIONS:--F 999 -g} -p "$ls" -o "$LOADSTAR_BENCH_PERF.$1" >/dev/null 2>&1 &
     perf=$!; PIDS+=("$perf")
   fi
   LS_JSON=$(H wait --namespace "$ns" --count "$PODS" --start-ms "$start" \

@@ -370,10 +370,10 @@ impl Scheduler {
             }
         };
         if stale {
-            let snap = (*self.store.snapshot_now()).clone();
-            if let Some(old) = local.as_ref() {
-                snap.seed_digests_from(&old.snap);
-            }
+            let snap = match local.as_ref() {
+                Some(old) => self.store.snapshot_after(&old.snap),
+                None => (*self.store.snapshot_now()).clone(),
+            };
             *local = Some(LocalSnapshot {
                 candidates: kube_nodes(&snap),
                 snap,

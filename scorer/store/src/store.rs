@@ -501,11 +501,12 @@ impl NodeStore {
         }
     }
 
-    /// Builds a new snapshot now.
-    pub fn snapshot_now(&self) -> Arc<ClusterSnapshot> {
-        let now = Instant::now();
+    /// Every visible node's view at `now`, unsorted, and the generation they show at least.
+    fn views(&self, now: Instant) -> (Vec<NodeView>, u64) {
         let generation = self.generation();
-        let mut nodes = Vec::new();
+        // Entries, hidden ones included: an upper bound found without reading them.
+        let entries = self.shards.iter().map(|s| lock_read(s).len()).sum();
+        let mut nodes = Vec::with_capacity(entries);
         for shard in &self.shards {
             let shard = lock_read(shard);
             nodes.extend(
@@ -515,6 +516,23 @@ impl NodeStore {
                     .map(|(name, e)| self.view(name, e, now)),
             );
         }
+        (nodes, generation)
+    }
+
+    /// A new snapshot for a reader that keeps its own and patches it (the scheduler, with
+    /// each assumption): laid out after `previous` and seeded from its digest tables, as
+    /// [`NodeStore::snapshot_now`] does from the published one, but owned by the caller and
+    /// not published, so the caller need not clone it (a clone of every node's view) to
+    /// patch it.
+    pub fn snapshot_after(&self, previous: &ClusterSnapshot) -> ClusterSnapshot {
+        let (nodes, generation) = self.views(Instant::now());
+        ClusterSnapshot::new_after(nodes, generation, previous)
+    }
+
+    /// Builds a new snapshot now.
+    pub fn snapshot_now(&self) -> Arc<ClusterSnapshot> {
+        let now = Instant::now();
+        let (nodes, generation) = self.views(now);
         let previous = self.cached().map(|(_, snap)| snap);
         // Most nodes are unchanged since the last snapshot: they keep their order and their
         // digest rows are copied, not computed.
@@ -791,6 +809,59 @@ mod tests {
             .and_then(|s| s.last_report)
             .expect("a report");
         assert_eq!(last.agent_instance, "other");
+    }
+
+    #[test]
+    fn an_owned_snapshot_follows_its_previous_one_and_is_not_published() {
+        let store = NodeStore::new(StoreConfig::default());
+        let t0 = Instant::now();
+        for n in ["c", "a", "b"] {
+            store.apply_report(report(n, 1, 0.2, 0.2), t0).expect("ok");
+        }
+        let first = store.snapshot_now();
+        drop(first.digests(60));
+        store
+            .apply_report(report("b", 2, 0.7, 0.2), t0 + Duration::from_secs(1))
+            .expect("ok");
+        let after = store.snapshot_after(&first);
+        let names = |s: &ClusterSnapshot| {
+            s.nodes
+                .iter()
+                .map(|n| n.name.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&after), ["a", "b", "c"]);
+        assert!(
+            Arc::ptr_eq(&after.index, &first.index),
+            "same names: the index is shared"
+        );
+        assert_eq!(after.generation, store.generation());
+        let cpu = |s: &ClusterSnapshot, n: &str| {
+            s.get(n)
+                .and_then(|v| v.agent.as_ref())
+                .and_then(|a| a.load.get(loadstar_common::model::ResourceKind::Cpu))
+                .map(|l| l.latest)
+        };
+        assert_eq!(cpu(&after, "b"), Some(0.7), "the new report");
+        assert_eq!(
+            cpu(&first, "b"),
+            Some(0.2),
+            "the previous snapshot is untouched"
+        );
+        let table = after.digests(60);
+        assert!(
+            (0..3).all(|i| table.row_matches(i, &after.nodes[i])),
+            "rows copied or computed for the new snapshot's nodes"
+        );
+        let published = store.cached().map(|(_, s)| s).expect("published");
+        assert!(Arc::ptr_eq(&published, &first), "not published");
+        // A new name: laid out afresh, by name.
+        store
+            .apply_report(report("0", 1, 0.1, 0.1), t0)
+            .expect("ok");
+        let grown = store.snapshot_after(&after);
+        assert_eq!(names(&grown), ["0", "a", "b", "c"]);
+        assert_eq!(grown.get("c").map(|n| n.name.as_ref()), Some("c"));
     }
 
     #[test]
