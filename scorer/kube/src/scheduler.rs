@@ -370,10 +370,7 @@ impl Scheduler {
             }
         };
         if stale {
-            let snap = match local.as_ref() {
-                Some(old) => self.store.snapshot_after(&old.snap),
-                None => (*self.store.snapshot_now()).clone(),
-            };
+            let snap = self.store.snapshot_owned(local.as_ref().map(|l| &l.snap));
             *local = Some(LocalSnapshot {
                 candidates: kube_nodes(&snap),
                 snap,

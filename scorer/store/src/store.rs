@@ -2,7 +2,8 @@
 //! the requests placed on it. Writers (one per agent stream, the Kubernetes reflector, the
 //! scheduler) lock one of 16 shards briefly to swap an `Arc`; readers that score take a
 //! published [`ClusterSnapshot`] (rebuilt by cloning `Arc`s when the store changed and the
-//! cached one is older than `snapshot_max_age`), so scoring never waits on ingest.
+//! cached one is older than `snapshot_max_age`), and the scheduler builds its own
+//! ([`NodeStore::snapshot_owned`]), so scoring never waits on ingest.
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -521,12 +522,16 @@ impl NodeStore {
 
     /// A new snapshot for a reader that keeps its own and patches it (the scheduler, with
     /// each assumption): laid out after `previous` and seeded from its digest tables, as
-    /// [`NodeStore::snapshot_now`] does from the published one, but owned by the caller and
-    /// not published, so the caller need not clone it (a clone of every node's view) to
-    /// patch it.
-    pub fn snapshot_after(&self, previous: &ClusterSnapshot) -> ClusterSnapshot {
+    /// [`NodeStore::snapshot_now`] does from the published one (without one: sorted by
+    /// name), but owned by the caller and never published. The caller need not clone it (a
+    /// clone of every node's view) to patch it, and the store's cache never holds it: a
+    /// published snapshot nobody else reads would keep its nodes' replaced reports alive.
+    pub fn snapshot_owned(&self, previous: Option<&ClusterSnapshot>) -> ClusterSnapshot {
         let (nodes, generation) = self.views(Instant::now());
-        ClusterSnapshot::new_after(nodes, generation, previous)
+        match previous {
+            Some(previous) => ClusterSnapshot::new_after(nodes, generation, previous),
+            None => ClusterSnapshot::new(nodes, generation),
+        }
     }
 
     /// Builds a new snapshot now.
@@ -812,7 +817,7 @@ mod tests {
     }
 
     #[test]
-    fn an_owned_snapshot_follows_its_previous_one_and_is_not_published() {
+    fn owned_snapshots_follow_their_previous_one_and_are_never_published() {
         let store = NodeStore::new(StoreConfig::default());
         let t0 = Instant::now();
         for n in ["c", "a", "b"] {
@@ -823,7 +828,7 @@ mod tests {
         store
             .apply_report(report("b", 2, 0.7, 0.2), t0 + Duration::from_secs(1))
             .expect("ok");
-        let after = store.snapshot_after(&first);
+        let after = store.snapshot_owned(Some(&first));
         let names = |s: &ClusterSnapshot| {
             s.nodes
                 .iter()
@@ -859,9 +864,14 @@ mod tests {
         store
             .apply_report(report("0", 1, 0.1, 0.1), t0)
             .expect("ok");
-        let grown = store.snapshot_after(&after);
+        let grown = store.snapshot_owned(Some(&after));
         assert_eq!(names(&grown), ["0", "a", "b", "c"]);
         assert_eq!(grown.get("c").map(|n| n.name.as_ref()), Some("c"));
+        // Without a previous one: sorted by name, and still not published.
+        let fresh = store.snapshot_owned(None);
+        assert_eq!(names(&fresh), ["0", "a", "b", "c"]);
+        let published = store.cached().map(|(_, s)| s).expect("published");
+        assert!(Arc::ptr_eq(&published, &first), "still not published");
     }
 
     #[test]
