@@ -505,11 +505,11 @@ impl NodeStore {
     /// Every visible node's view at `now`, unsorted, and the generation they show at least.
     fn views(&self, now: Instant) -> (Vec<NodeView>, u64) {
         let generation = self.generation();
-        // Entries, hidden ones included: an upper bound found without reading them.
-        let entries = self.shards.iter().map(|s| lock_read(s).len()).sum();
-        let mut nodes = Vec::with_capacity(entries);
+        let mut nodes = Vec::new();
         for shard in &self.shards {
             let shard = lock_read(shard);
+            // The shard's entries, hidden ones included: an upper bound, under the same lock.
+            nodes.reserve(shard.len());
             nodes.extend(
                 shard
                     .iter()
