@@ -13,8 +13,8 @@ use std::borrow::Cow;
 
 use crate::sampling::{NodeSampling, SampleCursor};
 use crate::snapshot::{
-    AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, CurrentRows, DigestTable, Memo,
-    NodeDigest, NodeView, PodInfo, Usage, raw_usage,
+    AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, ColumnKey, CurrentRows, DigestTable,
+    Memo, NodeDigest, NodeView, PodInfo, Usage, raw_usage,
 };
 
 /// What a profile does with a node whose load is stale (or was never reported).
@@ -318,6 +318,18 @@ pub trait ScorePlugin: Send + Sync + Debug {
     ) {
         debug_assert_eq!(nodes.len(), indices.len());
         self.score(ctx, pod, nodes, out);
+    }
+    /// When this plugin's score of a node for `pod` is a function of that node's data and of
+    /// these words alone — not of the other nodes scored (no normalisation over them), nor of
+    /// any cluster-wide figure, nor of anything else of the pod — the words: its arguments
+    /// and what it reads of the pod (e.g. the pod's requests). Pods with equal words then get
+    /// equal scores on every node, so evaluation keeps one column of scores per words and
+    /// digest table ([`DigestTable::score_column`]) and scores again only the nodes edited
+    /// since. `None` (the default): the plugin scores every pod itself. A plugin answering
+    /// `Some` must score a node the same whatever other nodes it is scored with (checked for
+    /// the embedded profiles by the policy crate's tests).
+    fn column_key(&self, _ctx: &CycleContext<'_>, _pod: &PodInfo) -> Option<[u64; 4]> {
+        None
     }
     /// The plugin's arguments, for display (`ListProfiles`).
     fn args_yaml(&self) -> String {
@@ -679,6 +691,68 @@ impl Scratch {
     }
 }
 
+/// Writes `plugin`'s scores of the nodes `indices` into `out` from the cycle's digest table's
+/// column for the pod's shape ([`ScorePlugin::column_key`], [`DigestTable::score_column`]),
+/// scoring again the nodes edited since the column was built; `false`, with `out` untouched,
+/// when there is no such column (the plugin keys no shape, the cycle has no table or one
+/// with rows out of date, or the table builds columns only for shapes it has seen before).
+fn column_scores(
+    ctx: &CycleContext<'_>,
+    plugin: &dyn ScorePlugin,
+    pod: &PodInfo,
+    indices: &[usize],
+    out: &mut [i64],
+) -> bool {
+    let (Some(table), Some(current)) = (ctx.digests, ctx.current) else {
+        return false;
+    };
+    if !current.all() {
+        return false;
+    }
+    let Some(words) = plugin.column_key(ctx, pod) else {
+        return false;
+    };
+    let key = ColumnKey {
+        plugin: plugin.name(),
+        stale_policy: ctx.stale_policy as u8,
+        words,
+    };
+    let nodes = &ctx.snapshot.nodes;
+    let score_some = |indices: &[usize]| -> Vec<u8> {
+        let views: Vec<&NodeView> = indices.iter().map(|&i| &nodes[i]).collect();
+        let mut scores = vec![0; indices.len()];
+        plugin.score_indexed(ctx, pod, &views, indices, &mut scores);
+        scores
+            .iter()
+            .map(|s| (*s).clamp(0, MAX_NODE_SCORE) as u8)
+            .collect()
+    };
+    let Some(column) = table.score_column(&key, || {
+        let all: Vec<usize> = (0..nodes.len()).collect();
+        score_some(&all)
+    }) else {
+        return false;
+    };
+    let mut state = column.lock();
+    if state.scores.len() != nodes.len() {
+        return false;
+    }
+    if !state.edited.is_empty() {
+        let mut edited = std::mem::take(&mut state.edited);
+        edited.sort_unstable();
+        edited.dedup();
+        for (&i, s) in edited.iter().zip(score_some(&edited)) {
+            if let Some(entry) = state.scores.get_mut(i) {
+                *entry = s;
+            }
+        }
+    }
+    for (o, &i) in out.iter_mut().zip(indices) {
+        *o = i64::from(state.scores[i]);
+    }
+    true
+}
+
 /// A sampled evaluation ([`Profile::evaluate_sampled`]) filters at least this many nodes at a
 /// time.
 const MIN_SAMPLE_SLICE: usize = 64;
@@ -960,7 +1034,9 @@ impl Profile {
         weighted.resize(n, 0);
         if n > 0 {
             for ((plugin, w), out) in self.scores.iter().zip(columns.chunks_exact_mut(n)) {
-                plugin.score_indexed(&ctx, pod, &feasible, &feasible_idx, out);
+                if !column_scores(&ctx, plugin.as_ref(), pod, &feasible_idx, out) {
+                    plugin.score_indexed(&ctx, pod, &feasible, &feasible_idx, out);
+                }
                 debug_assert!(
                     !out.contains(&i64::MIN),
                     "{} left scores unwritten",
@@ -1690,5 +1766,130 @@ mod tests {
         assert!(reason.len() < 800, "{} bytes", reason.len());
         assert!(reason.contains("47 more"), "{reason}");
         assert!(!reason.contains(REASON_SEPARATOR), "{reason}");
+    }
+
+    /// Scores a node 10 per pod on it plus the pod's CPU request in tenths of a core,
+    /// counting the nodes it scores; keys a column per CPU request when `keyed`.
+    #[derive(Debug)]
+    struct PerPod {
+        keyed: bool,
+        scored: Arc<std::sync::atomic::AtomicUsize>,
+    }
+    impl ScorePlugin for PerPod {
+        fn name(&self) -> &'static str {
+            "PerPod"
+        }
+        fn score(&self, _: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+            self.scored
+                .fetch_add(nodes.len(), std::sync::atomic::Ordering::Relaxed);
+            for (o, n) in out.iter_mut().zip(nodes) {
+                *o = n.alloc.pods.len() as i64 * 10 + pod.requests.cpu_millis / 100;
+            }
+        }
+        fn column_key(&self, _: &CycleContext<'_>, pod: &PodInfo) -> Option<[u64; 4]> {
+            self.keyed
+                .then_some([pod.requests.cpu_millis as u64, 0, 0, 0])
+        }
+    }
+
+    /// A plugin that keys its pods' shapes is scored from a column from the second pod of a
+    /// shape on, and after an assumption only the node assumed on is scored again; the
+    /// verdicts are those of the same plugin scoring every pod itself.
+    #[test]
+    fn shape_columns_score_again_only_the_nodes_edited_since() {
+        let counted = |keyed| {
+            let scored = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let profile = Profile {
+                name: "p".into(),
+                filters: vec![Box::new(RejectNamed("n07"))],
+                scores: vec![
+                    (
+                        Box::new(PerPod {
+                            keyed,
+                            scored: scored.clone(),
+                        }),
+                        2,
+                    ),
+                    (Box::new(last_digit()), 1),
+                ],
+                window_seconds: 60,
+                stale_policy: StalePolicy::Fallback,
+                stale_penalty: 1.0,
+                preemption: None,
+                sampling: NodeSampling::ALL,
+            };
+            (profile, scored)
+        };
+        let (keyed, scored) = counted(true);
+        let (plain, _) = counted(false);
+        let mut snap = ClusterSnapshot::new(
+            (0..40)
+                .map(|i| NodeView {
+                    kube: Some(Arc::default()),
+                    stale: false,
+                    ..node(&format!("n{i:02}"))
+                })
+                .collect(),
+            1,
+        );
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let pod = |cpu| {
+            let mut p = PodInfo::default();
+            p.requests.cpu_millis = cpu;
+            p
+        };
+        let verdicts = |ev: &Evaluation| {
+            let mut v: Vec<(usize, u64, Vec<i64>)> = ev
+                .ranked
+                .iter()
+                .map(|r| {
+                    (
+                        r.index,
+                        r.total.to_bits(),
+                        r.plugins.iter().map(|p| p.1).collect(),
+                    )
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        let scored_now = || scored.swap(0, std::sync::atomic::Ordering::Relaxed);
+        let mut seen = Vec::new();
+        for round in 0..6 {
+            let ev = keyed.evaluate(&snap, &pod(300), None, 0, &mut rng);
+            let want = plain.evaluate(&snap, &pod(300), None, 0, &mut rng);
+            assert_eq!(verdicts(&ev), verdicts(&want), "round {round}");
+            assert_eq!(ev.filtered.len(), 1);
+            seen.push(scored_now());
+            // The scheduler assumes a pod on the best node.
+            let best = ev.best().expect("feasible").index;
+            let mut alloc = (*snap.nodes[best].alloc).clone();
+            alloc.put_pod(crate::snapshot::PodOnNode {
+                uid: format!("p{round}"),
+                ..Default::default()
+            });
+            snap.set_alloc(best, Arc::new(alloc));
+        }
+        // The first pod of the shape is scored by the plugin (39 feasible nodes), the second
+        // builds the column (all 40), each later one scores the node assumed on.
+        assert_eq!(seen, vec![39, 40, 1, 1, 1, 1]);
+        assert_eq!(snap.digests(60).columns(), 1);
+        // Another shape is scored by the plugin itself the first time.
+        let ev = keyed.evaluate(&snap, &pod(500), None, 0, &mut rng);
+        let want = plain.evaluate(&snap, &pod(500), None, 0, &mut rng);
+        assert_eq!(verdicts(&ev), verdicts(&want));
+        assert_eq!(scored_now(), 39);
+        // A column someone holds while a node is edited is dropped, not left wrong.
+        let held = snap.digests(60);
+        let mut alloc = (*snap.nodes[0].alloc).clone();
+        alloc.put_pod(crate::snapshot::PodOnNode {
+            uid: "held".into(),
+            ..Default::default()
+        });
+        snap.set_alloc(0, Arc::new(alloc));
+        drop(held);
+        let ev = keyed.evaluate(&snap, &pod(300), None, 0, &mut rng);
+        let want = plain.evaluate(&snap, &pod(300), None, 0, &mut rng);
+        assert_eq!(verdicts(&ev), verdicts(&want));
     }
 }

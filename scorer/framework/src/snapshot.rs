@@ -814,6 +814,67 @@ pub struct DigestTable {
     anti_affinity: std::sync::OnceLock<AntiAffinityIndex>,
     /// [`DigestTable::memo`]'s values.
     memo: Mutex<Vec<(MemoKey, Arc<dyn Memo>)>>,
+    /// [`DigestTable::score_column`]'s columns, and the keys asked for once.
+    columns: Mutex<ColumnCache>,
+}
+
+/// What a column of [`DigestTable::score_column`] holds: one score plugin's scores for one
+/// pod shape. Pods with equal keys get equal scores from the plugin on every node
+/// ([`ScorePlugin::column_key`](crate::ScorePlugin::column_key)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ColumnKey {
+    /// The plugin's name.
+    pub plugin: &'static str,
+    /// The profile's stale policy, as a number (it decides what load plugins see).
+    pub stale_policy: u8,
+    /// The plugin's words: its arguments and what it reads of the pod.
+    pub words: [u64; 4],
+}
+
+/// One score plugin's scores of every node of a [`DigestTable`]'s snapshot for one pod
+/// shape ([`ColumnKey`]), clamped to 0–100, with the nodes edited since they were scored
+/// ([`ClusterSnapshot::set_alloc`]): the evaluation that reads the column next scores those
+/// again (it has the plugin and a pod of the shape; the table has neither).
+#[derive(Debug, Default)]
+pub struct ScoreColumn {
+    state: Mutex<ColumnState>,
+}
+
+/// [`ScoreColumn`]'s contents.
+#[derive(Debug, Default)]
+pub struct ColumnState {
+    /// One score per node, in the snapshot's order.
+    pub scores: Vec<u8>,
+    /// Nodes whose entry of `scores` is out of date, in the order they were edited
+    /// (possibly repeated).
+    pub edited: Vec<usize>,
+}
+
+impl ScoreColumn {
+    /// A column of these scores (one per node, in the snapshot's order), none edited.
+    pub fn new(scores: Vec<u8>) -> ScoreColumn {
+        ScoreColumn {
+            state: Mutex::new(ColumnState {
+                scores,
+                edited: Vec::new(),
+            }),
+        }
+    }
+
+    /// Its contents, locked: a reader scores the edited nodes again and clears the list.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, ColumnState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// [`DigestTable::score_column`]'s cache.
+#[derive(Debug, Default)]
+struct ColumnCache {
+    built: Vec<(ColumnKey, Arc<ScoreColumn>)>,
+    /// Keys asked for once and not built yet, oldest first.
+    seen: Vec<ColumnKey>,
 }
 
 /// A [`DigestTable::memo`] value's type and its caller's key.
@@ -966,6 +1027,77 @@ impl DigestTable {
 
     fn lock_memo(&self) -> std::sync::MutexGuard<'_, Vec<(MemoKey, Arc<dyn Memo>)>> {
         self.memo
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Most columns [`DigestTable::score_column`] keeps (a pod shape costs one byte per node
+    /// and per plugin that keys it: 5 KB at 5 000 nodes).
+    pub const MAX_COLUMNS: usize = 32;
+
+    /// How many keys asked for once a table remembers.
+    const MAX_SEEN: usize = 64;
+
+    /// The scores of every node of the snapshot for `key`, built by `build` (one score per
+    /// node, in the snapshot's order, clamped to 0–100) — but only from the second time a
+    /// key is asked for: the first time, and once the table holds
+    /// [`DigestTable::MAX_COLUMNS`], `None`, and the caller scores the nodes itself. A pod
+    /// shape seen once in a table's life would pay for scoring every node, feasible or not,
+    /// for nothing; the replicas of a workload, scheduled one after the other, come many
+    /// times. Like [`DigestTable::memo`], a column holds only while every row is current.
+    pub fn score_column(
+        &self,
+        key: &ColumnKey,
+        build: impl FnOnce() -> Vec<u8>,
+    ) -> Option<Arc<ScoreColumn>> {
+        let found = |cache: &ColumnCache| {
+            cache
+                .built
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, c)| c.clone())
+        };
+        {
+            let mut cache = self.lock_columns();
+            if let Some(c) = found(&cache) {
+                return Some(c);
+            }
+            if cache.built.len() >= Self::MAX_COLUMNS {
+                return None;
+            }
+            match cache.seen.iter().position(|k| k == key) {
+                Some(at) => {
+                    cache.seen.remove(at);
+                }
+                None => {
+                    if cache.seen.len() >= Self::MAX_SEEN {
+                        cache.seen.remove(0);
+                    }
+                    cache.seen.push(*key);
+                    return None;
+                }
+            }
+        }
+        // Built without the lock (a pass over the table); the first column stored wins.
+        let built = Arc::new(ScoreColumn::new(build()));
+        let mut cache = self.lock_columns();
+        if let Some(c) = found(&cache) {
+            return Some(c);
+        }
+        if cache.built.len() >= Self::MAX_COLUMNS {
+            return None;
+        }
+        cache.built.push((*key, built.clone()));
+        Some(built)
+    }
+
+    /// How many columns [`DigestTable::score_column`] holds.
+    pub fn columns(&self) -> usize {
+        self.lock_columns().built.len()
+    }
+
+    fn lock_columns(&self) -> std::sync::MutexGuard<'_, ColumnCache> {
+        self.columns
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -1216,6 +1348,7 @@ impl ClusterSnapshot {
             sources,
             anti_affinity: std::sync::OnceLock::new(),
             memo: Mutex::default(),
+            columns: Mutex::default(),
         });
         tables.seeds.retain(|t| t.window_seconds != window_seconds);
         let generation = self.generation;
@@ -1285,6 +1418,23 @@ impl ClusterSnapshot {
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .retain_mut(|(_, value)| {
                         Arc::get_mut(value).is_some_and(|v| v.patch(index, row, node, self))
+                    });
+                // A column notes the node for its next reader to score again; one held, or
+                // with an eighth of its nodes to score again (building it afresh costs
+                // about as much), is dropped.
+                t.columns
+                    .get_mut()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .built
+                    .retain_mut(|(_, column)| {
+                        Arc::get_mut(column).is_some_and(|c| {
+                            let state = c
+                                .state
+                                .get_mut()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                            state.edited.push(index);
+                            state.edited.len().saturating_mul(8) <= state.scores.len()
+                        })
                     });
             }
         }

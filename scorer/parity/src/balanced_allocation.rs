@@ -108,6 +108,7 @@ pub struct Balanced;
 
 impl AllocationStrategy for Balanced {
     const NAME: &'static str = NAME;
+    const NONZERO: bool = false;
 
     fn score_nodes(
         resources: &[ResourceSpec],

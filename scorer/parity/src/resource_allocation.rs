@@ -265,6 +265,8 @@ pub fn weighted_score(
 pub trait AllocationStrategy: Debug + Clone + Default + Send + Sync + 'static {
     /// Plugin name.
     const NAME: &'static str;
+    /// Whether it reads the pod's non-zero (defaulted) requests rather than its own.
+    const NONZERO: bool;
     /// Scores `nodes` into `out` for `pod` over `resources`; `indices[j]`, when given, is
     /// `nodes[j]`'s index in the snapshot.
     fn score_nodes(
@@ -289,6 +291,7 @@ pub trait WeightedStrategy: Debug + Clone + Default + Send + Sync + 'static {
 
 impl<W: WeightedStrategy> AllocationStrategy for W {
     const NAME: &'static str = W::NAME;
+    const NONZERO: bool = true;
 
     fn score_nodes(
         resources: &[ResourceSpec],
@@ -342,6 +345,29 @@ impl<S: AllocationStrategy> ScorePlugin for AllocationScore<S> {
         out: &mut [i64],
     ) {
         S::score_nodes(&self.args.resources, ctx, pod, nodes, Some(indices), out);
+    }
+
+    /// Each node's score is a function of its own allocatable and requested amounts and of
+    /// the pod's requests for (at most two, not extended) scored resources: the resources'
+    /// ids and weights, and the pod's requests for them as the strategy reads them.
+    fn column_key(&self, _ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<[u64; 4]> {
+        let resources = &self.args.resources;
+        if resources.len() > 2 {
+            return None;
+        }
+        let ids = resolve(resources);
+        let reqs = pod_requests(resources, pod, S::NONZERO);
+        let mut words = [resources.len() as u64, 0, 0, 0];
+        for (k, (r, id)) in resources.iter().zip(ids).enumerate() {
+            if id == ResourceId::Extended {
+                return None;
+            }
+            words[0] |= (id as u64) << (8 + 8 * k);
+            // Weights are 1–100 (validated).
+            words[1] |= (r.weight as u64 & 0xffff_ffff) << (32 * k);
+            words[2 + k] = reqs[k] as u64;
+        }
+        Some(words)
     }
 
     fn args_yaml(&self) -> String {

@@ -401,6 +401,25 @@ fn bench_evaluate(c: &mut Criterion) {
         });
     }
     group.finish();
+    if selected("5000-shapes") {
+        // Every evaluation a pod of a shape not seen before (its CPU request a millicore
+        // more each time): no column of scores is built, as for a stream of one-off pods.
+        // The cases above evaluate one shape again and again, as for a workload's replicas.
+        let snap = cluster(5_000, 42);
+        let mut rng = StdRng::seed_from_u64(1);
+        let mut shape = pod();
+        let evals = evaluations();
+        if let Some(us) = cpu_micros_per_call(evals, || {
+            shape.requests.cpu_millis += 1;
+            shape.nonzero_cpu_millis += 1;
+            black_box(profile.evaluate(&snap, &shape, None, 10, &mut rng));
+        }) {
+            println!(
+                "score_default_profile/5000-shapes: {us:.0} µs on-CPU per evaluation, a new pod \
+                 shape each (mean of {evals})"
+            );
+        }
+    }
     if selected("5000-assume")
         && let Some(us) = cpu_micros_with_assumptions(&profile, 5_000, 300)
     {

@@ -385,6 +385,19 @@ impl ScorePlugin for LoadVariationRiskBalancing {
         }
     }
 
+    /// Without extended resources a node's score is a function of its row (the stale
+    /// policy is the column's too), the two arguments and the pod's CPU and memory requests.
+    fn column_key(&self, _ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<[u64; 4]> {
+        (!self.args.extended_resources).then(|| {
+            [
+                pod.requests.cpu_millis as u64,
+                pod.requests.memory_bytes as u64,
+                self.args.safe_variance_margin.to_bits(),
+                self.args.safe_variance_sensitivity.to_bits(),
+            ]
+        })
+    }
+
     fn args_yaml(&self) -> String {
         args_to_yaml(&self.args)
     }

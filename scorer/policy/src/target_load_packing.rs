@@ -154,6 +154,17 @@ impl ScorePlugin for TargetLoadPacking {
         }
     }
 
+    /// A node's score is a function of its row, the target and the pod's predicted CPU
+    /// (which covers the other two arguments and all the score reads of the pod).
+    fn column_key(&self, _ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<[u64; 4]> {
+        let pod_millis = predict_cpu_millis(
+            pod,
+            self.args.default_requests_multiplier,
+            self.args.default_requests_millis,
+        );
+        Some([pod_millis as u64, self.args.target_utilization as u64, 0, 0])
+    }
+
     fn args_yaml(&self) -> String {
         args_to_yaml(&self.args)
     }

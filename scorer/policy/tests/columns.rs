@@ -1,0 +1,256 @@
+//! `ScorePlugin::column_key` is exact for every score plugin of every profile of the embedded
+//! default config: a plugin that keys a pod's shape scores each node the same whatever other
+//! nodes it is scored with, and the same for every pod of equal key; and a profile scoring
+//! from columns (replicas placed one after the other, each assumed on its best node) reaches
+//! the verdicts of the same profile whose plugins score every pod themselves.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use loadstar_common::model::ResourceKind;
+use loadstar_framework::snapshot::{ClusterSnapshot, NodeView, PodInfo, PodOnNode};
+use loadstar_framework::{CycleContext, Evaluation, Profile, ScorePlugin};
+use loadstar_policy::config::ScorerConfig;
+use loadstar_testkit::snapshot::{
+    edit_kube, kube_node, pod, snapshot, with_capacity, with_load, with_requested,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const GIB: i64 = 1 << 30;
+
+/// Nodes of 2–16 cores with requests, measured CPU and memory load (some without, one in
+/// ten stale), a few with PreferNoSchedule taints.
+fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let nodes = (0..n)
+        .map(|i| {
+            let cores = [2i64, 4, 8, 16][rng.random_range(0..4)];
+            let name = format!("n{i:03}");
+            let mut node = kube_node(&name, cores * 1000, cores * 4 * GIB);
+            node = with_requested(
+                node,
+                rng.random_range(0..cores * 900),
+                rng.random_range(0..cores * 3 * GIB),
+            );
+            if i % 7 != 3 {
+                node = with_capacity(node, cores as u32, cores * 4 * GIB);
+                node = with_load(
+                    node,
+                    ResourceKind::Cpu,
+                    rng.random_range(0.0..1.0),
+                    rng.random_range(0.0..0.3),
+                );
+                node = with_load(
+                    node,
+                    ResourceKind::Memory,
+                    rng.random_range(0.0..1.0),
+                    rng.random_range(0.0..0.3),
+                );
+                node.stale = i % 10 == 0;
+            }
+            if i % 11 == 0 {
+                node = edit_kube(node, |k| {
+                    k.taints.push(loadstar_framework::snapshot::Taint {
+                        key: "spot".into(),
+                        value: "yes".into(),
+                        effect: loadstar_framework::snapshot::TaintEffect::PreferNoSchedule,
+                    })
+                });
+            }
+            node
+        })
+        .collect();
+    snapshot(nodes)
+}
+
+/// The embedded profiles, on the 60 s window the test nodes' load is in.
+fn profiles() -> Vec<Profile> {
+    let mut profiles = ScorerConfig::embedded_default()
+        .build_profiles()
+        .expect("embedded profiles");
+    for p in &mut profiles {
+        p.window_seconds = 60;
+    }
+    profiles
+}
+
+/// Pods of a few shapes, each paired with a pod equal to it but for what no score plugin of
+/// the default config reads per node (name, labels, priority), for its non-zero requests, or
+/// for one of its requests.
+fn pods() -> Vec<(PodInfo, PodInfo)> {
+    let mut out = Vec::new();
+    for (cpu, mem) in [(100, 128 << 20), (0, 0), (2500, 6 * GIB), (300, 0)] {
+        let a = pod(cpu, mem);
+        let mut b = a.clone();
+        b.name = "other".into();
+        b.uid = "uid-other".into();
+        b.labels = BTreeMap::from([("app".into(), "x".into())]);
+        b.priority = 7;
+        out.push((a.clone(), b));
+        let mut c = a.clone();
+        c.nonzero_cpu_millis = cpu + 100;
+        c.nonzero_memory_bytes = mem + (200 << 20);
+        out.push((a.clone(), c));
+        // Each request alone: a key that left one out would be caught here.
+        out.push((a.clone(), pod(cpu, mem + 3 * GIB)));
+        out.push((a, pod(cpu + 700, mem)));
+    }
+    out
+}
+
+fn scores(
+    plugin: &dyn ScorePlugin,
+    ctx: &CycleContext<'_>,
+    pod: &PodInfo,
+    indices: &[usize],
+) -> Vec<i64> {
+    let views: Vec<&NodeView> = indices.iter().map(|&i| &ctx.snapshot.nodes[i]).collect();
+    let mut out = vec![0; indices.len()];
+    plugin.score_indexed(ctx, pod, &views, indices, &mut out);
+    out.iter().map(|s| (*s).clamp(0, 100)).collect()
+}
+
+#[test]
+fn keyed_scores_depend_on_the_node_and_the_key_alone() {
+    let snap = cluster(60, 1);
+    let all: Vec<usize> = (0..snap.nodes.len()).collect();
+    let mut keyed = std::collections::BTreeSet::new();
+    for profile in profiles() {
+        let table = snap.digests(profile.window_seconds);
+        let mut current = Vec::new();
+        let ctx = CycleContext {
+            snapshot: &snap,
+            window_seconds: profile.window_seconds,
+            stale_policy: profile.stale_policy,
+            digests: Some(&table),
+            current: Some(table.current_rows(&snap.nodes, &mut current)),
+        };
+        for (plugin, _) in &profile.scores {
+            for (a, b) in pods() {
+                let Some(key) = plugin.column_key(&ctx, &a) else {
+                    continue;
+                };
+                keyed.insert(plugin.name());
+                let whole = scores(plugin.as_ref(), &ctx, &a, &all);
+                // Any subset, in any order, scores each node as the whole does.
+                let mut rng = StdRng::seed_from_u64(9);
+                for _ in 0..5 {
+                    let mut some: Vec<usize> = all
+                        .iter()
+                        .copied()
+                        .filter(|_| rng.random_bool(0.3))
+                        .collect();
+                    some.reverse();
+                    let got = scores(plugin.as_ref(), &ctx, &a, &some);
+                    let want: Vec<i64> = some.iter().map(|&i| whole[i]).collect();
+                    assert_eq!(got, want, "{} on a subset", plugin.name());
+                }
+                if plugin.column_key(&ctx, &b) == Some(key) {
+                    assert_eq!(
+                        scores(plugin.as_ref(), &ctx, &b, &all),
+                        whole,
+                        "{}: equal keys, different scores",
+                        plugin.name()
+                    );
+                }
+            }
+        }
+    }
+    // The default profile's two per-node scores are among them.
+    assert!(keyed.contains("LoadVariationRiskBalancing"), "{keyed:?}");
+    assert!(keyed.contains("BalancedAllocation"), "{keyed:?}");
+    assert!(keyed.contains("TargetLoadPacking"), "{keyed:?}");
+    assert!(keyed.contains("LeastAllocated"), "{keyed:?}");
+}
+
+/// A score plugin that hides its column key: scores every pod itself.
+#[derive(Debug)]
+struct Unkeyed(Box<dyn ScorePlugin>);
+impl ScorePlugin for Unkeyed {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+        self.0.score(ctx, pod, nodes, out);
+    }
+    fn score_indexed(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        nodes: &[&NodeView],
+        indices: &[usize],
+        out: &mut [i64],
+    ) {
+        self.0.score_indexed(ctx, pod, nodes, indices, out);
+    }
+}
+
+/// Feasible nodes with their totals' bits and plugin scores, by index.
+type Ranked = Vec<(usize, u64, Vec<i64>)>;
+
+/// The ranked nodes (by index) and the rejected ones with their filter.
+fn verdicts(ev: &Evaluation) -> (Ranked, Vec<(usize, &'static str)>) {
+    let mut ranked: Ranked = ev
+        .ranked
+        .iter()
+        .map(|r| {
+            (
+                r.index,
+                r.total.to_bits(),
+                r.plugins.iter().map(|p| p.1).collect(),
+            )
+        })
+        .collect();
+    ranked.sort();
+    let filtered = ev.filtered.iter().map(|f| (f.index, f.plugin)).collect();
+    (ranked, filtered)
+}
+
+#[test]
+fn replicas_placed_one_after_the_other_get_the_verdicts_of_plugins_scoring_each_pod() {
+    let keyed = profiles();
+    let unkeyed: Vec<Profile> = profiles()
+        .into_iter()
+        .map(|mut p| {
+            p.scores = p
+                .scores
+                .into_iter()
+                .map(|(s, w)| (Box::new(Unkeyed(s)) as Box<dyn ScorePlugin>, w))
+                .collect();
+            p
+        })
+        .collect();
+    let mut rng = StdRng::seed_from_u64(5);
+    for (k, u) in keyed.iter().zip(&unkeyed) {
+        let mut snap = cluster(80, 2);
+        let mut columns = 0;
+        for round in 0..25 {
+            // Mostly one shape, now and then another.
+            let p = if round % 6 == 5 {
+                pod(1500, 2 * GIB)
+            } else {
+                pod(200, 256 << 20)
+            };
+            let got = k.evaluate(&snap, &p, None, 0, &mut rng);
+            let want = u.evaluate(&snap, &p, None, 0, &mut rng);
+            assert_eq!(verdicts(&got), verdicts(&want), "{} round {round}", k.name);
+            columns = columns.max(snap.digests(k.window_seconds).columns());
+            let Some(best) = got.best().map(|b| b.index) else {
+                continue;
+            };
+            let mut alloc = (*snap.nodes[best].alloc).clone();
+            alloc.put_pod(PodOnNode {
+                uid: format!("r{round}"),
+                requests: p.requests.clone(),
+                ..Default::default()
+            });
+            snap.set_alloc(best, Arc::new(alloc));
+        }
+        let keys = k.scores.iter().any(|(s, _)| {
+            let snap = cluster(1, 0);
+            s.column_key(&loadstar_testkit::snapshot::ctx(&snap), &pod(1, 1))
+                .is_some()
+        });
+        assert_eq!(columns > 0, keys, "{}: columns built {columns}", k.name);
+    }
+}
