@@ -13,8 +13,8 @@ use std::borrow::Cow;
 
 use crate::sampling::{NodeSampling, SampleCursor};
 use crate::snapshot::{
-    AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, ColumnKey, CurrentRows, DigestTable,
-    Memo, NodeDigest, NodeView, PodInfo, Usage, raw_usage,
+    AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, ColumnKey, ColumnState, ColumnWords,
+    CurrentRows, DigestTable, Memo, NodeDigest, NodeView, PodInfo, Usage, raw_usage,
 };
 
 /// What a profile does with a node whose load is stale (or was never reported).
@@ -257,6 +257,22 @@ pub trait FilterPlugin: Send + Sync + Debug {
         _delta: i64,
     ) {
     }
+    /// When this filter's verdict on a node for `pod` (given what its PreFilter returned) is
+    /// a function of that node's data and of these words alone — not of other nodes, nor of
+    /// the clock, nor of anything else of the pod — the words: its arguments and what it
+    /// reads of the pod. Pods with equal words then get equal verdicts (and reasons) on
+    /// every node, so evaluation keeps one column of verdicts per words and digest table
+    /// ([`DigestTable::column`]) and filters again only the nodes edited since. `None` (the
+    /// default): the plugin filters every pod itself. Checked for the embedded profiles by
+    /// the policy crate's tests.
+    fn column_key(
+        &self,
+        _ctx: &CycleContext<'_>,
+        _state: Option<&PreFilterState>,
+        _pod: &PodInfo,
+    ) -> Option<ColumnWords> {
+        None
+    }
     /// Whether evicting lower-priority pods from a node may lift this plugin's rejection
     /// `reason` (kube-scheduler's `Unschedulable`, as opposed to
     /// `UnschedulableAndUnresolvable`). The default, `false`, keeps preemption away from
@@ -324,11 +340,11 @@ pub trait ScorePlugin: Send + Sync + Debug {
     /// any cluster-wide figure, nor of anything else of the pod — the words: its arguments
     /// and what it reads of the pod (e.g. the pod's requests). Pods with equal words then get
     /// equal scores on every node, so evaluation keeps one column of scores per words and
-    /// digest table ([`DigestTable::score_column`]) and scores again only the nodes edited
+    /// digest table ([`DigestTable::column`]) and scores again only the nodes edited
     /// since. `None` (the default): the plugin scores every pod itself. A plugin answering
     /// `Some` must score a node the same whatever other nodes it is scored with (checked for
     /// the embedded profiles by the policy crate's tests).
-    fn column_key(&self, _ctx: &CycleContext<'_>, _pod: &PodInfo) -> Option<[u64; 4]> {
+    fn column_key(&self, _ctx: &CycleContext<'_>, _pod: &PodInfo) -> Option<ColumnWords> {
         None
     }
     /// The plugin's arguments, for display (`ListProfiles`).
@@ -691,8 +707,14 @@ impl Scratch {
     }
 }
 
+/// The cycle's digest table when its columns may be read: every row current
+/// ([`CurrentRows::all`], as for [`CycleContext::memo`]).
+fn column_table<'a>(ctx: &CycleContext<'a>) -> Option<&'a DigestTable> {
+    ctx.digests.filter(|_| ctx.current.is_some_and(|c| c.all()))
+}
+
 /// Writes `plugin`'s scores of the nodes `indices` into `out` from the cycle's digest table's
-/// column for the pod's shape ([`ScorePlugin::column_key`], [`DigestTable::score_column`]),
+/// column for the pod's shape ([`ScorePlugin::column_key`], [`DigestTable::column`]),
 /// scoring again the nodes edited since the column was built; `false`, with `out` untouched,
 /// when there is no such column (the plugin keys no shape, the cycle has no table or one
 /// with rows out of date, or the table builds columns only for shapes it has seen before).
@@ -703,17 +725,15 @@ fn column_scores(
     indices: &[usize],
     out: &mut [i64],
 ) -> bool {
-    let (Some(table), Some(current)) = (ctx.digests, ctx.current) else {
+    let Some(table) = column_table(ctx) else {
         return false;
     };
-    if !current.all() {
-        return false;
-    }
     let Some(words) = plugin.column_key(ctx, pod) else {
         return false;
     };
     let key = ColumnKey {
         plugin: plugin.name(),
+        filter: false,
         stale_policy: ctx.stale_policy as u8,
         words,
     };
@@ -727,14 +747,17 @@ fn column_scores(
             .map(|s| (*s).clamp(0, MAX_NODE_SCORE) as u8)
             .collect()
     };
-    let Some(column) = table.score_column(&key, || {
+    let Some(column) = table.column(&key, || {
         let all: Vec<usize> = (0..nodes.len()).collect();
-        score_some(&all)
+        ColumnState {
+            entries: score_some(&all),
+            ..Default::default()
+        }
     }) else {
         return false;
     };
     let mut state = column.lock();
-    if state.scores.len() != nodes.len() {
+    if state.entries.len() != nodes.len() {
         return false;
     }
     if !state.edited.is_empty() {
@@ -742,14 +765,95 @@ fn column_scores(
         edited.sort_unstable();
         edited.dedup();
         for (&i, s) in edited.iter().zip(score_some(&edited)) {
-            if let Some(entry) = state.scores.get_mut(i) {
+            if let Some(entry) = state.entries.get_mut(i) {
                 *entry = s;
             }
         }
     }
     for (o, &i) in out.iter_mut().zip(indices) {
-        *o = i64::from(state.scores[i]);
+        *o = i64::from(state.entries[i]);
     }
+    true
+}
+
+/// Runs `filter` over `nodes` as [`FilterPlugin::filter_nodes`] does, from the cycle's
+/// digest table's column of its verdicts for the pod's shape ([`FilterPlugin::column_key`],
+/// [`DigestTable::column`]), filtering again the nodes edited since the column was built;
+/// `false`, with `nodes` and `filtered` untouched, when there is no such column.
+fn column_filter(
+    ctx: &CycleContext<'_>,
+    filter: &dyn FilterPlugin,
+    state: Option<&PreFilterState>,
+    pod: &PodInfo,
+    nodes: &mut Vec<usize>,
+    filtered: &mut Vec<FilteredNode>,
+) -> bool {
+    let Some(table) = column_table(ctx) else {
+        return false;
+    };
+    let Some(words) = filter.column_key(ctx, state, pod) else {
+        return false;
+    };
+    let key = ColumnKey {
+        plugin: filter.name(),
+        filter: true,
+        stale_policy: ctx.stale_policy as u8,
+        words,
+    };
+    let count = ctx.snapshot.nodes.len();
+    // The verdicts on `indices`, into `column` (emptied when it cannot hold them).
+    let verdicts = |column: &mut ColumnState, indices: &[usize]| {
+        let mut passing = indices.to_vec();
+        let mut refused = Vec::new();
+        filter.filter_nodes(ctx, state, pod, &mut passing, &mut refused);
+        for i in passing {
+            if let Some(e) = column.entries.get_mut(i) {
+                *e = 0;
+            }
+        }
+        for f in refused {
+            let Some(code) = column.code(Some(&f.reason)) else {
+                column.entries.clear();
+                return;
+            };
+            if let Some(e) = column.entries.get_mut(f.index) {
+                *e = code;
+            }
+        }
+    };
+    let Some(column) = table.column(&key, || {
+        let mut column = ColumnState {
+            entries: vec![0; count],
+            ..Default::default()
+        };
+        let all: Vec<usize> = (0..count).collect();
+        verdicts(&mut column, &all);
+        column
+    }) else {
+        return false;
+    };
+    let mut column = column.lock();
+    if column.entries.len() != count {
+        return false;
+    }
+    if !column.edited.is_empty() {
+        let mut edited = std::mem::take(&mut column.edited);
+        edited.sort_unstable();
+        edited.dedup();
+        verdicts(&mut column, &edited);
+        if column.entries.len() != count {
+            return false;
+        }
+    }
+    let ColumnState {
+        entries, reasons, ..
+    } = &*column;
+    retain_passing(filter.name(), nodes, filtered, |i| {
+        match entries.get(i).copied().unwrap_or(0) {
+            0 => Ok(()),
+            code => Err(reasons[usize::from(code) - 1].clone()),
+        }
+    });
     true
 }
 
@@ -847,7 +951,9 @@ impl Profile {
             if passing.is_empty() {
                 break;
             }
-            f.filter_nodes(ctx, state, pod, passing, filtered);
+            if !column_filter(ctx, f, state, pod, passing, filtered) {
+                f.filter_nodes(ctx, state, pod, passing, filtered);
+            }
         }
         let rejected = &mut filtered[mark..];
         // Rejections in slice order, as a node-by-node pass lists them.
@@ -1786,9 +1892,9 @@ mod tests {
                 *o = n.alloc.pods.len() as i64 * 10 + pod.requests.cpu_millis / 100;
             }
         }
-        fn column_key(&self, _: &CycleContext<'_>, pod: &PodInfo) -> Option<[u64; 4]> {
+        fn column_key(&self, _: &CycleContext<'_>, pod: &PodInfo) -> Option<ColumnWords> {
             self.keyed
-                .then_some([pod.requests.cpu_millis as u64, 0, 0, 0])
+                .then_some([pod.requests.cpu_millis as u64, 0, 0, 0, 0, 0, 0, 0])
         }
     }
 
@@ -1891,5 +1997,128 @@ mod tests {
         let ev = keyed.evaluate(&snap, &pod(300), None, 0, &mut rng);
         let want = plain.evaluate(&snap, &pod(300), None, 0, &mut rng);
         assert_eq!(verdicts(&ev), verdicts(&want));
+    }
+
+    /// Refuses a node with more pods than the pod's CPU request in tenths of a core,
+    /// counting the nodes it filters; keys a column per CPU request when `keyed`.
+    #[derive(Debug)]
+    struct Crowded {
+        keyed: bool,
+        filtered: Arc<std::sync::atomic::AtomicUsize>,
+    }
+    impl FilterPlugin for Crowded {
+        fn name(&self) -> &'static str {
+            "Crowded"
+        }
+        fn filter(
+            &self,
+            _: &CycleContext<'_>,
+            pod: &PodInfo,
+            node: &NodeView,
+        ) -> Result<(), Reason> {
+            self.filtered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let pods = node.alloc.pods.len() as i64;
+            match pods > pod.requests.cpu_millis / 100 {
+                true if pods % 2 == 0 => Err("node(s) were crowded".into()),
+                true => Err(Reason::Owned(format!("node(s) had {pods} pods"))),
+                false => Ok(()),
+            }
+        }
+        fn column_key(
+            &self,
+            _: &CycleContext<'_>,
+            _: Option<&PreFilterState>,
+            pod: &PodInfo,
+        ) -> Option<ColumnWords> {
+            self.keyed
+                .then_some([pod.requests.cpu_millis as u64, 0, 0, 0, 0, 0, 0, 0])
+        }
+    }
+
+    /// A filter that keys its pods' shapes filters from a column from the second pod of a
+    /// shape on, and after an assumption only the node assumed on is filtered again; the
+    /// verdicts (reasons and their order included) are those of the same filter run for
+    /// every pod.
+    #[test]
+    fn filter_columns_filter_again_only_the_nodes_edited_since() {
+        let counted = |keyed| {
+            let filtered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let profile = Profile {
+                name: "p".into(),
+                filters: vec![
+                    Box::new(RejectNamed("n07")),
+                    Box::new(Crowded {
+                        keyed,
+                        filtered: filtered.clone(),
+                    }),
+                ],
+                scores: vec![(Box::new(last_digit()), 1)],
+                window_seconds: 60,
+                stale_policy: StalePolicy::Fallback,
+                stale_penalty: 1.0,
+                preemption: None,
+                sampling: NodeSampling::ALL,
+            };
+            (profile, filtered)
+        };
+        let (keyed, filtered) = counted(true);
+        let (plain, _) = counted(false);
+        let mut snap = ClusterSnapshot::new(
+            (0..40)
+                .map(|i| {
+                    let mut alloc = NodeAllocation::default();
+                    for p in 0..(i % 5) {
+                        alloc.put_pod(crate::snapshot::PodOnNode {
+                            uid: format!("old-{i}-{p}"),
+                            ..Default::default()
+                        });
+                    }
+                    NodeView {
+                        kube: Some(Arc::default()),
+                        stale: false,
+                        alloc: Arc::new(alloc),
+                        ..node(&format!("n{i:02}"))
+                    }
+                })
+                .collect(),
+            1,
+        );
+        let mut rng = rand::rngs::StdRng::seed_from_u64(4);
+        let pod = |cpu| {
+            let mut p = PodInfo::default();
+            p.requests.cpu_millis = cpu;
+            p
+        };
+        let verdicts = |ev: &Evaluation| {
+            let mut ranked: Vec<usize> = ev.ranked.iter().map(|r| r.index).collect();
+            ranked.sort_unstable();
+            let refused: Vec<(usize, &str, String)> = ev
+                .filtered
+                .iter()
+                .map(|f| (f.index, f.plugin, f.reason.to_string()))
+                .collect();
+            (ranked, refused)
+        };
+        let filtered_now = || filtered.swap(0, std::sync::atomic::Ordering::Relaxed);
+        let mut seen = Vec::new();
+        for round in 0..6 {
+            let ev = keyed.evaluate(&snap, &pod(200), None, 0, &mut rng);
+            let want = plain.evaluate(&snap, &pod(200), None, 0, &mut rng);
+            assert_eq!(verdicts(&ev), verdicts(&want), "round {round}");
+            assert!(ev.filtered.len() > 10, "{}", ev.summary());
+            seen.push(filtered_now());
+            let best = ev.best().expect("feasible").index;
+            let mut alloc = (*snap.nodes[best].alloc).clone();
+            alloc.put_pod(crate::snapshot::PodOnNode {
+                uid: format!("p{round}"),
+                ..Default::default()
+            });
+            snap.set_alloc(best, Arc::new(alloc));
+        }
+        // The first pod filters the 39 nodes NodeNamed passes, the second builds the column
+        // (all 40), each later one filters the node assumed on.
+        assert_eq!(seen, vec![39, 40, 1, 1, 1, 1]);
+        assert_eq!(snap.digests(60).columns(), 1);
     }
 }

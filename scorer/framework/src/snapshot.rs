@@ -814,54 +814,81 @@ pub struct DigestTable {
     anti_affinity: std::sync::OnceLock<AntiAffinityIndex>,
     /// [`DigestTable::memo`]'s values.
     memo: Mutex<Vec<(MemoKey, Arc<dyn Memo>)>>,
-    /// [`DigestTable::score_column`]'s columns, and the keys asked for once.
+    /// [`DigestTable::column`]'s columns, and the keys asked for once.
     columns: Mutex<ColumnCache>,
 }
 
-/// What a column of [`DigestTable::score_column`] holds: one score plugin's scores for one
-/// pod shape. Pods with equal keys get equal scores from the plugin on every node
-/// ([`ScorePlugin::column_key`](crate::ScorePlugin::column_key)).
+/// What a column of [`DigestTable::column`] holds: one plugin's verdicts (a filter's) or
+/// scores (a score plugin's) for one pod shape. Pods with equal keys get equal verdicts or
+/// scores from the plugin on every node ([`FilterPlugin::column_key`],
+/// [`ScorePlugin::column_key`]).
+///
+/// [`FilterPlugin::column_key`]: crate::FilterPlugin::column_key
+/// [`ScorePlugin::column_key`]: crate::ScorePlugin::column_key
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ColumnKey {
     /// The plugin's name.
     pub plugin: &'static str,
+    /// A filter's verdicts (`true`) or a score plugin's scores: some plugins are both.
+    pub filter: bool,
     /// The profile's stale policy, as a number (it decides what load plugins see).
     pub stale_policy: u8,
     /// The plugin's words: its arguments and what it reads of the pod.
-    pub words: [u64; 4],
+    pub words: ColumnWords,
 }
 
-/// One score plugin's scores of every node of a [`DigestTable`]'s snapshot for one pod
-/// shape ([`ColumnKey`]), clamped to 0–100, with the nodes edited since they were scored
-/// ([`ClusterSnapshot::set_alloc`]): the evaluation that reads the column next scores those
-/// again (it has the plugin and a pod of the shape; the table has neither).
+/// What a plugin's [`ColumnKey`] says of its arguments and of the pod (unused words 0).
+pub type ColumnWords = [u64; 8];
+
+/// One plugin's entries for every node of a [`DigestTable`]'s snapshot for one pod shape
+/// ([`ColumnKey`]), with the nodes edited since they were computed
+/// ([`ClusterSnapshot::set_alloc`]): the evaluation that reads the column next computes
+/// those again (it has the plugin and a pod of the shape; the table has neither).
 #[derive(Debug, Default)]
-pub struct ScoreColumn {
+pub struct NodeColumn {
     state: Mutex<ColumnState>,
 }
 
-/// [`ScoreColumn`]'s contents.
+/// [`NodeColumn`]'s contents.
 #[derive(Debug, Default)]
 pub struct ColumnState {
-    /// One score per node, in the snapshot's order.
-    pub scores: Vec<u8>,
-    /// Nodes whose entry of `scores` is out of date, in the order they were edited
-    /// (possibly repeated).
+    /// One byte per node, in the snapshot's order: a score (0–100), or a filter's verdict
+    /// (0 passes, `k` is refused for `reasons[k − 1]`). Empty: the column could not be
+    /// built (a filter with more than 255 distinct reasons), and is not used.
+    pub entries: Vec<u8>,
+    /// A filter's distinct reasons.
+    pub reasons: Vec<crate::Reason>,
+    /// Nodes whose entry is out of date, in the order they were edited (possibly repeated).
     pub edited: Vec<usize>,
 }
 
-impl ScoreColumn {
-    /// A column of these scores (one per node, in the snapshot's order), none edited.
-    pub fn new(scores: Vec<u8>) -> ScoreColumn {
-        ScoreColumn {
-            state: Mutex::new(ColumnState {
-                scores,
-                edited: Vec::new(),
-            }),
+impl ColumnState {
+    /// A filter verdict's code: 0 for a pass, else the reason's position + 1 (the reason
+    /// added when new); `None` past 255 distinct reasons.
+    pub fn code(&mut self, verdict: Option<&crate::Reason>) -> Option<u8> {
+        let Some(reason) = verdict else {
+            return Some(0);
+        };
+        let at = match self.reasons.iter().position(|r| r == reason) {
+            Some(at) => at,
+            None => {
+                self.reasons.push(reason.clone());
+                self.reasons.len() - 1
+            }
+        };
+        u8::try_from(at + 1).ok()
+    }
+}
+
+impl NodeColumn {
+    /// A column of these contents.
+    pub fn new(state: ColumnState) -> NodeColumn {
+        NodeColumn {
+            state: Mutex::new(state),
         }
     }
 
-    /// Its contents, locked: a reader scores the edited nodes again and clears the list.
+    /// Its contents, locked: a reader computes the edited nodes again and clears the list.
     pub fn lock(&self) -> std::sync::MutexGuard<'_, ColumnState> {
         self.state
             .lock()
@@ -869,10 +896,10 @@ impl ScoreColumn {
     }
 }
 
-/// [`DigestTable::score_column`]'s cache.
+/// [`DigestTable::column`]'s cache.
 #[derive(Debug, Default)]
 struct ColumnCache {
-    built: Vec<(ColumnKey, Arc<ScoreColumn>)>,
+    built: Vec<(ColumnKey, Arc<NodeColumn>)>,
     /// Keys asked for once and not built yet, oldest first.
     seen: Vec<ColumnKey>,
 }
@@ -1031,25 +1058,24 @@ impl DigestTable {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Most columns [`DigestTable::score_column`] keeps (a pod shape costs one byte per node
-    /// and per plugin that keys it: 5 KB at 5 000 nodes).
+    /// Most columns [`DigestTable::column`] keeps (a pod shape costs one byte per node and
+    /// per plugin that keys it: 5 KB at 5 000 nodes).
     pub const MAX_COLUMNS: usize = 32;
 
     /// How many keys asked for once a table remembers.
     const MAX_SEEN: usize = 64;
 
-    /// The scores of every node of the snapshot for `key`, built by `build` (one score per
-    /// node, in the snapshot's order, clamped to 0–100) — but only from the second time a
-    /// key is asked for: the first time, and once the table holds
-    /// [`DigestTable::MAX_COLUMNS`], `None`, and the caller scores the nodes itself. A pod
-    /// shape seen once in a table's life would pay for scoring every node, feasible or not,
+    /// The entries of every node of the snapshot for `key`, built by `build` — but only
+    /// from the second time a key is asked for: the first time, and once the table holds
+    /// [`DigestTable::MAX_COLUMNS`], `None`, and the caller computes what it needs itself.
+    /// A pod shape seen once in a table's life would pay for every node, feasible or not,
     /// for nothing; the replicas of a workload, scheduled one after the other, come many
     /// times. Like [`DigestTable::memo`], a column holds only while every row is current.
-    pub fn score_column(
+    pub fn column(
         &self,
         key: &ColumnKey,
-        build: impl FnOnce() -> Vec<u8>,
-    ) -> Option<Arc<ScoreColumn>> {
+        build: impl FnOnce() -> ColumnState,
+    ) -> Option<Arc<NodeColumn>> {
         let found = |cache: &ColumnCache| {
             cache
                 .built
@@ -1079,7 +1105,7 @@ impl DigestTable {
             }
         }
         // Built without the lock (a pass over the table); the first column stored wins.
-        let built = Arc::new(ScoreColumn::new(build()));
+        let built = Arc::new(NodeColumn::new(build()));
         let mut cache = self.lock_columns();
         if let Some(c) = found(&cache) {
             return Some(c);
@@ -1091,7 +1117,7 @@ impl DigestTable {
         Some(built)
     }
 
-    /// How many columns [`DigestTable::score_column`] holds.
+    /// How many columns [`DigestTable::column`] holds.
     pub fn columns(&self) -> usize {
         self.lock_columns().built.len()
     }
@@ -1433,7 +1459,7 @@ impl ClusterSnapshot {
                                 .get_mut()
                                 .unwrap_or_else(std::sync::PoisonError::into_inner);
                             state.edited.push(index);
-                            state.edited.len().saturating_mul(8) <= state.scores.len()
+                            state.edited.len().saturating_mul(8) <= state.entries.len()
                         })
                     });
             }

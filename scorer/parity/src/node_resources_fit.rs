@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use loadstar_framework::snapshot::{
-    ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo, patch_entry,
+    ClusterSnapshot, ColumnWords, Memo, NodeDigest, NodeView, PodInfo, patch_entry,
 };
 use loadstar_framework::{
     CycleContext, FilterPlugin, FilteredNode, PreFilterState, REASON_SEPARATOR, Reason,
@@ -93,6 +93,25 @@ impl FilterPlugin for NodeResourcesFit {
 
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         self.verdict(pod, node, &ctx.digest(node))
+    }
+
+    /// For a pod asking only for CPU, memory and ephemeral storage, the verdict is a
+    /// function of the node's row and those three requests (the arguments only concern
+    /// extended resources).
+    fn column_key(
+        &self,
+        _ctx: &CycleContext<'_>,
+        _state: Option<&PreFilterState>,
+        pod: &PodInfo,
+    ) -> Option<ColumnWords> {
+        let req = &pod.requests;
+        (req.gpus == 0 && req.extended.is_empty()).then(|| {
+            let mut words = ColumnWords::default();
+            words[0] = req.cpu_millis as u64;
+            words[1] = req.memory_bytes as u64;
+            words[2] = req.ephemeral_storage_bytes as u64;
+            words
+        })
     }
 
     /// Over the table's [`FitColumns`] (one 64-byte cell per node) when the pod asks only for

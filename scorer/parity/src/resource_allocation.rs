@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::GPU_RESOURCE;
-use loadstar_framework::snapshot::{NodeDigest, NodeView, PodInfo};
+use loadstar_framework::snapshot::{ColumnWords, NodeDigest, NodeView, PodInfo};
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
@@ -350,14 +350,15 @@ impl<S: AllocationStrategy> ScorePlugin for AllocationScore<S> {
     /// Each node's score is a function of its own allocatable and requested amounts and of
     /// the pod's requests for (at most two, not extended) scored resources: the resources'
     /// ids and weights, and the pod's requests for them as the strategy reads them.
-    fn column_key(&self, _ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<[u64; 4]> {
+    fn column_key(&self, _ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<ColumnWords> {
         let resources = &self.args.resources;
         if resources.len() > 2 {
             return None;
         }
         let ids = resolve(resources);
         let reqs = pod_requests(resources, pod, S::NONZERO);
-        let mut words = [resources.len() as u64, 0, 0, 0];
+        let mut words = ColumnWords::default();
+        words[0] = resources.len() as u64;
         for (k, (r, id)) in resources.iter().zip(ids).enumerate() {
             if id == ResourceId::Extended {
                 return None;

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::ResourceKind;
 use loadstar_framework::snapshot::{
-    ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo, Usage, patch_entry,
+    ClusterSnapshot, ColumnWords, Memo, NodeDigest, NodeView, PodInfo, Usage, patch_entry,
 };
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE, ScorePlugin, StalePolicy};
 
@@ -387,13 +387,17 @@ impl ScorePlugin for LoadVariationRiskBalancing {
 
     /// Without extended resources a node's score is a function of its row (the stale
     /// policy is the column's too), the two arguments and the pod's CPU and memory requests.
-    fn column_key(&self, _ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<[u64; 4]> {
+    fn column_key(&self, _ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<ColumnWords> {
         (!self.args.extended_resources).then(|| {
             [
                 pod.requests.cpu_millis as u64,
                 pod.requests.memory_bytes as u64,
                 self.args.safe_variance_margin.to_bits(),
                 self.args.safe_variance_sensitivity.to_bits(),
+                0,
+                0,
+                0,
+                0,
             ]
         })
     }

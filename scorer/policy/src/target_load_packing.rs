@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::ResourceKind;
-use loadstar_framework::snapshot::{DEFAULT_NONZERO_CPU_MILLIS, NodeView, PodInfo};
+use loadstar_framework::snapshot::{ColumnWords, DEFAULT_NONZERO_CPU_MILLIS, NodeView, PodInfo};
 use loadstar_framework::{CycleContext, ScorePlugin};
 
 use super::util;
@@ -156,13 +156,16 @@ impl ScorePlugin for TargetLoadPacking {
 
     /// A node's score is a function of its row, the target and the pod's predicted CPU
     /// (which covers the other two arguments and all the score reads of the pod).
-    fn column_key(&self, _ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<[u64; 4]> {
+    fn column_key(&self, _ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<ColumnWords> {
         let pod_millis = predict_cpu_millis(
             pod,
             self.args.default_requests_multiplier,
             self.args.default_requests_millis,
         );
-        Some([pod_millis as u64, self.args.target_utilization as u64, 0, 0])
+        let mut words = ColumnWords::default();
+        words[0] = pod_millis as u64;
+        words[1] = self.args.target_utilization as u64;
+        Some(words)
     }
 
     fn args_yaml(&self) -> String {

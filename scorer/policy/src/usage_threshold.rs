@@ -20,7 +20,9 @@
 use serde::{Deserialize, Serialize};
 
 use loadstar_common::model::ResourceKind;
-use loadstar_framework::snapshot::{ClusterSnapshot, Memo, NodeDigest, NodeView, PodInfo};
+use loadstar_framework::snapshot::{
+    ClusterSnapshot, ColumnWords, Memo, NodeDigest, NodeView, PodInfo,
+};
 use loadstar_framework::{
     CycleContext, FilterPlugin, FilteredNode, PreFilterState, REASON_SEPARATOR, Reason,
     StalePolicy, retain_passing,
@@ -178,6 +180,33 @@ impl FilterPlugin for UsageThreshold {
 
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
         self.check(ctx, &PodEstimate::of(pod, &self.args), node)
+    }
+
+    /// The verdict is a function of the node's row, the statistic, the (up to three)
+    /// configured resources and thresholds, and the pod's estimate.
+    fn column_key(
+        &self,
+        _ctx: &CycleContext<'_>,
+        state: Option<&PreFilterState>,
+        pod: &PodInfo,
+    ) -> Option<ColumnWords> {
+        if self.checks.len() > 3 {
+            return None;
+        }
+        let estimate = state
+            .and_then(|s| s.downcast_ref::<PodEstimate>())
+            .copied()
+            .unwrap_or_else(|| PodEstimate::of(pod, &self.args));
+        let mut words = ColumnWords::default();
+        words[0] = self.args.statistic as u64 | (self.checks.len() as u64) << 8;
+        for (k, (kind, limit, _)) in self.checks.iter().enumerate() {
+            words[0] |= (*kind as u64 + 1) << (16 + 8 * k);
+            words[1 + k] = limit.to_bits();
+        }
+        words[4] = estimate.cpu_millis.to_bits();
+        words[5] = estimate.memory_bytes.to_bits();
+        words[6] = estimate.gpus.to_bits();
+        Some(words)
     }
 
     /// Over the table's columns when the cycle has them ([`UsageColumns`]): per node, one

@@ -1,14 +1,18 @@
-//! `ScorePlugin::column_key` is exact for every score plugin of every profile of the embedded
-//! default config: a plugin that keys a pod's shape scores each node the same whatever other
-//! nodes it is scored with, and the same for every pod of equal key; and a profile scoring
-//! from columns (replicas placed one after the other, each assumed on its best node) reaches
-//! the verdicts of the same profile whose plugins score every pod themselves.
+//! `ScorePlugin::column_key` and `FilterPlugin::column_key` are exact for every plugin of
+//! every profile of the embedded default config: a plugin that keys a pod's shape scores
+//! (or filters) each node the same whatever other nodes it is given with, and the same for
+//! every pod of equal key; and a profile reading columns (replicas placed one after the
+//! other, each assumed on its best node) reaches the verdicts of the same profile whose
+//! plugins score and filter every pod themselves.
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use loadstar_common::model::ResourceKind;
 use loadstar_framework::snapshot::{ClusterSnapshot, NodeView, PodInfo, PodOnNode};
-use loadstar_framework::{CycleContext, Evaluation, Profile, ScorePlugin};
+use loadstar_framework::{
+    CycleContext, Evaluation, FilterPlugin, FilteredNode, PreFilterState, Profile, Reason,
+    ScorePlugin,
+};
 use loadstar_policy::config::ScorerConfig;
 use loadstar_testkit::snapshot::{
     edit_kube, kube_node, pod, snapshot, with_capacity, with_load, with_requested,
@@ -163,6 +167,121 @@ fn keyed_scores_depend_on_the_node_and_the_key_alone() {
     assert!(keyed.contains("LeastAllocated"), "{keyed:?}");
 }
 
+/// `filter`'s verdict on each of `indices` (in their order): `None` for a pass.
+fn verdicts_on(
+    filter: &dyn FilterPlugin,
+    ctx: &CycleContext<'_>,
+    state: Option<&PreFilterState>,
+    pod: &PodInfo,
+    indices: &[usize],
+) -> Vec<Option<Reason>> {
+    let mut passing = indices.to_vec();
+    let mut refused = Vec::new();
+    filter.filter_nodes(ctx, state, pod, &mut passing, &mut refused);
+    indices
+        .iter()
+        .map(|i| {
+            refused
+                .iter()
+                .find(|f| f.index == *i)
+                .map(|f| f.reason.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn keyed_verdicts_depend_on_the_node_and_the_key_alone() {
+    let snap = cluster(60, 3);
+    let all: Vec<usize> = (0..snap.nodes.len()).collect();
+    let mut keyed = std::collections::BTreeSet::new();
+    let mut refusals = 0;
+    for profile in profiles() {
+        let table = snap.digests(profile.window_seconds);
+        let mut current = Vec::new();
+        let ctx = CycleContext {
+            snapshot: &snap,
+            window_seconds: profile.window_seconds,
+            stale_policy: profile.stale_policy,
+            digests: Some(&table),
+            current: Some(table.current_rows(&snap.nodes, &mut current)),
+        };
+        for f in &profile.filters {
+            for (a, b) in pods() {
+                let state = f.prefilter(&ctx, &a);
+                let Some(key) = f.column_key(&ctx, state.as_ref(), &a) else {
+                    continue;
+                };
+                keyed.insert(f.name());
+                let whole = verdicts_on(f.as_ref(), &ctx, state.as_ref(), &a, &all);
+                refusals += whole.iter().filter(|v| v.is_some()).count();
+                let mut rng = StdRng::seed_from_u64(11);
+                for _ in 0..5 {
+                    let mut some: Vec<usize> = all
+                        .iter()
+                        .copied()
+                        .filter(|_| rng.random_bool(0.3))
+                        .collect();
+                    some.reverse();
+                    let got = verdicts_on(f.as_ref(), &ctx, state.as_ref(), &a, &some);
+                    let want: Vec<Option<Reason>> =
+                        some.iter().map(|&i| whole[i].clone()).collect();
+                    assert_eq!(got, want, "{} on a subset", f.name());
+                }
+                let state_b = f.prefilter(&ctx, &b);
+                if f.column_key(&ctx, state_b.as_ref(), &b) == Some(key) {
+                    assert_eq!(
+                        verdicts_on(f.as_ref(), &ctx, state_b.as_ref(), &b, &all),
+                        whole,
+                        "{}: equal keys, different verdicts",
+                        f.name()
+                    );
+                }
+            }
+        }
+    }
+    assert!(keyed.contains("NodeResourcesFit"), "{keyed:?}");
+    assert!(keyed.contains("UsageThreshold"), "{keyed:?}");
+    // The cluster is full and loaded enough for verdicts to differ between nodes.
+    assert!(refusals > 0);
+}
+
+/// A filter that hides its column key: filters every pod itself.
+#[derive(Debug)]
+struct UnkeyedFilter(Box<dyn FilterPlugin>);
+impl FilterPlugin for UnkeyedFilter {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn prefilter(&self, ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<PreFilterState> {
+        self.0.prefilter(ctx, pod)
+    }
+    fn skips(&self, state: Option<&PreFilterState>, pod: &PodInfo) -> bool {
+        self.0.skips(state, pod)
+    }
+    fn filter_prepared(
+        &self,
+        ctx: &CycleContext<'_>,
+        state: Option<&PreFilterState>,
+        pod: &PodInfo,
+        node: &NodeView,
+    ) -> Result<(), Reason> {
+        self.0.filter_prepared(ctx, state, pod, node)
+    }
+    fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
+        self.0.filter(ctx, pod, node)
+    }
+    fn filter_nodes(
+        &self,
+        ctx: &CycleContext<'_>,
+        state: Option<&PreFilterState>,
+        pod: &PodInfo,
+        nodes: &mut Vec<usize>,
+        filtered: &mut Vec<FilteredNode>,
+    ) {
+        self.0.filter_nodes(ctx, state, pod, nodes, filtered);
+    }
+}
+
 /// A score plugin that hides its column key: scores every pod itself.
 #[derive(Debug)]
 struct Unkeyed(Box<dyn ScorePlugin>);
@@ -188,8 +307,8 @@ impl ScorePlugin for Unkeyed {
 /// Feasible nodes with their totals' bits and plugin scores, by index.
 type Ranked = Vec<(usize, u64, Vec<i64>)>;
 
-/// The ranked nodes (by index) and the rejected ones with their filter.
-fn verdicts(ev: &Evaluation) -> (Ranked, Vec<(usize, &'static str)>) {
+/// The ranked nodes (by index) and the rejected ones with their filter and reason.
+fn verdicts(ev: &Evaluation) -> (Ranked, Vec<(usize, &'static str, Reason)>) {
     let mut ranked: Ranked = ev
         .ranked
         .iter()
@@ -202,7 +321,11 @@ fn verdicts(ev: &Evaluation) -> (Ranked, Vec<(usize, &'static str)>) {
         })
         .collect();
     ranked.sort();
-    let filtered = ev.filtered.iter().map(|f| (f.index, f.plugin)).collect();
+    let filtered = ev
+        .filtered
+        .iter()
+        .map(|f| (f.index, f.plugin, f.reason.clone()))
+        .collect();
     (ranked, filtered)
 }
 
@@ -216,6 +339,11 @@ fn replicas_placed_one_after_the_other_get_the_verdicts_of_plugins_scoring_each_
                 .scores
                 .into_iter()
                 .map(|(s, w)| (Box::new(Unkeyed(s)) as Box<dyn ScorePlugin>, w))
+                .collect();
+            p.filters = p
+                .filters
+                .into_iter()
+                .map(|f| Box::new(UnkeyedFilter(f)) as Box<dyn FilterPlugin>)
                 .collect();
             p
         })
@@ -246,11 +374,17 @@ fn replicas_placed_one_after_the_other_get_the_verdicts_of_plugins_scoring_each_
             });
             snap.set_alloc(best, Arc::new(alloc));
         }
-        let keys = k.scores.iter().any(|(s, _)| {
-            let snap = cluster(1, 0);
-            s.column_key(&loadstar_testkit::snapshot::ctx(&snap), &pod(1, 1))
-                .is_some()
-        });
+        let one = cluster(1, 0);
+        let ctx = loadstar_testkit::snapshot::ctx(&one);
+        let keys = k
+            .scores
+            .iter()
+            .any(|(s, _)| s.column_key(&ctx, &pod(1, 1)).is_some())
+            || k.filters.iter().any(|f| {
+                let state = f.prefilter(&ctx, &pod(1, 1));
+                !f.skips(state.as_ref(), &pod(1, 1))
+                    && f.column_key(&ctx, state.as_ref(), &pod(1, 1)).is_some()
+            });
         assert_eq!(columns > 0, keys, "{}: columns built {columns}", k.name);
     }
 }
