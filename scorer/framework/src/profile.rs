@@ -262,7 +262,7 @@ pub trait FilterPlugin: Send + Sync + Debug {
     /// the clock, nor of anything else of the pod — the words: its arguments and what it
     /// reads of the pod. Pods with equal words then get equal verdicts (and reasons) on
     /// every node, so evaluation keeps one column of verdicts per words and digest table
-    /// ([`DigestTable::column`]) and filters again only the nodes edited since. `None` (the
+    /// (`DigestTable::column`) and filters again only the nodes edited since. `None` (the
     /// default): the plugin filters every pod itself. Checked for the embedded profiles by
     /// the policy crate's tests.
     fn column_key(
@@ -340,7 +340,7 @@ pub trait ScorePlugin: Send + Sync + Debug {
     /// any cluster-wide figure, nor of anything else of the pod — the words: its arguments
     /// and what it reads of the pod (e.g. the pod's requests). Pods with equal words then get
     /// equal scores on every node, so evaluation keeps one column of scores per words and
-    /// digest table ([`DigestTable::column`]) and scores again only the nodes edited
+    /// digest table (`DigestTable::column`) and scores again only the nodes edited
     /// since. `None` (the default): the plugin scores every pod itself. A plugin answering
     /// `Some` must score a node the same whatever other nodes it is scored with (checked for
     /// the embedded profiles by the policy crate's tests).
@@ -761,7 +761,9 @@ fn column_scores(
         return false;
     }
     if !state.edited.is_empty() {
-        let mut edited = std::mem::take(&mut state.edited);
+        // Cleared only once rescored: a plugin that panics leaves the list for the next
+        // reader (the lock ignores poisoning).
+        let mut edited = state.edited.clone();
         edited.sort_unstable();
         edited.dedup();
         for (&i, s) in edited.iter().zip(score_some(&edited)) {
@@ -769,6 +771,7 @@ fn column_scores(
                 *entry = s;
             }
         }
+        state.edited.clear();
     }
     for (o, &i) in out.iter_mut().zip(indices) {
         *o = i64::from(state.entries[i]);
@@ -837,10 +840,12 @@ fn column_filter(
         return false;
     }
     if !column.edited.is_empty() {
-        let mut edited = std::mem::take(&mut column.edited);
+        // Cleared only once filtered again (see `column_scores`).
+        let mut edited = column.edited.clone();
         edited.sort_unstable();
         edited.dedup();
         verdicts(&mut column, &edited);
+        column.edited.clear();
         if column.entries.len() != count {
             return false;
         }
@@ -1898,6 +1903,91 @@ mod tests {
         }
     }
 
+    /// A profile of these plugins on a 60 s window, every node examined.
+    fn profile_of(
+        filters: Vec<Box<dyn FilterPlugin>>,
+        scores: Vec<(Box<dyn ScorePlugin>, i64)>,
+    ) -> Profile {
+        Profile {
+            name: "p".into(),
+            filters,
+            scores,
+            window_seconds: 60,
+            stale_policy: StalePolicy::Fallback,
+            stale_penalty: 1.0,
+            preemption: None,
+            sampling: NodeSampling::ALL,
+        }
+    }
+
+    /// Nodes `n00`…`n39`, fresh, with Kubernetes facts and `pods(i)` pods on node `i`.
+    fn forty_nodes(pods: impl Fn(usize) -> usize) -> ClusterSnapshot {
+        let nodes = (0..40)
+            .map(|i| {
+                let mut alloc = NodeAllocation::default();
+                for p in 0..pods(i) {
+                    alloc.put_pod(crate::snapshot::PodOnNode {
+                        uid: format!("old-{i}-{p}"),
+                        ..Default::default()
+                    });
+                }
+                NodeView {
+                    kube: Some(Arc::default()),
+                    stale: false,
+                    alloc: Arc::new(alloc),
+                    ..node(&format!("n{i:02}"))
+                }
+            })
+            .collect();
+        ClusterSnapshot::new(nodes, 1)
+    }
+
+    /// A pod requesting `cpu` millicores and nothing else.
+    fn cpu_pod(cpu: i64) -> PodInfo {
+        let mut p = PodInfo::default();
+        p.requests.cpu_millis = cpu;
+        p
+    }
+
+    /// Puts a pod on the evaluation's best node, as the scheduler's assumption does.
+    fn assume_on_best(snap: &mut ClusterSnapshot, ev: &Evaluation, uid: String) {
+        let best = ev.best().expect("feasible").index;
+        let mut alloc = (*snap.nodes[best].alloc).clone();
+        alloc.put_pod(crate::snapshot::PodOnNode {
+            uid,
+            ..Default::default()
+        });
+        snap.set_alloc(best, Arc::new(alloc));
+    }
+
+    /// Ranked nodes by index (total's bits, plugin scores) and rejections in order.
+    type Outcome = (
+        Vec<(usize, u64, Vec<i64>)>,
+        Vec<(usize, &'static str, String)>,
+    );
+
+    /// What two evaluations must agree on: every verdict, score and reason.
+    fn outcome(ev: &Evaluation) -> Outcome {
+        let mut ranked: Vec<(usize, u64, Vec<i64>)> = ev
+            .ranked
+            .iter()
+            .map(|r| {
+                (
+                    r.index,
+                    r.total.to_bits(),
+                    r.plugins.iter().map(|p| p.1).collect(),
+                )
+            })
+            .collect();
+        ranked.sort();
+        let refused = ev
+            .filtered
+            .iter()
+            .map(|f| (f.index, f.plugin, f.reason.to_string()))
+            .collect();
+        (ranked, refused)
+    }
+
     /// A plugin that keys its pods' shapes is scored from a column from the second pod of a
     /// shape on, and after an assumption only the node assumed on is scored again; the
     /// verdicts are those of the same plugin scoring every pod itself.
@@ -1905,98 +1995,79 @@ mod tests {
     fn shape_columns_score_again_only_the_nodes_edited_since() {
         let counted = |keyed| {
             let scored = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let profile = Profile {
-                name: "p".into(),
-                filters: vec![Box::new(RejectNamed("n07"))],
-                scores: vec![
-                    (
-                        Box::new(PerPod {
-                            keyed,
-                            scored: scored.clone(),
-                        }),
-                        2,
-                    ),
-                    (Box::new(last_digit()), 1),
-                ],
-                window_seconds: 60,
-                stale_policy: StalePolicy::Fallback,
-                stale_penalty: 1.0,
-                preemption: None,
-                sampling: NodeSampling::ALL,
+            let plugin = PerPod {
+                keyed,
+                scored: scored.clone(),
             };
+            let profile = profile_of(
+                vec![Box::new(RejectNamed("n07"))],
+                vec![(Box::new(plugin), 2), (Box::new(last_digit()), 1)],
+            );
             (profile, scored)
         };
         let (keyed, scored) = counted(true);
         let (plain, _) = counted(false);
-        let mut snap = ClusterSnapshot::new(
-            (0..40)
-                .map(|i| NodeView {
-                    kube: Some(Arc::default()),
-                    stale: false,
-                    ..node(&format!("n{i:02}"))
-                })
-                .collect(),
-            1,
-        );
+        let mut snap = forty_nodes(|_| 0);
         let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-        let pod = |cpu| {
-            let mut p = PodInfo::default();
-            p.requests.cpu_millis = cpu;
-            p
-        };
-        let verdicts = |ev: &Evaluation| {
-            let mut v: Vec<(usize, u64, Vec<i64>)> = ev
-                .ranked
-                .iter()
-                .map(|r| {
-                    (
-                        r.index,
-                        r.total.to_bits(),
-                        r.plugins.iter().map(|p| p.1).collect(),
-                    )
-                })
-                .collect();
-            v.sort();
-            v
-        };
         let scored_now = || scored.swap(0, std::sync::atomic::Ordering::Relaxed);
         let mut seen = Vec::new();
         for round in 0..6 {
-            let ev = keyed.evaluate(&snap, &pod(300), None, 0, &mut rng);
-            let want = plain.evaluate(&snap, &pod(300), None, 0, &mut rng);
-            assert_eq!(verdicts(&ev), verdicts(&want), "round {round}");
+            let ev = keyed.evaluate(&snap, &cpu_pod(300), None, 0, &mut rng);
+            let want = plain.evaluate(&snap, &cpu_pod(300), None, 0, &mut rng);
+            assert_eq!(outcome(&ev), outcome(&want), "round {round}");
             assert_eq!(ev.filtered.len(), 1);
             seen.push(scored_now());
-            // The scheduler assumes a pod on the best node.
-            let best = ev.best().expect("feasible").index;
-            let mut alloc = (*snap.nodes[best].alloc).clone();
-            alloc.put_pod(crate::snapshot::PodOnNode {
-                uid: format!("p{round}"),
-                ..Default::default()
-            });
-            snap.set_alloc(best, Arc::new(alloc));
+            assume_on_best(&mut snap, &ev, format!("p{round}"));
         }
         // The first pod of the shape is scored by the plugin (39 feasible nodes), the second
         // builds the column (all 40), each later one scores the node assumed on.
         assert_eq!(seen, vec![39, 40, 1, 1, 1, 1]);
         assert_eq!(snap.digests(60).columns(), 1);
         // Another shape is scored by the plugin itself the first time.
-        let ev = keyed.evaluate(&snap, &pod(500), None, 0, &mut rng);
-        let want = plain.evaluate(&snap, &pod(500), None, 0, &mut rng);
-        assert_eq!(verdicts(&ev), verdicts(&want));
+        let ev = keyed.evaluate(&snap, &cpu_pod(500), None, 0, &mut rng);
+        let want = plain.evaluate(&snap, &cpu_pod(500), None, 0, &mut rng);
+        assert_eq!(outcome(&ev), outcome(&want));
         assert_eq!(scored_now(), 39);
-        // A column someone holds while a node is edited is dropped, not left wrong.
-        let held = snap.digests(60);
-        let mut alloc = (*snap.nodes[0].alloc).clone();
+        // A column someone holds while a node is edited is dropped, not left unmarked: the
+        // next pod of the shape is scored by the plugin itself (the shape is new again).
+        let key = ColumnKey {
+            plugin: "PerPod",
+            filter: false,
+            stale_policy: StalePolicy::Fallback as u8,
+            words: [300, 0, 0, 0, 0, 0, 0, 0],
+        };
+        let held = snap
+            .digests(60)
+            .column(&key, ColumnState::default)
+            .expect("the shape's column");
+        let marked = held.lock().edited.len();
+        let at = (0..40).find(|&i| i != 7).expect("a feasible node");
+        let mut alloc = (*snap.nodes[at].alloc).clone();
         alloc.put_pod(crate::snapshot::PodOnNode {
             uid: "held".into(),
             ..Default::default()
         });
-        snap.set_alloc(0, Arc::new(alloc));
+        snap.set_alloc(at, Arc::new(alloc));
+        assert_eq!(
+            held.lock().edited.len(),
+            marked,
+            "a held column is not marked"
+        );
         drop(held);
-        let ev = keyed.evaluate(&snap, &pod(300), None, 0, &mut rng);
-        let want = plain.evaluate(&snap, &pod(300), None, 0, &mut rng);
-        assert_eq!(verdicts(&ev), verdicts(&want));
+        assert_eq!(snap.digests(60).columns(), 0);
+        let ev = keyed.evaluate(&snap, &cpu_pod(300), None, 0, &mut rng);
+        let want = plain.evaluate(&snap, &cpu_pod(300), None, 0, &mut rng);
+        assert_eq!(outcome(&ev), outcome(&want));
+        assert_eq!(scored_now(), 39);
+        // A table someone holds is not patched at all: its rows no longer match the node,
+        // so its columns are not read (the plugin scores the pod itself).
+        let held = snap.digests(60);
+        assume_on_best(&mut snap, &ev, "held-table".into());
+        drop(held);
+        let ev = keyed.evaluate(&snap, &cpu_pod(300), None, 0, &mut rng);
+        let want = plain.evaluate(&snap, &cpu_pod(300), None, 0, &mut rng);
+        assert_eq!(outcome(&ev), outcome(&want));
+        assert_eq!(scored_now(), 39);
     }
 
     /// Refuses a node with more pods than the pod's CPU request in tenths of a core,
@@ -2044,79 +2115,31 @@ mod tests {
     fn filter_columns_filter_again_only_the_nodes_edited_since() {
         let counted = |keyed| {
             let filtered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let profile = Profile {
-                name: "p".into(),
-                filters: vec![
-                    Box::new(RejectNamed("n07")),
-                    Box::new(Crowded {
-                        keyed,
-                        filtered: filtered.clone(),
-                    }),
-                ],
-                scores: vec![(Box::new(last_digit()), 1)],
-                window_seconds: 60,
-                stale_policy: StalePolicy::Fallback,
-                stale_penalty: 1.0,
-                preemption: None,
-                sampling: NodeSampling::ALL,
+            let crowded = Crowded {
+                keyed,
+                filtered: filtered.clone(),
             };
+            let profile = profile_of(
+                vec![Box::new(RejectNamed("n07")), Box::new(crowded)],
+                vec![(Box::new(last_digit()), 1)],
+            );
             (profile, filtered)
         };
         let (keyed, filtered) = counted(true);
         let (plain, _) = counted(false);
-        let mut snap = ClusterSnapshot::new(
-            (0..40)
-                .map(|i| {
-                    let mut alloc = NodeAllocation::default();
-                    for p in 0..(i % 5) {
-                        alloc.put_pod(crate::snapshot::PodOnNode {
-                            uid: format!("old-{i}-{p}"),
-                            ..Default::default()
-                        });
-                    }
-                    NodeView {
-                        kube: Some(Arc::default()),
-                        stale: false,
-                        alloc: Arc::new(alloc),
-                        ..node(&format!("n{i:02}"))
-                    }
-                })
-                .collect(),
-            1,
-        );
+        let mut snap = forty_nodes(|i| i % 5);
         let mut rng = rand::rngs::StdRng::seed_from_u64(4);
-        let pod = |cpu| {
-            let mut p = PodInfo::default();
-            p.requests.cpu_millis = cpu;
-            p
-        };
-        let verdicts = |ev: &Evaluation| {
-            let mut ranked: Vec<usize> = ev.ranked.iter().map(|r| r.index).collect();
-            ranked.sort_unstable();
-            let refused: Vec<(usize, &str, String)> = ev
-                .filtered
-                .iter()
-                .map(|f| (f.index, f.plugin, f.reason.to_string()))
-                .collect();
-            (ranked, refused)
-        };
         let filtered_now = || filtered.swap(0, std::sync::atomic::Ordering::Relaxed);
         let mut seen = Vec::new();
         for round in 0..6 {
-            let ev = keyed.evaluate(&snap, &pod(200), None, 0, &mut rng);
-            let want = plain.evaluate(&snap, &pod(200), None, 0, &mut rng);
-            assert_eq!(verdicts(&ev), verdicts(&want), "round {round}");
+            let ev = keyed.evaluate(&snap, &cpu_pod(200), None, 0, &mut rng);
+            let want = plain.evaluate(&snap, &cpu_pod(200), None, 0, &mut rng);
+            assert_eq!(outcome(&ev), outcome(&want), "round {round}");
             assert!(ev.filtered.len() > 10, "{}", ev.summary());
             seen.push(filtered_now());
-            let best = ev.best().expect("feasible").index;
-            let mut alloc = (*snap.nodes[best].alloc).clone();
-            alloc.put_pod(crate::snapshot::PodOnNode {
-                uid: format!("p{round}"),
-                ..Default::default()
-            });
-            snap.set_alloc(best, Arc::new(alloc));
+            assume_on_best(&mut snap, &ev, format!("p{round}"));
         }
-        // The first pod filters the 39 nodes NodeNamed passes, the second builds the column
+        // The first pod filters the 39 nodes RejectNamed passes, the second builds the column
         // (all 40), each later one filters the node assumed on.
         assert_eq!(seen, vec![39, 40, 1, 1, 1, 1]);
         assert_eq!(snap.digests(60).columns(), 1);

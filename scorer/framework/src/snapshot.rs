@@ -814,11 +814,11 @@ pub struct DigestTable {
     anti_affinity: std::sync::OnceLock<AntiAffinityIndex>,
     /// [`DigestTable::memo`]'s values.
     memo: Mutex<Vec<(MemoKey, Arc<dyn Memo>)>>,
-    /// [`DigestTable::column`]'s columns, and the keys asked for once.
+    /// `DigestTable::column`'s columns, and the keys asked for once.
     columns: Mutex<ColumnCache>,
 }
 
-/// What a column of [`DigestTable::column`] holds: one plugin's verdicts (a filter's) or
+/// What a column of `DigestTable::column` holds: one plugin's verdicts (a filter's) or
 /// scores (a score plugin's) for one pod shape. Pods with equal keys get equal verdicts or
 /// scores from the plugin on every node ([`FilterPlugin::column_key`],
 /// [`ScorePlugin::column_key`]).
@@ -845,27 +845,27 @@ pub type ColumnWords = [u64; 8];
 /// ([`ClusterSnapshot::set_alloc`]): the evaluation that reads the column next computes
 /// those again (it has the plugin and a pod of the shape; the table has neither).
 #[derive(Debug, Default)]
-pub struct NodeColumn {
+pub(crate) struct NodeColumn {
     state: Mutex<ColumnState>,
 }
 
 /// [`NodeColumn`]'s contents.
 #[derive(Debug, Default)]
-pub struct ColumnState {
+pub(crate) struct ColumnState {
     /// One byte per node, in the snapshot's order: a score (0–100), or a filter's verdict
     /// (0 passes, `k` is refused for `reasons[k − 1]`). Empty: the column could not be
     /// built (a filter with more than 255 distinct reasons), and is not used.
-    pub entries: Vec<u8>,
+    pub(crate) entries: Vec<u8>,
     /// A filter's distinct reasons.
-    pub reasons: Vec<crate::Reason>,
+    pub(crate) reasons: Vec<crate::Reason>,
     /// Nodes whose entry is out of date, in the order they were edited (possibly repeated).
-    pub edited: Vec<usize>,
+    pub(crate) edited: Vec<usize>,
 }
 
 impl ColumnState {
     /// A filter verdict's code: 0 for a pass, else the reason's position + 1 (the reason
     /// added when new); `None` past 255 distinct reasons.
-    pub fn code(&mut self, verdict: Option<&crate::Reason>) -> Option<u8> {
+    pub(crate) fn code(&mut self, verdict: Option<&crate::Reason>) -> Option<u8> {
         let Some(reason) = verdict else {
             return Some(0);
         };
@@ -882,23 +882,24 @@ impl ColumnState {
 
 impl NodeColumn {
     /// A column of these contents.
-    pub fn new(state: ColumnState) -> NodeColumn {
+    pub(crate) fn new(state: ColumnState) -> NodeColumn {
         NodeColumn {
             state: Mutex::new(state),
         }
     }
 
     /// Its contents, locked: a reader computes the edited nodes again and clears the list.
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, ColumnState> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, ColumnState> {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
-/// [`DigestTable::column`]'s cache.
+/// `DigestTable::column`'s cache.
 #[derive(Debug, Default)]
 struct ColumnCache {
+    /// The columns, in the order built.
     built: Vec<(ColumnKey, Arc<NodeColumn>)>,
     /// Keys asked for once and not built yet, oldest first.
     seen: Vec<ColumnKey>,
@@ -1058,8 +1059,9 @@ impl DigestTable {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Most columns [`DigestTable::column`] keeps (a pod shape costs one byte per node and
-    /// per plugin that keys it: 5 KB at 5 000 nodes).
+    /// Most columns `DigestTable::column` keeps, for all profiles of the table's window: a
+    /// column is one byte per node (5 KB at 5 000 nodes) for one keyed plugin and shape; the
+    /// default profile keys four plugins, so about eight shapes per table.
     pub const MAX_COLUMNS: usize = 32;
 
     /// How many keys asked for once a table remembers.
@@ -1071,7 +1073,7 @@ impl DigestTable {
     /// A pod shape seen once in a table's life would pay for every node, feasible or not,
     /// for nothing; the replicas of a workload, scheduled one after the other, come many
     /// times. Like [`DigestTable::memo`], a column holds only while every row is current.
-    pub fn column(
+    pub(crate) fn column(
         &self,
         key: &ColumnKey,
         build: impl FnOnce() -> ColumnState,
@@ -1117,7 +1119,7 @@ impl DigestTable {
         Some(built)
     }
 
-    /// How many columns [`DigestTable::column`] holds.
+    /// How many columns `DigestTable::column` holds.
     pub fn columns(&self) -> usize {
         self.lock_columns().built.len()
     }

@@ -402,9 +402,10 @@ fn bench_evaluate(c: &mut Criterion) {
     }
     group.finish();
     if selected("5000-shapes") {
-        // Every evaluation a pod of a shape not seen before (its CPU request a millicore
-        // more each time): no column of scores is built, as for a stream of one-off pods.
-        // The cases above evaluate one shape again and again, as for a workload's replicas.
+        // Every evaluation a pod of a shape not seen before (its CPU request and limit a
+        // millicore more each time; UsageThreshold estimates by the limit): no column is
+        // built, as for a stream of one-off pods. The cases above evaluate one shape again
+        // and again, as for a workload's replicas.
         let snap = cluster(5_000, 42);
         let mut rng = StdRng::seed_from_u64(1);
         let mut shape = pod();
@@ -412,6 +413,7 @@ fn bench_evaluate(c: &mut Criterion) {
         if let Some(us) = cpu_micros_per_call(evals, || {
             shape.requests.cpu_millis += 1;
             shape.nonzero_cpu_millis += 1;
+            shape.limits.cpu_millis += 1;
             black_box(profile.evaluate(&snap, &shape, None, 10, &mut rng));
         }) {
             println!(

@@ -102,6 +102,7 @@ fn pods() -> Vec<(PodInfo, PodInfo)> {
     out
 }
 
+/// `plugin`'s scores of the nodes `indices` (in their order), clamped as evaluation reads them.
 fn scores(
     plugin: &dyn ScorePlugin,
     ctx: &CycleContext<'_>,
@@ -114,51 +115,60 @@ fn scores(
     out.iter().map(|s| (*s).clamp(0, 100)).collect()
 }
 
+/// Calls `f` with a cycle context of `profile` over `snap` and the snapshot's digest table,
+/// every row current (as evaluation reads columns).
+fn with_table(snap: &ClusterSnapshot, profile: &Profile, f: impl FnOnce(CycleContext<'_>)) {
+    let table = snap.digests(profile.window_seconds);
+    let mut current = Vec::new();
+    f(CycleContext {
+        snapshot: snap,
+        window_seconds: profile.window_seconds,
+        stale_policy: profile.stale_policy,
+        digests: Some(&table),
+        current: Some(table.current_rows(&snap.nodes, &mut current)),
+    });
+}
+
+/// Every keyed score plugin scores a node alike whatever nodes come with it, and alike for
+/// pods of equal key (pods differing in what the key covers are caught by it).
 #[test]
 fn keyed_scores_depend_on_the_node_and_the_key_alone() {
     let snap = cluster(60, 1);
     let all: Vec<usize> = (0..snap.nodes.len()).collect();
     let mut keyed = std::collections::BTreeSet::new();
     for profile in profiles() {
-        let table = snap.digests(profile.window_seconds);
-        let mut current = Vec::new();
-        let ctx = CycleContext {
-            snapshot: &snap,
-            window_seconds: profile.window_seconds,
-            stale_policy: profile.stale_policy,
-            digests: Some(&table),
-            current: Some(table.current_rows(&snap.nodes, &mut current)),
-        };
-        for (plugin, _) in &profile.scores {
-            for (a, b) in pods() {
-                let Some(key) = plugin.column_key(&ctx, &a) else {
-                    continue;
-                };
-                keyed.insert(plugin.name());
-                let whole = scores(plugin.as_ref(), &ctx, &a, &all);
-                // Any subset, in any order, scores each node as the whole does.
-                let mut rng = StdRng::seed_from_u64(9);
-                for _ in 0..5 {
-                    let mut some: Vec<usize> = all
-                        .iter()
-                        .copied()
-                        .filter(|_| rng.random_bool(0.3))
-                        .collect();
-                    some.reverse();
-                    let got = scores(plugin.as_ref(), &ctx, &a, &some);
-                    let want: Vec<i64> = some.iter().map(|&i| whole[i]).collect();
-                    assert_eq!(got, want, "{} on a subset", plugin.name());
-                }
-                if plugin.column_key(&ctx, &b) == Some(key) {
-                    assert_eq!(
-                        scores(plugin.as_ref(), &ctx, &b, &all),
-                        whole,
-                        "{}: equal keys, different scores",
-                        plugin.name()
-                    );
+        with_table(&snap, &profile, |ctx| {
+            for (plugin, _) in &profile.scores {
+                for (a, b) in pods() {
+                    let Some(key) = plugin.column_key(&ctx, &a) else {
+                        continue;
+                    };
+                    keyed.insert(plugin.name());
+                    let whole = scores(plugin.as_ref(), &ctx, &a, &all);
+                    // Any subset, in any order, scores each node as the whole does.
+                    let mut rng = StdRng::seed_from_u64(9);
+                    for _ in 0..5 {
+                        let mut some: Vec<usize> = all
+                            .iter()
+                            .copied()
+                            .filter(|_| rng.random_bool(0.3))
+                            .collect();
+                        some.reverse();
+                        let got = scores(plugin.as_ref(), &ctx, &a, &some);
+                        let want: Vec<i64> = some.iter().map(|&i| whole[i]).collect();
+                        assert_eq!(got, want, "{} on a subset", plugin.name());
+                    }
+                    if plugin.column_key(&ctx, &b) == Some(key) {
+                        assert_eq!(
+                            scores(plugin.as_ref(), &ctx, &b, &all),
+                            whole,
+                            "{}: equal keys, different scores",
+                            plugin.name()
+                        );
+                    }
                 }
             }
-        }
+        });
     }
     // The default profile's two per-node scores are among them.
     assert!(keyed.contains("LoadVariationRiskBalancing"), "{keyed:?}");
@@ -189,6 +199,8 @@ fn verdicts_on(
         .collect()
 }
 
+/// Every keyed filter refuses a node alike (with the same reason) whatever nodes come with
+/// it, and alike for pods of equal key.
 #[test]
 fn keyed_verdicts_depend_on_the_node_and_the_key_alone() {
     let snap = cluster(60, 3);
@@ -196,48 +208,41 @@ fn keyed_verdicts_depend_on_the_node_and_the_key_alone() {
     let mut keyed = std::collections::BTreeSet::new();
     let mut refusals = 0;
     for profile in profiles() {
-        let table = snap.digests(profile.window_seconds);
-        let mut current = Vec::new();
-        let ctx = CycleContext {
-            snapshot: &snap,
-            window_seconds: profile.window_seconds,
-            stale_policy: profile.stale_policy,
-            digests: Some(&table),
-            current: Some(table.current_rows(&snap.nodes, &mut current)),
-        };
-        for f in &profile.filters {
-            for (a, b) in pods() {
-                let state = f.prefilter(&ctx, &a);
-                let Some(key) = f.column_key(&ctx, state.as_ref(), &a) else {
-                    continue;
-                };
-                keyed.insert(f.name());
-                let whole = verdicts_on(f.as_ref(), &ctx, state.as_ref(), &a, &all);
-                refusals += whole.iter().filter(|v| v.is_some()).count();
-                let mut rng = StdRng::seed_from_u64(11);
-                for _ in 0..5 {
-                    let mut some: Vec<usize> = all
-                        .iter()
-                        .copied()
-                        .filter(|_| rng.random_bool(0.3))
-                        .collect();
-                    some.reverse();
-                    let got = verdicts_on(f.as_ref(), &ctx, state.as_ref(), &a, &some);
-                    let want: Vec<Option<Reason>> =
-                        some.iter().map(|&i| whole[i].clone()).collect();
-                    assert_eq!(got, want, "{} on a subset", f.name());
-                }
-                let state_b = f.prefilter(&ctx, &b);
-                if f.column_key(&ctx, state_b.as_ref(), &b) == Some(key) {
-                    assert_eq!(
-                        verdicts_on(f.as_ref(), &ctx, state_b.as_ref(), &b, &all),
-                        whole,
-                        "{}: equal keys, different verdicts",
-                        f.name()
-                    );
+        with_table(&snap, &profile, |ctx| {
+            for f in &profile.filters {
+                for (a, b) in pods() {
+                    let state = f.prefilter(&ctx, &a);
+                    let Some(key) = f.column_key(&ctx, state.as_ref(), &a) else {
+                        continue;
+                    };
+                    keyed.insert(f.name());
+                    let whole = verdicts_on(f.as_ref(), &ctx, state.as_ref(), &a, &all);
+                    refusals += whole.iter().filter(|v| v.is_some()).count();
+                    let mut rng = StdRng::seed_from_u64(11);
+                    for _ in 0..5 {
+                        let mut some: Vec<usize> = all
+                            .iter()
+                            .copied()
+                            .filter(|_| rng.random_bool(0.3))
+                            .collect();
+                        some.reverse();
+                        let got = verdicts_on(f.as_ref(), &ctx, state.as_ref(), &a, &some);
+                        let want: Vec<Option<Reason>> =
+                            some.iter().map(|&i| whole[i].clone()).collect();
+                        assert_eq!(got, want, "{} on a subset", f.name());
+                    }
+                    let state_b = f.prefilter(&ctx, &b);
+                    if f.column_key(&ctx, state_b.as_ref(), &b) == Some(key) {
+                        assert_eq!(
+                            verdicts_on(f.as_ref(), &ctx, state_b.as_ref(), &b, &all),
+                            whole,
+                            "{}: equal keys, different verdicts",
+                            f.name()
+                        );
+                    }
                 }
             }
-        }
+        });
     }
     assert!(keyed.contains("NodeResourcesFit"), "{keyed:?}");
     assert!(keyed.contains("UsageThreshold"), "{keyed:?}");
@@ -329,25 +334,28 @@ fn verdicts(ev: &Evaluation) -> (Ranked, Vec<(usize, &'static str, Reason)>) {
     (ranked, filtered)
 }
 
+/// `profile` with every plugin's column key hidden: it filters and scores every pod itself.
+fn unkeyed(mut profile: Profile) -> Profile {
+    profile.scores = profile
+        .scores
+        .into_iter()
+        .map(|(s, w)| (Box::new(Unkeyed(s)) as Box<dyn ScorePlugin>, w))
+        .collect();
+    profile.filters = profile
+        .filters
+        .into_iter()
+        .map(|f| Box::new(UnkeyedFilter(f)) as Box<dyn FilterPlugin>)
+        .collect();
+    profile
+}
+
+/// Each embedded profile, on its own cluster: replicas of one shape (and now and then
+/// another) placed one after the other get the verdicts of the same profile's plugins
+/// filtering and scoring every pod themselves.
 #[test]
 fn replicas_placed_one_after_the_other_get_the_verdicts_of_plugins_scoring_each_pod() {
     let keyed = profiles();
-    let unkeyed: Vec<Profile> = profiles()
-        .into_iter()
-        .map(|mut p| {
-            p.scores = p
-                .scores
-                .into_iter()
-                .map(|(s, w)| (Box::new(Unkeyed(s)) as Box<dyn ScorePlugin>, w))
-                .collect();
-            p.filters = p
-                .filters
-                .into_iter()
-                .map(|f| Box::new(UnkeyedFilter(f)) as Box<dyn FilterPlugin>)
-                .collect();
-            p
-        })
-        .collect();
+    let unkeyed: Vec<Profile> = profiles().into_iter().map(unkeyed).collect();
     let mut rng = StdRng::seed_from_u64(5);
     for (k, u) in keyed.iter().zip(&unkeyed) {
         let mut snap = cluster(80, 2);
@@ -387,4 +395,84 @@ fn replicas_placed_one_after_the_other_get_the_verdicts_of_plugins_scoring_each_
             });
         assert_eq!(columns > 0, keys, "{}: columns built {columns}", k.name);
     }
+}
+
+/// Three profiles of one window share the snapshot's digest table, and so its columns: the
+/// same keyed plugins with other arguments, and the same arguments under another stale
+/// policy. Placing replicas with each in turn on one cluster gives every profile the
+/// verdicts of its own plugins scoring each pod: a key that left out an argument or the
+/// stale policy would hand one profile another's column.
+#[test]
+fn profiles_sharing_a_table_never_read_each_others_columns() {
+    let yaml = r#"
+profiles:
+  - schedulerName: a
+    windowSeconds: 60
+    stalePolicy: fallback
+    filters: [NodeResourcesFit, {name: UsageThreshold, args: {thresholds: {cpu: 70}}}]
+    scores:
+      - {name: LoadVariationRiskBalancing, weight: 2}
+      - {name: BalancedAllocation, weight: 1}
+      - {name: LeastAllocated, weight: 1}
+      - {name: TargetLoadPacking, weight: 1, args: {targetUtilization: 40}}
+  - schedulerName: b
+    windowSeconds: 60
+    stalePolicy: fallback
+    filters:
+      - NodeResourcesFit
+      - {name: UsageThreshold, args: {thresholds: {cpu: 45, memory: 60}, statistic: p95}}
+    scores:
+      - {name: LoadVariationRiskBalancing, weight: 2, args: {safeVarianceMargin: 3}}
+      - {name: BalancedAllocation, weight: 1}
+      - name: LeastAllocated
+        weight: 1
+        args: {resources: [{name: cpu, weight: 5}, {name: memory, weight: 1}]}
+      - {name: TargetLoadPacking, weight: 1, args: {targetUtilization: 75}}
+  - schedulerName: c
+    windowSeconds: 60
+    stalePolicy: penalize
+    stalePenalty: 0.5
+    filters: [NodeResourcesFit, {name: UsageThreshold, args: {thresholds: {cpu: 70}}}]
+    scores:
+      - {name: LoadVariationRiskBalancing, weight: 2}
+      - {name: BalancedAllocation, weight: 1}
+      - {name: LeastAllocated, weight: 1}
+      - {name: TargetLoadPacking, weight: 1, args: {targetUtilization: 40}}
+"#;
+    let build = || {
+        ScorerConfig::from_yaml(yaml)
+            .expect("valid config")
+            .build_profiles()
+            .expect("profiles build")
+    };
+    let keyed = build();
+    let plain: Vec<Profile> = build().into_iter().map(unkeyed).collect();
+    let mut snap = cluster(80, 4);
+    let mut rng = StdRng::seed_from_u64(6);
+    let shape = pod(200, 256 << 20);
+    for round in 0..12 {
+        for (k, u) in keyed.iter().zip(&plain) {
+            let got = k.evaluate(&snap, &shape, None, 0, &mut rng);
+            let want = u.evaluate(&snap, &shape, None, 0, &mut rng);
+            assert_eq!(verdicts(&got), verdicts(&want), "{} round {round}", k.name);
+            let Some(best) = got.best().map(|b| b.index) else {
+                continue;
+            };
+            let mut alloc = (*snap.nodes[best].alloc).clone();
+            alloc.put_pod(PodOnNode {
+                uid: format!("{}-{round}", k.name),
+                requests: shape.requests.clone(),
+                ..Default::default()
+            });
+            snap.set_alloc(best, Arc::new(alloc));
+        }
+    }
+    // Each profile's keyed plugins built their own columns in the one table: the profiles
+    // differ in at least one key word of every keyed plugin but BalancedAllocation and
+    // NodeResourcesFit (shared by right, as equal keys) between a and b.
+    assert!(
+        snap.digests(60).columns() >= 12,
+        "{}",
+        snap.digests(60).columns()
+    );
 }
