@@ -713,11 +713,64 @@ fn column_table<'a>(ctx: &CycleContext<'a>) -> Option<&'a DigestTable> {
     ctx.digests.filter(|_| ctx.current.is_some_and(|c| c.all()))
 }
 
+/// Calls `read` with the cycle's digest table's column for `plugin`'s shape `words`
+/// ([`DigestTable::column`]), after `compute` has written the entries of the nodes edited
+/// since (`compute` also builds the column, over every node, the second time the shape
+/// comes); `false`, without calling `read`, when there is no such column (the cycle has no
+/// table or one with rows out of date, the table builds columns only for shapes it has seen
+/// before, or the column could not be built).
+fn read_column(
+    ctx: &CycleContext<'_>,
+    plugin: &'static str,
+    filter: bool,
+    words: ColumnWords,
+    compute: impl Fn(&mut ColumnState, &[usize]),
+    read: impl FnOnce(&ColumnState),
+) -> bool {
+    let Some(table) = column_table(ctx) else {
+        return false;
+    };
+    let key = ColumnKey {
+        plugin,
+        filter,
+        stale_policy: ctx.stale_policy as u8,
+        words,
+    };
+    let count = ctx.snapshot.nodes.len();
+    let Some(column) = table.column(&key, || {
+        let mut column = ColumnState {
+            entries: vec![0; count],
+            ..Default::default()
+        };
+        let all: Vec<usize> = (0..count).collect();
+        compute(&mut column, &all);
+        column
+    }) else {
+        return false;
+    };
+    let mut column = column.lock();
+    if column.entries.len() != count {
+        return false;
+    }
+    if !column.edited.is_empty() {
+        // Cleared only once computed again: a plugin that panics leaves the list for the
+        // next reader (the lock ignores poisoning).
+        let mut edited = column.edited.clone();
+        edited.sort_unstable();
+        edited.dedup();
+        compute(&mut column, &edited);
+        column.edited.clear();
+        if column.entries.len() != count {
+            return false;
+        }
+    }
+    read(&column);
+    true
+}
+
 /// Writes `plugin`'s scores of the nodes `indices` into `out` from the cycle's digest table's
-/// column for the pod's shape ([`ScorePlugin::column_key`], [`DigestTable::column`]),
-/// scoring again the nodes edited since the column was built; `false`, with `out` untouched,
-/// when there is no such column (the plugin keys no shape, the cycle has no table or one
-/// with rows out of date, or the table builds columns only for shapes it has seen before).
+/// column for the pod's shape ([`ScorePlugin::column_key`], [`read_column`]); `false`, with
+/// `out` untouched, when the plugin keys no shape or there is no such column.
 fn column_scores(
     ctx: &CycleContext<'_>,
     plugin: &dyn ScorePlugin,
@@ -725,64 +778,31 @@ fn column_scores(
     indices: &[usize],
     out: &mut [i64],
 ) -> bool {
-    let Some(table) = column_table(ctx) else {
-        return false;
-    };
     let Some(words) = plugin.column_key(ctx, pod) else {
         return false;
     };
-    let key = ColumnKey {
-        plugin: plugin.name(),
-        filter: false,
-        stale_policy: ctx.stale_policy as u8,
-        words,
-    };
     let nodes = &ctx.snapshot.nodes;
-    let score_some = |indices: &[usize]| -> Vec<u8> {
+    let scores = |column: &mut ColumnState, indices: &[usize]| {
         let views: Vec<&NodeView> = indices.iter().map(|&i| &nodes[i]).collect();
         let mut scores = vec![0; indices.len()];
         plugin.score_indexed(ctx, pod, &views, indices, &mut scores);
-        scores
-            .iter()
-            .map(|s| (*s).clamp(0, MAX_NODE_SCORE) as u8)
-            .collect()
-    };
-    let Some(column) = table.column(&key, || {
-        let all: Vec<usize> = (0..nodes.len()).collect();
-        ColumnState {
-            entries: score_some(&all),
-            ..Default::default()
-        }
-    }) else {
-        return false;
-    };
-    let mut state = column.lock();
-    if state.entries.len() != nodes.len() {
-        return false;
-    }
-    if !state.edited.is_empty() {
-        // Cleared only once rescored: a plugin that panics leaves the list for the next
-        // reader (the lock ignores poisoning).
-        let mut edited = state.edited.clone();
-        edited.sort_unstable();
-        edited.dedup();
-        for (&i, s) in edited.iter().zip(score_some(&edited)) {
-            if let Some(entry) = state.entries.get_mut(i) {
-                *entry = s;
+        for (&i, s) in indices.iter().zip(scores) {
+            if let Some(entry) = column.entries.get_mut(i) {
+                *entry = s.clamp(0, MAX_NODE_SCORE) as u8;
             }
         }
-        state.edited.clear();
-    }
-    for (o, &i) in out.iter_mut().zip(indices) {
-        *o = i64::from(state.entries[i]);
-    }
-    true
+    };
+    read_column(ctx, plugin.name(), false, words, scores, |column| {
+        for (o, &i) in out.iter_mut().zip(indices) {
+            *o = i64::from(column.entries[i]);
+        }
+    })
 }
 
 /// Runs `filter` over `nodes` as [`FilterPlugin::filter_nodes`] does, from the cycle's
 /// digest table's column of its verdicts for the pod's shape ([`FilterPlugin::column_key`],
-/// [`DigestTable::column`]), filtering again the nodes edited since the column was built;
-/// `false`, with `nodes` and `filtered` untouched, when there is no such column.
+/// [`read_column`]); `false`, with `nodes` and `filtered` untouched, when the filter keys no
+/// shape or there is no such column.
 fn column_filter(
     ctx: &CycleContext<'_>,
     filter: &dyn FilterPlugin,
@@ -791,19 +811,9 @@ fn column_filter(
     nodes: &mut Vec<usize>,
     filtered: &mut Vec<FilteredNode>,
 ) -> bool {
-    let Some(table) = column_table(ctx) else {
-        return false;
-    };
     let Some(words) = filter.column_key(ctx, state, pod) else {
         return false;
     };
-    let key = ColumnKey {
-        plugin: filter.name(),
-        filter: true,
-        stale_policy: ctx.stale_policy as u8,
-        words,
-    };
-    let count = ctx.snapshot.nodes.len();
     // The verdicts on `indices`, into `column` (emptied when it cannot hold them).
     let verdicts = |column: &mut ColumnState, indices: &[usize]| {
         let mut passing = indices.to_vec();
@@ -815,7 +825,7 @@ fn column_filter(
             }
         }
         for f in refused {
-            let Some(code) = column.code(Some(&f.reason)) else {
+            let Some(code) = column.code(&f.reason) else {
                 column.entries.clear();
                 return;
             };
@@ -824,42 +834,14 @@ fn column_filter(
             }
         }
     };
-    let Some(column) = table.column(&key, || {
-        let mut column = ColumnState {
-            entries: vec![0; count],
-            ..Default::default()
-        };
-        let all: Vec<usize> = (0..count).collect();
-        verdicts(&mut column, &all);
-        column
-    }) else {
-        return false;
-    };
-    let mut column = column.lock();
-    if column.entries.len() != count {
-        return false;
-    }
-    if !column.edited.is_empty() {
-        // Cleared only once filtered again (see `column_scores`).
-        let mut edited = column.edited.clone();
-        edited.sort_unstable();
-        edited.dedup();
-        verdicts(&mut column, &edited);
-        column.edited.clear();
-        if column.entries.len() != count {
-            return false;
-        }
-    }
-    let ColumnState {
-        entries, reasons, ..
-    } = &*column;
-    retain_passing(filter.name(), nodes, filtered, |i| {
-        match entries.get(i).copied().unwrap_or(0) {
-            0 => Ok(()),
-            code => Err(reasons[usize::from(code) - 1].clone()),
-        }
-    });
-    true
+    read_column(ctx, filter.name(), true, words, verdicts, |column| {
+        retain_passing(filter.name(), nodes, filtered, |i| {
+            match column.entries.get(i).copied().unwrap_or(0) {
+                0 => Ok(()),
+                code => Err(column.reasons[usize::from(code) - 1].clone()),
+            }
+        });
+    })
 }
 
 /// A sampled evaluation ([`Profile::evaluate_sampled`]) filters at least this many nodes at a

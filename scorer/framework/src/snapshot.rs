@@ -863,12 +863,9 @@ pub(crate) struct ColumnState {
 }
 
 impl ColumnState {
-    /// A filter verdict's code: 0 for a pass, else the reason's position + 1 (the reason
-    /// added when new); `None` past 255 distinct reasons.
-    pub(crate) fn code(&mut self, verdict: Option<&crate::Reason>) -> Option<u8> {
-        let Some(reason) = verdict else {
-            return Some(0);
-        };
+    /// The code of a refusal for `reason`: the reason's position + 1 (the reason added when
+    /// new; 0 is a pass); `None` past 255 distinct reasons.
+    pub(crate) fn code(&mut self, reason: &crate::Reason) -> Option<u8> {
         let at = match self.reasons.iter().position(|r| r == reason) {
             Some(at) => at,
             None => {

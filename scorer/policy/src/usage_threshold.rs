@@ -193,10 +193,7 @@ impl FilterPlugin for UsageThreshold {
         if self.checks.len() > 3 {
             return None;
         }
-        let estimate = state
-            .and_then(|s| s.downcast_ref::<PodEstimate>())
-            .copied()
-            .unwrap_or_else(|| PodEstimate::of(pod, &self.args));
+        let estimate = PodEstimate::prepared(state, pod, &self.args);
         let mut words = ColumnWords::default();
         words[0] = self.args.statistic as u64 | (self.checks.len() as u64) << 8;
         for (k, (kind, limit, _)) in self.checks.iter().enumerate() {
@@ -219,10 +216,7 @@ impl FilterPlugin for UsageThreshold {
         nodes: &mut Vec<usize>,
         filtered: &mut Vec<FilteredNode>,
     ) {
-        let estimate = state
-            .and_then(|s| s.downcast_ref::<PodEstimate>())
-            .copied()
-            .unwrap_or_else(|| PodEstimate::of(pod, &self.args));
+        let estimate = PodEstimate::prepared(state, pod, &self.args);
         let columns = ctx
             .memo(self.columns_key(ctx), || self.columns(ctx))
             .filter(|c| c.built_by(self, ctx));
@@ -350,6 +344,14 @@ impl PodEstimate {
             memory_bytes: mem as f64,
             gpus: util::pod_gpus(pod) as f64,
         }
+    }
+
+    /// The estimate the PreFilter kept in `state`, else computed for `pod`.
+    fn prepared(state: Option<&PreFilterState>, pod: &PodInfo, args: &UsageThresholdArgs) -> Self {
+        state
+            .and_then(|s| s.downcast_ref::<PodEstimate>())
+            .copied()
+            .unwrap_or_else(|| PodEstimate::of(pod, args))
     }
 
     /// What the pod adds of `kind`, in the unit of [`util::capacity`].
