@@ -50,6 +50,12 @@ pub enum ConfigError {
         /// The value given.
         value: String,
     },
+    /// An ack interval that is not a duration of at most 300 s.
+    #[error("invalid ack interval {value:?}: expected a duration from 0s (every report) to 300s")]
+    AckInterval {
+        /// The value given.
+        value: String,
+    },
 }
 
 /// Parses `500ms`, `1s`, `1.5m`, `2h`, or a bare number of seconds.
@@ -79,6 +85,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, ConfigError> {
     }
     Ok(Duration::from_secs_f64(secs))
 }
+
+/// Parses an ack interval: a duration of at most 300 s (the scorer refuses longer).
+pub fn parse_ack_interval(s: &str) -> Result<Duration, ConfigError> {
+    parse_duration(s)
+        .ok()
+        .filter(|d| *d <= MAX_ACK_INTERVAL)
+        .ok_or_else(|| ConfigError::AckInterval {
+            value: s.to_string(),
+        })
+}
+
+/// The longest `--ack-interval`: what the scorer accepts in `ack_interval_seconds`.
+pub const MAX_ACK_INTERVAL: Duration =
+    Duration::from_secs(loadstar_proto::limits::MAX_ACK_INTERVAL_SECONDS as u64);
 
 /// Parses a window length: a duration of whole seconds.
 pub fn parse_window(s: &str) -> Result<u32, ConfigError> {
@@ -273,6 +293,12 @@ pub struct AgentConfig {
     /// Time between DNS resolutions of scorer names.
     #[arg(long, env = "LOADSTAR_RESOLVE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub resolve_interval: Duration,
+
+    /// How far apart the scorer's acks of accepted reports may be (`0s`: one per report).
+    /// A rejected report or a new report interval is acked at once whatever this says; the
+    /// default saves the scorer (and the agent) a write per report.
+    #[arg(long, env = "LOADSTAR_ACK_INTERVAL", default_value = "10s", value_parser = parse_ack_interval)]
+    pub ack_interval: Duration,
 }
 
 impl AgentConfig {
@@ -317,6 +343,7 @@ impl AgentConfig {
             },
             connect_timeout: self.connect_timeout,
             resolve_interval: self.resolve_interval,
+            ack_interval: self.ack_interval,
         }
     }
 }
@@ -334,6 +361,12 @@ mod tests {
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         for bad in ["", "s", "-1s", "1d", "NaNs", "infs"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_ack_interval("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_ack_interval("5m"), Ok(MAX_ACK_INTERVAL));
+        for bad in ["301s", "1h", "-1s", "x"] {
+            let e = parse_ack_interval(bad).expect_err(bad);
+            assert!(e.to_string().contains("ack interval"), "{e}");
         }
         assert_eq!(parse_window("5m"), Ok(300));
         assert!(parse_window("1.5s").is_err());
@@ -360,6 +393,10 @@ mod tests {
         assert_eq!(s.net_namespace_pid, Some(1));
         assert_eq!(s.default_nic_speed_bits_per_second, 10_000_000_000);
         assert!(s.gpu && s.pods);
+        assert_eq!(
+            c.report_config().ack_interval,
+            crate::report::DEFAULT_ACK_INTERVAL
+        );
         assert_eq!(
             c.metrics_addr,
             ListenAddr(Some("0.0.0.0:9910".parse().expect("addr")))

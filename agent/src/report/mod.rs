@@ -52,6 +52,9 @@ pub use target::ScorerTarget;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time between DNS resolutions of a scorer name.
 pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
+/// Default longest time between the scorer's acks of accepted reports.
+pub const DEFAULT_ACK_INTERVAL: Duration =
+    Duration::from_secs(loadstar_proto::limits::DEFAULT_ACK_INTERVAL_SECONDS as u64);
 
 /// How to reach the scorers.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +71,9 @@ pub struct ReportConfig {
     pub connect_timeout: Duration,
     /// Time between resolutions of scorer host names.
     pub resolve_interval: Duration,
+    /// Longest time between the scorer's acks of accepted reports (0: an ack per report);
+    /// sent in every report as `ack_interval_seconds`.
+    pub ack_interval: Duration,
 }
 
 impl Default for ReportConfig {
@@ -79,6 +85,7 @@ impl Default for ReportConfig {
             backoff: BackoffConfig::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+            ack_interval: DEFAULT_ACK_INTERVAL,
         }
     }
 }
@@ -111,6 +118,7 @@ pub fn spawn(
         backoff: config.backoff,
         connect_timeout: config.connect_timeout,
         resolve_interval: config.resolve_interval,
+        ack_interval: config.ack_interval,
         metrics,
     });
     let supervisors: Vec<JoinHandle<()>> = targets

@@ -6,6 +6,10 @@
 //! expired). When the scorer's acks ask for a report interval (`desired_interval_seconds`,
 //! raised by a loaded scorer), the stream sends its latest report at most that often (up to
 //! [`MAX_PACED_INTERVAL`]) and says so in `report_interval_seconds`; sampling is untouched.
+//! Each report lets the scorer's acks of accepted reports be up to the configured
+//! `ack_interval` apart (`ack_interval_seconds`); an ack stands for every report up to its
+//! sequence that no ack of its own rejected, and after a reconnect the latest report goes
+//! again unless acked (the scorer accepts its stored report again without change).
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -206,6 +210,11 @@ async fn session(
     // The request body is pumped by the HTTP/2 connection's own task: tie its end to this
     // session, so a session that ends (or is aborted) also ends its stream.
     let (_end_stream, end) = oneshot::channel::<()>();
+    let ack_interval = shared.ack_interval.as_secs_f64();
+    let outbound = futures::StreamExt::map(outbound, move |mut report| {
+        report.ack_interval_seconds = ack_interval;
+        report
+    });
     let mut request = tonic::Request::new(futures::StreamExt::take_until(outbound, end));
     if let Some(token) = token.clone() {
         request.metadata_mut().insert("authorization", token);

@@ -23,6 +23,7 @@ pub(super) struct Shared {
     pub(super) backoff: BackoffConfig,
     pub(super) connect_timeout: Duration,
     pub(super) resolve_interval: Duration,
+    pub(super) ack_interval: Duration,
     pub(super) metrics: AgentMetrics,
 }
 

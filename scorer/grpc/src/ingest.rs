@@ -211,61 +211,70 @@ impl IngestService {
     }
 
     /// The next item of an agent stream: the ack of its next report, a final status, or
-    /// `None` when it ends (it ran out, the server closes, or it was refused).
+    /// `None` when it ends (it ran out, the server closes, or it was refused). When the agent
+    /// set `ack_interval_seconds`, accepted reports are read on without an ack until one is
+    /// due ([`StreamState::ack_due`]); the last one's ack is still sent when the stream ends.
     async fn next_ack(&self, s: &mut StreamState) -> Option<Result<pb::ReportAck, Status>> {
         if let Some(status) = s.end.take() {
             s.done = true;
             return Some(Err(status));
         }
-        if !self.pace(&mut s.bucket, &mut s.closed).await {
-            info!(peer = ?s.guard.peer, node = s.guard.node.as_deref(), pod = s.guard.pod.as_deref(),
-                  "scorer shutting down; ending agent stream");
-            return None;
-        }
-        let next = tokio::select! {
-            m = s.inbound.message() => m,
-            _ = &mut s.closed => {
+        loop {
+            if !self.pace(&mut s.bucket, &mut s.closed).await {
                 info!(peer = ?s.guard.peer, node = s.guard.node.as_deref(), pod = s.guard.pod.as_deref(),
                       "scorer shutting down; ending agent stream");
-                return None;
+                return s.last_ack();
             }
-        };
-        match next {
-            Ok(Some(report)) => {
-                let first = s.guard.node.is_none();
-                let grant = s.grant.as_ref().map(|g| (g, s.peer));
-                let handled = self.handle(s.guard.stream, &mut s.guard.node, report, grant);
-                if first && let Some(n) = &s.guard.node {
-                    // Recorded once per stream: the span's fields never grow.
-                    s.guard.span.record("node", n.as_str());
+            let next = tokio::select! {
+                m = s.inbound.message() => m,
+                _ = &mut s.closed => {
+                    info!(peer = ?s.guard.peer, node = s.guard.node.as_deref(), pod = s.guard.pod.as_deref(),
+                          "scorer shutting down; ending agent stream");
+                    return s.last_ack();
                 }
-                if let Some(status) = handled.end {
+            };
+            match next {
+                Ok(Some(report)) => {
+                    let first = s.guard.node.is_none();
+                    let ack_every = report.ack_interval_seconds;
+                    let grant = s.grant.as_ref().map(|g| (g, s.peer));
+                    let handled = self.handle(s.guard.stream, &mut s.guard.node, report, grant);
+                    if first && let Some(n) = &s.guard.node {
+                        // Recorded once per stream: the span's fields never grow.
+                        s.guard.span.record("node", n.as_str());
+                    }
+                    if let Some(status) = handled.end {
+                        warn!(peer = ?s.guard.peer, node = s.guard.node.as_deref(), pod = s.guard.pod.as_deref(),
+                              reason = %status.message(), "agent stream refused");
+                        s.end = Some(status);
+                    } else if handled.ack.accepted && !s.ack_due(ack_every, &handled.ack) {
+                        s.unsent = Some(handled.ack);
+                        continue;
+                    }
+                    s.sent(&handled.ack);
+                    return Some(Ok(handled.ack));
+                }
+                Ok(None) => return s.last_ack(),
+                Err(status) => {
+                    // Undecodable or oversized: the stream cannot go on, but the agent is told
+                    // why (a status, never a silent OK).
+                    let code = status.code();
+                    let reason = if code == tonic::Code::OutOfRange {
+                        "too_large"
+                    } else {
+                        "broken"
+                    };
                     warn!(peer = ?s.guard.peer, node = s.guard.node.as_deref(), pod = s.guard.pod.as_deref(),
-                          reason = %status.message(), "agent stream refused");
-                    s.end = Some(status);
+                          code = ?status.code(), message = %truncate(status.message(), 512), "agent stream broken");
+                    self.reject("stream");
+                    self.refuse(reason);
+                    let message = format!(
+                        "stream ended by the scorer: {}",
+                        truncate(status.message(), 1024)
+                    );
+                    s.done = true;
+                    return Some(Err(Status::new(code, message)));
                 }
-                Some(Ok(handled.ack))
-            }
-            Ok(None) => None,
-            Err(status) => {
-                // Undecodable or oversized: the stream cannot go on, but the agent is told
-                // why (a status, never a silent OK).
-                let code = status.code();
-                let reason = if code == tonic::Code::OutOfRange {
-                    "too_large"
-                } else {
-                    "broken"
-                };
-                warn!(peer = ?s.guard.peer, node = s.guard.node.as_deref(), pod = s.guard.pod.as_deref(),
-                      code = ?status.code(), message = %truncate(status.message(), 512), "agent stream broken");
-                self.reject("stream");
-                self.refuse(reason);
-                let message = format!(
-                    "stream ended by the scorer: {}",
-                    truncate(status.message(), 1024)
-                );
-                s.done = true;
-                Some(Err(Status::new(code, message)))
             }
         }
     }
@@ -282,9 +291,43 @@ struct StreamState {
     closed: Pin<Box<dyn Future<Output = ()> + Send>>,
     /// A status to end the stream with after the ack just sent.
     end: Option<Status>,
-    /// The item just returned is the stream's last (a final status).
+    /// The item just returned is the stream's last (a final status or ack).
     done: bool,
+    /// When the stream's last ack went and the interval it asked for (its bits).
+    acked: Option<(Instant, u64)>,
+    /// The ack of the latest accepted report, not sent yet (sparse acks).
+    unsent: Option<pb::ReportAck>,
     guard: StreamGuard,
+}
+
+impl StreamState {
+    /// Whether an accepted report's `ack` goes now, for a report that let acks be
+    /// `ack_every` seconds apart: always with 0, else for the stream's first ack, a changed
+    /// interval, or when the last ack is that old.
+    fn ack_due(&self, ack_every: f64, ack: &pb::ReportAck) -> bool {
+        if !(ack_every.is_finite() && ack_every > 0.0) {
+            return true;
+        }
+        let every = std::time::Duration::from_secs_f64(
+            ack_every.min(loadstar_proto::limits::MAX_ACK_INTERVAL_SECONDS),
+        );
+        self.acked.is_none_or(|(at, pace)| {
+            pace != ack.desired_interval_seconds.to_bits() || at.elapsed() >= every
+        })
+    }
+
+    /// Notes that `ack` is sent.
+    fn sent(&mut self, ack: &pb::ReportAck) {
+        self.acked = Some((Instant::now(), ack.desired_interval_seconds.to_bits()));
+        self.unsent = None;
+    }
+
+    /// The stream's end: the ack not sent yet, if any, as its last item; else `None`.
+    fn last_ack(&mut self) -> Option<Result<pb::ReportAck, Status>> {
+        let ack = self.unsent.take()?;
+        self.done = true;
+        Some(Ok(ack))
+    }
 }
 
 /// Gives the stream's node back to the store and counts the stream closed when the stream
@@ -351,6 +394,8 @@ impl pb::ingest_server::Ingest for IngestService {
             closed: Box::pin(crate::shutdown::closed(self.closing.clone())),
             end: None,
             done: false,
+            acked: None,
+            unsent: None,
             guard: StreamGuard {
                 store: self.store.clone(),
                 metrics: self.metrics.clone(),

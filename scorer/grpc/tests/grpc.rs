@@ -154,6 +154,96 @@ async fn malformed_reports_are_rejected_and_the_stream_goes_on() {
     server.stop().await;
 }
 
+/// The stream's next item within 5 s (`None`: it ended).
+async fn next_ack(acks: &mut tonic::Streaming<pb::ReportAck>) -> Option<pb::ReportAck> {
+    tokio::time::timeout(Duration::from_secs(5), acks.message())
+        .await
+        .expect("an ack within 5 s")
+        .expect("no error")
+}
+
+#[tokio::test]
+async fn sparse_acks_ack_the_first_rejected_paced_and_last_reports() {
+    let pace = loadstar_grpc::pacing::Pace::fixed(1.0);
+    let server = {
+        let pace = pace.clone();
+        support::TestServer::start_custom(
+            server::ServerLimits::default(),
+            loadstar_store::metrics::Metrics::new(),
+            loadstar_grpc::gate::Gate::open(),
+            None,
+            move |parts| parts.pace = pace,
+        )
+        .await
+    };
+    let cap = simagent::capacity(8, 32);
+    let report = |seq, every: f64| {
+        let mut r = simagent::report("node-s", "i", seq, &cap, SyntheticLoad::default());
+        r.ack_interval_seconds = every;
+        r
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let mut acks = pb::ingest_client::IngestClient::new(server.channel().await)
+        .report(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("stream opens")
+        .into_inner();
+    let accepted = |n| {
+        let store = server.store.clone();
+        async move {
+            for _ in 0..500 {
+                if store
+                    .node_status("node-s")
+                    .is_some_and(|s| s.reports_accepted == n)
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("node-s never had {n} accepted reports");
+        }
+    };
+    // The first report is acked; the next ones, within the minute, are stored unacked.
+    tx.send(report(1, 60.0)).await.expect("send");
+    assert_eq!(next_ack(&mut acks).await.map(|a| a.sequence), Some(1));
+    for seq in 2..=4 {
+        tx.send(report(seq, 60.0)).await.expect("send");
+    }
+    accepted(4).await;
+    // A rejected report is acked at once (its ack stands for 2 and 3 too).
+    let mut bad = report(5, 60.0);
+    bad.usage[0].windows[0].mean_ratio = f64::NAN;
+    tx.send(bad).await.expect("send");
+    let ack = next_ack(&mut acks).await.expect("ack");
+    assert_eq!((ack.sequence, ack.accepted), (5, false), "{ack:?}");
+    // A new interval asked of the agent is acked at once.
+    tx.send(report(6, 60.0)).await.expect("send");
+    accepted(5).await;
+    pace.set(7.0);
+    tx.send(report(7, 60.0)).await.expect("send");
+    let ack = next_ack(&mut acks).await.expect("ack");
+    assert_eq!((ack.sequence, ack.desired_interval_seconds), (7, 7.0));
+    // An ack due by age: a report with a short interval after a pause.
+    tx.send(report(8, 60.0)).await.expect("send");
+    accepted(7).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tx.send(report(9, 0.2)).await.expect("send");
+    assert_eq!(next_ack(&mut acks).await.map(|a| a.sequence), Some(9));
+    // 0: every report acked, as without the field.
+    tx.send(report(10, 0.0)).await.expect("send");
+    assert_eq!(next_ack(&mut acks).await.map(|a| a.sequence), Some(10));
+    // The agent closes its side: the last accepted report's ack still comes, then the end.
+    tx.send(report(11, 60.0)).await.expect("send");
+    accepted(10).await;
+    drop(tx);
+    let last = next_ack(&mut acks).await.expect("the last ack");
+    assert_eq!((last.sequence, last.accepted), (11, true));
+    assert_eq!(next_ack(&mut acks).await, None);
+    let status = server.store.node_status("node-s").expect("stored");
+    assert_eq!((status.reports_accepted, status.reports_rejected), (10, 1));
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn garbage_bytes_end_only_that_stream() {
     let server = TestServer::start(server::ServerLimits::default()).await;

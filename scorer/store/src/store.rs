@@ -298,11 +298,14 @@ impl NodeStore {
             .get(&name)
             .is_none_or(|e| self.age_and_staleness(e, now).1);
         let entry = shard.entry(name.clone()).or_default();
-        if let Err(e) = self.check_order(entry, &report, stream, stale) {
-            entry.rejected += 1;
-            entry.last_reject = e.to_string();
-            return Err(e);
-        }
+        let resent = match self.check_order(entry, &report, stream, stale) {
+            Ok(resent) => resent,
+            Err(e) => {
+                entry.rejected += 1;
+                entry.last_reject = e.to_string();
+                return Err(e);
+            }
+        };
         if let Some((stream, principal)) = stream
             && entry.owner.as_ref().is_none_or(|o| o.stream != stream)
         {
@@ -311,6 +314,11 @@ impl NodeStore {
                 instance: report.agent_instance.clone(),
                 principal: principal.map(Arc::from),
             });
+        }
+        if resent {
+            // Already stored (the agent did not see its ack before reconnecting): accepted
+            // again, changing nothing.
+            return Ok(());
         }
         agent.received_at = Some(now);
         agent.last_pressure_at = entry.agent.as_ref().and_then(|a| a.last_pressure_at);
@@ -350,14 +358,16 @@ impl NodeStore {
 
     /// The ownership, sequence and sample-time rules between an accepted report and the
     /// next: another live stream's node is refused; within one agent instance, sequence
-    /// numbers increase and sample times do not go backwards.
+    /// numbers increase and sample times do not go backwards, except that the report stored
+    /// last may come again (`Ok(true)`: an agent whose acks are sparse resends its latest
+    /// report after a reconnect, not knowing it was stored).
     fn check_order(
         &self,
         entry: &NodeEntry,
         report: &pb::NodeReport,
         stream: Option<(StreamId, Option<&str>)>,
         stale: bool,
-    ) -> Result<(), ReportError> {
+    ) -> Result<bool, ReportError> {
         if let (Some((stream, principal)), Some(owner)) = (stream, &entry.owner)
             && owner.stream != stream
             && !stale
@@ -370,6 +380,13 @@ impl NodeStore {
         }
         let same_instance =
             entry.last_instance == report.agent_instance && !report.agent_instance.is_empty();
+        if same_instance
+            && report.sequence == entry.last_sequence
+            && report.sample_time_unix_nanos == entry.last_sample_nanos
+            && entry.agent.is_some()
+        {
+            return Ok(true);
+        }
         if same_instance && report.sequence <= entry.last_sequence {
             return Err(ReportError::Sequence {
                 node: report.node_name.clone(),
@@ -387,7 +404,7 @@ impl NodeStore {
                 ),
             });
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Sets (or clears, with `None`) what Kubernetes says about a node.
@@ -762,6 +779,42 @@ mod tests {
                 .last_reject_reason
                 .contains("sequence 2 does not follow 2")
         );
+    }
+
+    #[test]
+    fn the_stored_report_resent_is_accepted_and_changes_nothing() {
+        let store = NodeStore::new(StoreConfig::default());
+        let t0 = Instant::now()
+            .checked_sub(Duration::from_secs(20))
+            .expect("uptime over 20 s");
+        let first = report("a", 1, 0.5, 0.5);
+        let second = report("a", 2, 0.6, 0.5);
+        store.apply_report(first.clone(), t0).expect("ok");
+        store.apply_report(second.clone(), t0).expect("ok");
+        let mut changes = store.subscribe();
+        // An agent with sparse acks reconnects and resends its latest report.
+        store
+            .apply_report(second.clone(), Instant::now())
+            .expect("the stored report again");
+        let status = store.node_status("a").expect("known");
+        assert_eq!((status.reports_accepted, status.reports_rejected), (2, 0));
+        assert_eq!(status.last_report, Some(second));
+        assert!(
+            status.report_age_seconds >= 20.0,
+            "the resend refreshed the node: {}",
+            status.report_age_seconds
+        );
+        assert!(changes.try_recv().is_err(), "the resend announced a change");
+        // Any other replay is still refused.
+        let e = store.apply_report(first, t0).expect_err("older report");
+        assert!(matches!(
+            e,
+            ReportError::Sequence {
+                last: 2,
+                got: 1,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -397,6 +397,13 @@ pub fn validate(
         )
         .map_err(field)?;
     }
+    convert::bounded(
+        || "ack_interval_seconds".into(),
+        report.ack_interval_seconds,
+        0.0,
+        limits::MAX_ACK_INTERVAL_SECONDS,
+    )
+    .map_err(field)?;
     let capacity = convert::capacity_from_proto(capacity).map_err(field)?;
     let load = convert::load_from_proto(&report.usage).map_err(field)?;
     let eviction = report.eviction.unwrap_or_default();
@@ -534,6 +541,15 @@ mod tests {
             let e = validate(&r, &limits, now()).expect_err("bad report interval");
             assert!(e.to_string().contains("report_interval_seconds"), "{e}");
         }
+        for bad in [f64::NAN, -1.0, 301.0, f64::INFINITY] {
+            r = report("n1", 1, 0.5, 0.5);
+            r.ack_interval_seconds = bad;
+            let e = validate(&r, &limits, now()).expect_err("bad ack interval");
+            assert!(e.to_string().contains("ack_interval_seconds"), "{e}");
+        }
+        r = report("n1", 1, 0.5, 0.5);
+        r.ack_interval_seconds = 10.0;
+        validate(&r, &limits, now()).expect("sparse acks");
         // A paced report: staleness follows the longer interval.
         r = report("n1", 1, 0.5, 0.5);
         r.report_interval_seconds = 8.0;

@@ -151,6 +151,7 @@ pub fn report(
         collector_errors: Vec::new(),
         agent_instance: instance.to_string(),
         report_interval_seconds: 0.0,
+        ack_interval_seconds: 0.0,
     }
 }
 

@@ -1,7 +1,10 @@
 //! `loadstar-loadgen`: simulates N agents, each with its own report stream at a fixed rate,
 //! against a running scorer, and prints what it cost and how fresh the scorer stayed:
 //! accepted/rejected/delayed reports, ack latency, sample-to-visibility lag (via
-//! `WatchNodes`), and the scorer's CPU use when its PID is given.
+//! `WatchNodes`), and the scorer's CPU use when its PID is given. With sparse acks
+//! (`--ack-interval`, the agent's default) an ack stands for the reports before it:
+//! `acks_accepted` counts the window's reports acknowledged as accepted (waiting an ack
+//! interval after the window for the last ones), `acks_received` the acks themselves.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -52,11 +55,16 @@ struct Args {
     /// (default: report every --interval regardless).
     #[arg(long)]
     follow_pace: bool,
+    /// `ack_interval_seconds` in every report: how far apart the scorer's acks of accepted
+    /// reports may be (0: an ack per report); by default the agent's.
+    #[arg(long, default_value_t = loadstar_proto::limits::DEFAULT_ACK_INTERVAL_SECONDS)]
+    ack_interval: f64,
 }
 
 #[derive(Default)]
 struct Counters {
     sent: AtomicU64,
+    acks: AtomicU64,
     accepted: AtomicU64,
     rejected: AtomicU64,
     delayed: AtomicU64,
@@ -112,6 +120,7 @@ async fn main() -> anyhow::Result<()> {
         let node = format!("{}-{i:05}", args.prefix);
         let instance = instance.clone();
         let follow_pace = args.follow_pace;
+        let ack_interval = args.ack_interval;
         let pace = Arc::new(AtomicU64::new(0f64.to_bits()));
         // Staggered start so reports spread over the interval like real agents.
         let offset = interval.mul_f64(i as f64 / args.agents.max(1) as f64);
@@ -119,7 +128,9 @@ async fn main() -> anyhow::Result<()> {
             let cap = simagent::capacity(16, 64);
             let (tx, rx) = mpsc::channel::<pb::NodeReport>(4);
             let mut client = IngestClient::new(channel);
-            let sent_at = Arc::new(Mutex::new(std::collections::HashMap::<u64, Instant>::new()));
+            let sent_at = Arc::new(Mutex::new(
+                std::collections::BTreeMap::<u64, (Instant, bool)>::new(),
+            ));
             let Ok(resp) = client.report(ReceiverStream::new(rx)).await else {
                 return;
             };
@@ -127,7 +138,6 @@ async fn main() -> anyhow::Result<()> {
             {
                 let sent_at = sent_at.clone();
                 let counters = counters.clone();
-                let measuring = measuring.clone();
                 let pace = pace.clone();
                 tokio::spawn(async move {
                     while let Ok(Some(ack)) = acks.message().await {
@@ -141,22 +151,32 @@ async fn main() -> anyhow::Result<()> {
                         counters
                             .max_pace_ms
                             .fetch_max((d * 1000.0) as u64, Ordering::Relaxed);
-                        let t0 = sent_at.lock().await.remove(&ack.sequence);
-                        if !measuring.load(Ordering::Relaxed) {
+                        // An ack stands for every report up to its sequence (sparse acks);
+                        // reports count where they were sent (in the window or not).
+                        let covered = {
+                            let mut sent = sent_at.lock().await;
+                            let rest = sent.split_off(&(ack.sequence + 1));
+                            std::mem::replace(&mut *sent, rest)
+                        };
+                        let earlier = covered
+                            .range(..ack.sequence)
+                            .filter(|(_, (_, measured))| *measured)
+                            .count() as u64;
+                        counters.accepted.fetch_add(earlier, Ordering::Relaxed);
+                        let Some(&(t0, true)) = covered.get(&ack.sequence) else {
                             continue;
-                        }
+                        };
+                        counters.acks.fetch_add(1, Ordering::Relaxed);
                         if ack.accepted {
                             counters.accepted.fetch_add(1, Ordering::Relaxed);
                         } else {
                             counters.rejected.fetch_add(1, Ordering::Relaxed);
                         }
-                        if let Some(t0) = t0 {
-                            let d = t0.elapsed();
-                            if d > Duration::from_secs(1) {
-                                counters.delayed.fetch_add(1, Ordering::Relaxed);
-                            }
-                            lat.lock().await.push(d.as_secs_f64());
+                        let d = t0.elapsed();
+                        if d > Duration::from_secs(1) {
+                            counters.delayed.fetch_add(1, Ordering::Relaxed);
                         }
+                        lat.lock().await.push(d.as_secs_f64());
                     }
                 });
             }
@@ -181,16 +201,18 @@ async fn main() -> anyhow::Result<()> {
                     ..Default::default()
                 };
                 let mut r = simagent::report(&node, &instance, seq, &cap, load);
+                r.ack_interval_seconds = ack_interval;
                 if every > interval {
                     r.report_interval_seconds = every.as_secs_f64();
                 }
-                if measuring.load(Ordering::Relaxed) {
+                let measured = measuring.load(Ordering::Relaxed);
+                if measured {
                     if scheduled.elapsed() > Duration::from_millis(100) {
                         counters.late_sends.fetch_add(1, Ordering::Relaxed);
                     }
                     counters.sent.fetch_add(1, Ordering::Relaxed);
                 }
-                sent_at.lock().await.insert(seq, Instant::now());
+                sent_at.lock().await.insert(seq, (Instant::now(), measured));
                 if tx.send(r).await.is_err() {
                     return;
                 }
@@ -238,6 +260,10 @@ async fn main() -> anyhow::Result<()> {
     measuring.store(false, Ordering::Relaxed);
     let wall = t0.elapsed().as_secs_f64();
     let cpu1 = args.scorer_pid.and_then(cpu_ticks);
+    // The reports of the window's last seconds are acked up to an ack interval later.
+    if args.ack_interval > 0.0 {
+        tokio::time::sleep(Duration::from_secs_f64(args.ack_interval.min(300.0) + 1.0)).await;
+    }
     let mut l = ack_latencies.lock().await.clone();
     l.sort_by(f64::total_cmp);
     let mut v = lags.lock().await.clone();
@@ -255,6 +281,7 @@ async fn main() -> anyhow::Result<()> {
         "reports_per_second     {:.0}",
         c.sent.load(Ordering::Relaxed) as f64 / wall
     );
+    println!("acks_received          {}", c.acks.load(Ordering::Relaxed));
     println!(
         "acks_accepted          {}",
         c.accepted.load(Ordering::Relaxed)

@@ -289,11 +289,10 @@ async fn agents(scorer: &str, count: usize, connections: usize) -> Result<()> {
             let instance = format!("bench-{i}-{}", now_ms());
             for seq in 1.. {
                 tick.tick().await;
-                if tx
-                    .send(simagent::report(&node, &instance, seq, &capacity, load))
-                    .await
-                    .is_err()
-                {
+                let mut report = simagent::report(&node, &instance, seq, &capacity, load);
+                // Acked as the real agent asks by default.
+                report.ack_interval_seconds = loadstar_proto::limits::DEFAULT_ACK_INTERVAL_SECONDS;
+                if tx.send(report).await.is_err() {
                     break;
                 }
             }
