@@ -17,6 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", f.display());
     }
     let out = PathBuf::from(env::var("OUT_DIR")?);
+    std::fs::create_dir_all(out.join("encoded"))?;
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     // Clients and servers only with the `grpc` feature: the messages need prost alone.
@@ -28,5 +29,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .codec_path("crate::codec::CompactCodec")
         .file_descriptor_set_path(out.join("loadstar_v1_descriptor.bin"))
         .compile_with_config(config, &files, &[root])?;
+    if grpc {
+        // The scorer's Ingest server once more, by hand: the same route and wire, but each
+        // report comes with the bytes it was decoded from (`codec::EncodedReport`), which the
+        // store keeps instead of encoding the report again.
+        let report = tonic_build::manual::Method::builder()
+            .name("report")
+            .route_name("Report")
+            .input_type("crate::codec::EncodedReport")
+            .output_type("crate::pb::ReportAck")
+            .codec_path("crate::codec::EncodedReportCodec")
+            .client_streaming()
+            .server_streaming()
+            .build();
+        let ingest = tonic_build::manual::Service::builder()
+            .name("Ingest")
+            .package("loadstar.v1")
+            .method(report)
+            .build();
+        tonic_build::manual::Builder::new()
+            .build_client(false)
+            .out_dir(out.join("encoded"))
+            .compile(&[ingest]);
+    }
     Ok(())
 }

@@ -14,6 +14,14 @@ pub mod pb {
     include!(concat!(env!("OUT_DIR"), "/loadstar.v1.rs"));
 }
 
+/// The scorer's `loadstar.v1.Ingest` server with each report's wire bytes alongside it
+/// ([`codec::EncodedReport`]); the wire and route are `pb::ingest_server`'s.
+#[cfg(feature = "grpc")]
+#[allow(missing_docs, clippy::all)]
+pub mod encoded {
+    include!(concat!(env!("OUT_DIR"), "/encoded/loadstar.v1.Ingest.rs"));
+}
+
 /// Encoded `FileDescriptorSet` of `loadstar.v1`, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/loadstar_v1_descriptor.bin"));

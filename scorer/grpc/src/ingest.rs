@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use loadstar_proto::pb;
+use loadstar_proto::codec::EncodedReport;
+use loadstar_proto::{encoded, pb};
 use std::pin::Pin;
 
 use futures::Stream;
@@ -119,11 +120,13 @@ impl IngestService {
 
     /// Handles one report of stream `stream`, whose first accepted node was `stream_node`,
     /// authenticated as `grant` (none: authentication is off).
+    /// `encoded`, if given, is the bytes `report` was decoded from (the store keeps them).
     pub fn handle(
         &self,
         stream: StreamId,
         stream_node: &mut Option<String>,
         report: pb::NodeReport,
+        encoded: Option<Box<[u8]>>,
         grant: Option<(&AgentGrant, Option<std::net::SocketAddr>)>,
     ) -> Handled {
         let sequence = report.sequence;
@@ -149,9 +152,13 @@ impl IngestService {
             }),
             _ => {
                 let name = report.node_name.clone();
-                let r = self
-                    .store
-                    .apply_stream_report(report, Instant::now(), stream, principal);
+                let r = self.store.apply_stream_report(
+                    report,
+                    encoded,
+                    Instant::now(),
+                    stream,
+                    principal,
+                );
                 if r.is_ok() && stream_node.is_none() {
                     *stream_node = Some(name);
                 }
@@ -234,11 +241,17 @@ impl IngestService {
                 }
             };
             match next {
-                Ok(Some(report)) => {
+                Ok(Some(EncodedReport { report, encoded })) => {
                     let first = s.guard.node.is_none();
                     let ack_every = report.ack_interval_seconds;
                     let grant = s.grant.as_ref().map(|g| (g, s.peer));
-                    let handled = self.handle(s.guard.stream, &mut s.guard.node, report, grant);
+                    let handled = self.handle(
+                        s.guard.stream,
+                        &mut s.guard.node,
+                        report,
+                        Some(encoded),
+                        grant,
+                    );
                     if first && let Some(n) = &s.guard.node {
                         // Recorded once per stream: the span's fields never grow.
                         s.guard.span.record("node", n.as_str());
@@ -284,7 +297,7 @@ impl IngestService {
 /// ack tonic asks for reads, handles and answers the next report, so a stream costs no task
 /// or ack channel of its own (at one stream per node, that is memory per node).
 struct StreamState {
-    inbound: Streaming<pb::NodeReport>,
+    inbound: Streaming<EncodedReport>,
     grant: Option<AgentGrant>,
     peer: Option<std::net::SocketAddr>,
     bucket: TokenBucket,
@@ -362,12 +375,12 @@ impl Drop for StreamGuard {
 pub type AckStream = Pin<Box<dyn Stream<Item = Result<pb::ReportAck, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl pb::ingest_server::Ingest for IngestService {
+impl encoded::ingest_server::Ingest for IngestService {
     type ReportStream = AckStream;
 
     async fn report(
         &self,
-        request: Request<Streaming<pb::NodeReport>>,
+        request: Request<Streaming<EncodedReport>>,
     ) -> Result<Response<Self::ReportStream>, Status> {
         let peer = peer(&request);
         // Before any report is decoded: who is this?
@@ -441,12 +454,12 @@ mod tests {
         let mut node = None;
         let stream = StreamId::next();
         assert!(
-            svc.handle(stream, &mut node, report("a", 1, 0.1, 0.1), None)
+            svc.handle(stream, &mut node, report("a", 1, 0.1, 0.1), None, None)
                 .ack
                 .accepted
         );
         let ack = svc
-            .handle(stream, &mut node, report("b", 2, 0.1, 0.1), None)
+            .handle(stream, &mut node, report("b", 2, 0.1, 0.1), None, None)
             .ack;
         assert!(!ack.accepted);
         assert_eq!(
@@ -455,10 +468,10 @@ mod tests {
         );
         let mut bad = report("a", 3, 0.1, 0.1);
         bad.capacity = None;
-        let ack = svc.handle(stream, &mut node, bad, None).ack;
+        let ack = svc.handle(stream, &mut node, bad, None, None).ack;
         assert_eq!(ack.reject_reason, "node a: capacity is missing");
         assert!(
-            svc.handle(stream, &mut node, report("a", 4, 0.1, 0.1), None)
+            svc.handle(stream, &mut node, report("a", 4, 0.1, 0.1), None, None)
                 .ack
                 .accepted
         );

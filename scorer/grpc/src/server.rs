@@ -160,7 +160,7 @@ pub async fn serve(
         .unwrap_or_default();
     let (health, health_service) = tonic_health::server::health_reporter();
     health
-        .set_serving::<pb::ingest_server::IngestServer<IngestService>>()
+        .set_serving::<loadstar_proto::encoded::ingest_server::IngestServer<IngestService>>()
         .await;
     health
         .set_serving::<pb::scorer_server::ScorerServer<ScorerService>>()
@@ -204,7 +204,7 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(
-            pb::ingest_server::IngestServer::new(ingest)
+            loadstar_proto::encoded::ingest_server::IngestServer::new(ingest)
                 .max_decoding_message_size(l.max_message_bytes),
         )
         .add_service(

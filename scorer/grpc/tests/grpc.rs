@@ -233,7 +233,8 @@ async fn sparse_acks_ack_the_first_rejected_paced_and_last_reports() {
     tx.send(report(10, 0.0)).await.expect("send");
     assert_eq!(next_ack(&mut acks).await.map(|a| a.sequence), Some(10));
     // The agent closes its side: the last accepted report's ack still comes, then the end.
-    tx.send(report(11, 60.0)).await.expect("send");
+    let last_sent = report(11, 60.0);
+    tx.send(last_sent.clone()).await.expect("send");
     accepted(10).await;
     drop(tx);
     let last = next_ack(&mut acks).await.expect("the last ack");
@@ -241,6 +242,8 @@ async fn sparse_acks_ack_the_first_rejected_paced_and_last_reports() {
     assert_eq!(next_ack(&mut acks).await, None);
     let status = server.store.node_status("node-s").expect("stored");
     assert_eq!((status.reports_accepted, status.reports_rejected), (10, 1));
+    // The store kept the report's bytes as they came: they decode to what was sent.
+    assert_eq!(status.last_report, Some(last_sent));
     server.stop().await;
 }
 

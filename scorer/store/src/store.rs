@@ -234,7 +234,7 @@ impl NodeStore {
     /// (the in-process agent, tests). A rejected report changes nothing but the node's
     /// rejection counters.
     pub fn apply_report(&self, report: pb::NodeReport, now: Instant) -> Result<(), ReportError> {
-        self.apply(report, now, None)
+        self.apply(report, None, now, None)
     }
 
     /// Like [`NodeStore::apply_report`] for a report that arrived on agent stream `stream`,
@@ -244,14 +244,17 @@ impl NodeStore {
     /// stale (then the newcomer takes over) — unless both streams are authenticated as the
     /// same principal: then the newer stream takes over at once (the same agent pod
     /// reconnecting, e.g. with a rotated token, before the scorer saw its old stream end).
+    /// `encoded`, the bytes `report` was decoded from, is kept as it is (else the store
+    /// encodes the report itself).
     pub fn apply_stream_report(
         &self,
         report: pb::NodeReport,
+        encoded: Option<Box<[u8]>>,
         now: Instant,
         stream: StreamId,
         principal: Option<&str>,
     ) -> Result<(), ReportError> {
-        self.apply(report, now, Some((stream, principal)))
+        self.apply(report, encoded, now, Some((stream, principal)))
     }
 
     /// Ends `stream`'s ownership of `node` (its stream ended).
@@ -267,6 +270,7 @@ impl NodeStore {
     fn apply(
         &self,
         report: pb::NodeReport,
+        encoded: Option<Box<[u8]>>,
         now: Instant,
         stream: Option<(StreamId, Option<&str>)>,
     ) -> Result<(), ReportError> {
@@ -274,11 +278,11 @@ impl NodeStore {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
         let validated = validate::validate(&report, &self.config.limits, wall);
-        // Encoded before the shard's lock is taken (a report the store then refuses, for its
-        // sequence or owner, wastes it; rare).
+        // Encoded (when it did not come encoded) before the shard's lock is taken (a report
+        // the store then refuses, for its sequence or owner, wastes it; rare).
         let encoded = validated
             .is_ok()
-            .then(|| report.encode_to_vec().into_boxed_slice());
+            .then(|| encoded.unwrap_or_else(|| report.encode_to_vec().into_boxed_slice()));
         let name: Arc<str> = Arc::from(report.node_name.as_str());
         let mut shard = lock_write(self.shard(&name));
         let mut agent = match validated {
@@ -840,22 +844,29 @@ mod tests {
         let t0 = Instant::now();
         let (owner, newcomer) = (StreamId::next(), StreamId::next());
         store
-            .apply_stream_report(report("n", 1, 0.5, 0.5), t0, owner, None)
+            .apply_stream_report(report("n", 1, 0.5, 0.5), None, t0, owner, None)
             .expect("the first stream owns the node");
         let mut other = report("n", 1, 0.2, 0.2);
         other.agent_instance = "other".into();
         let e = store
-            .apply_stream_report(other.clone(), t0 + Duration::from_secs(10), newcomer, None)
+            .apply_stream_report(
+                other.clone(),
+                None,
+                t0 + Duration::from_secs(10),
+                newcomer,
+                None,
+            )
             .expect_err("a live owner keeps the node");
         assert!(matches!(e, ReportError::Owned { .. }), "{e:?}");
         // The owner has been silent past stale_after: the newcomer takes over…
         store
-            .apply_stream_report(other, t0 + Duration::from_secs(31), newcomer, None)
+            .apply_stream_report(other, None, t0 + Duration::from_secs(31), newcomer, None)
             .expect("a stale node is free");
         // …and owns it now: the old stream, back, is the one refused.
         let e = store
             .apply_stream_report(
                 report("n", 2, 0.9, 0.9),
+                None,
                 t0 + Duration::from_secs(32),
                 owner,
                 None,
