@@ -5,6 +5,8 @@
 # ack latency and the p99 lag from a report's sample time to its visibility (WatchNodes), and
 # the scorer's peak RSS. On a machine with 2+ CPUs the scorer runs on CPU 0 and the load
 # generator on CPU 1 (taskset), so the generator's cost is not counted against the scorer.
+# The simulated agents ask for acks as the agent does by default (every 10 s; ACK_INTERVAL=0
+# for an ack per report, as before 2026-11-27's sparse acks).
 # Usage: bench/scorer-ingest.sh [N ...]   (default: 1000 2500 5000 7500 10000)
 # SKIP_BUILD=1 runs the binaries already in ${CARGO_TARGET_DIR:-target}/release (to compare builds).
 set -euo pipefail
@@ -27,7 +29,8 @@ for n in "${counts[@]}"; do
   done
   echo "== $n agents"
   RUST_LOG=warn "${pin1[@]}" "$bin/loadstar-loadgen" --scorer "http://127.0.0.1:$port" --agents "$n" \
-    --connections $(( (n + 99) / 100 )) --duration "$DURATION" --warmup 5 --scorer-pid "$pid"
+    --connections $(( (n + 99) / 100 )) --duration "$DURATION" --warmup 5 --scorer-pid "$pid" \
+    ${ACK_INTERVAL:+--ack-interval "$ACK_INTERVAL"}
   echo "scorer_peak_rss          $(awk '/VmHWM/ {print $2, $3}' /proc/$pid/status)"
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
 done

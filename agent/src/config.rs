@@ -98,7 +98,7 @@ pub fn parse_ack_interval(s: &str) -> Result<Duration, ConfigError> {
 
 /// The longest `--ack-interval`: what the scorer accepts in `ack_interval_seconds`.
 pub const MAX_ACK_INTERVAL: Duration =
-    Duration::from_secs(loadstar_proto::limits::MAX_ACK_INTERVAL_SECONDS as u64);
+    Duration::from_secs(loadstar_proto::limits::MAX_ACK_INTERVAL_SECONDS);
 
 /// Parses a window length: a duration of whole seconds.
 pub fn parse_window(s: &str) -> Result<u32, ConfigError> {

@@ -41,12 +41,13 @@ pub const MAX_WINDOWS: usize = 16;
 pub const MAX_CLOCK_SKEW_SECONDS: u64 = 300;
 
 /// Longest `ack_interval_seconds` a report may ask for: an agent hears of its accepted
-/// reports at least every five minutes (rejections and new intervals come at once anyway).
-pub const MAX_ACK_INTERVAL_SECONDS: f64 = 300.0;
+/// reports with its first report five minutes after the last ack at the latest (rejections
+/// and new intervals come at once anyway).
+pub const MAX_ACK_INTERVAL_SECONDS: u64 = 300;
 
 /// The agent's default `ack_interval_seconds` (`--ack-interval`), which the load generators
 /// use too: one ack in ten at 1 Hz.
-pub const DEFAULT_ACK_INTERVAL_SECONDS: f64 = 10.0;
+pub const DEFAULT_ACK_INTERVAL_SECONDS: u64 = 10;
 
 /// Plausible capacity bounds: a report beyond them is a lie or a bug, never a real node.
 pub mod capacity {

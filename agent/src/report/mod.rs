@@ -54,7 +54,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(30);
 /// Default longest time between the scorer's acks of accepted reports.
 pub const DEFAULT_ACK_INTERVAL: Duration =
-    Duration::from_secs(loadstar_proto::limits::DEFAULT_ACK_INTERVAL_SECONDS as u64);
+    Duration::from_secs(loadstar_proto::limits::DEFAULT_ACK_INTERVAL_SECONDS);
 
 /// How to reach the scorers.
 #[derive(Debug, Clone, PartialEq)]

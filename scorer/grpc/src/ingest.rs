@@ -1,5 +1,6 @@
 //! The `loadstar.v1.Ingest` gRPC service: each agent stream's reports validated and stored,
-//! each answered with an ack, read as tonic sends the acks (no task per stream). A bad report
+//! and answered with acks (one per report, or sparse when the agent asks), read as tonic
+//! sends the acks (no task per stream). A bad report
 //! is rejected in its ack and the stream goes on; a broken stream (undecodable bytes) ends
 //! only that stream.
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use std::future::Future;
 
 use loadstar_store::metrics::{Metrics, ReasonLabel};
 use loadstar_store::validate::ReportError;
-use loadstar_store::{NodeStore, StreamId};
+use loadstar_store::{Applied, NodeStore, StreamId};
 
 use crate::gate::{Gate, peer};
 use crate::pacing::Pace;
@@ -172,7 +173,14 @@ impl IngestService {
             desired_interval_seconds: self.pace.get(),
         };
         match result {
-            Ok(()) => {
+            Ok(Applied::Unchanged) => {
+                debug!("the stored report came again; acknowledged");
+                Handled {
+                    ack: ack(true, String::new()),
+                    end: None,
+                }
+            }
+            Ok(Applied::Stored) => {
                 self.metrics.reports_accepted.inc();
                 if let Ok(now) = SystemTime::now().duration_since(UNIX_EPOCH) {
                     let lag = now.as_nanos() as f64 - sample_nanos as f64;
@@ -285,8 +293,15 @@ impl IngestService {
                         "stream ended by the scorer: {}",
                         truncate(status.message(), 1024)
                     );
+                    let status = Status::new(code, message);
+                    // The reports stored before it still get their ack, then the status.
+                    if let Some(ack) = s.unsent.take() {
+                        s.sent(&ack);
+                        s.end = Some(status);
+                        return Some(Ok(ack));
+                    }
                     s.done = true;
-                    return Some(Err(Status::new(code, message)));
+                    return Some(Err(status));
                 }
             }
         }
@@ -322,17 +337,24 @@ impl StreamState {
             return true;
         }
         let every = std::time::Duration::from_secs_f64(
-            ack_every.min(loadstar_proto::limits::MAX_ACK_INTERVAL_SECONDS),
+            ack_every.min(loadstar_proto::limits::MAX_ACK_INTERVAL_SECONDS as f64),
         );
         self.acked.is_none_or(|(at, pace)| {
             pace != ack.desired_interval_seconds.to_bits() || at.elapsed() >= every
         })
     }
 
-    /// Notes that `ack` is sent.
+    /// Notes that `ack` is sent: it stands for the ack not sent yet unless that one is of a
+    /// later report (a client whose sequence went back).
     fn sent(&mut self, ack: &pb::ReportAck) {
         self.acked = Some((Instant::now(), ack.desired_interval_seconds.to_bits()));
-        self.unsent = None;
+        if self
+            .unsent
+            .as_ref()
+            .is_some_and(|u| u.sequence <= ack.sequence)
+        {
+            self.unsent = None;
+        }
     }
 
     /// The stream's end: the ack not sent yet, if any, as its last item; else `None`.

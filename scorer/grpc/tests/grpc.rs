@@ -124,9 +124,14 @@ async fn malformed_reports_are_rejected_and_the_stream_goes_on() {
     nan.usage[0].windows[0].mean_ratio = f64::NAN;
     let mut other_node = good(3);
     other_node.node_name = "node-b".into();
+    let first = good(1);
+    let second = good(2);
+    // Sequence 2 again with another sample (the stored report itself may come again).
+    let mut replay = second.clone();
+    replay.sample_time_unix_nanos += 1;
     let acks = stream(
         server.channel().await,
-        vec![good(1), nan, other_node, good(2), good(2)],
+        vec![first, nan, other_node, second, replay],
     )
     .await;
     assert!(acks[0].accepted);
@@ -210,7 +215,7 @@ async fn sparse_acks_ack_the_first_rejected_paced_and_last_reports() {
         tx.send(report(seq, 60.0)).await.expect("send");
     }
     accepted(4).await;
-    // A rejected report is acked at once (its ack stands for 2 and 3 too).
+    // A rejected report is acked at once (its ack stands for 2 to 4 too).
     let mut bad = report(5, 60.0);
     bad.usage[0].windows[0].mean_ratio = f64::NAN;
     tx.send(bad).await.expect("send");
@@ -244,6 +249,48 @@ async fn sparse_acks_ack_the_first_rejected_paced_and_last_reports() {
     assert_eq!((status.reports_accepted, status.reports_rejected), (10, 1));
     // The store kept the report's bytes as they came: they decode to what was sent.
     assert_eq!(status.last_report, Some(last_sent));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_broken_stream_still_acks_what_it_stored_before_its_status() {
+    use prost::Message as _;
+    let server = TestServer::start(server::ServerLimits::default()).await;
+    let channel = server.channel().await;
+    let cap = simagent::capacity(8, 32);
+    let report = |seq| {
+        let mut r = simagent::report("node-g", "i", seq, &cap, SyntheticLoad::default());
+        r.ack_interval_seconds = 60.0;
+        r.encode_to_vec()
+    };
+    // Two good reports (the second unacked: sparse), then bytes that do not decode.
+    let frames = vec![report(1), report(2), vec![0x0a, 0x64, b'a', b'b', b'c']];
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let path = http::uri::PathAndQuery::from_static("/loadstar.v1.Ingest/Report");
+    let mut inbound = grpc
+        .streaming(
+            tonic::Request::new(tokio_stream::iter(frames)),
+            path,
+            support::raw::RawCodec,
+        )
+        .await
+        .expect("stream opens")
+        .into_inner();
+    let wait = Duration::from_secs(5);
+    let ack = |bytes: Vec<u8>| pb::ReportAck::decode(&bytes[..]).expect("an ack");
+    let item = tokio::time::timeout(wait, inbound.message()).await;
+    let first = ack(item.expect("in time").expect("ok").expect("first ack"));
+    assert_eq!((first.sequence, first.accepted), (1, true));
+    let item = tokio::time::timeout(wait, inbound.message()).await;
+    let second = ack(item
+        .expect("in time")
+        .expect("ok")
+        .expect("the pending ack"));
+    assert_eq!((second.sequence, second.accepted), (2, true));
+    let item = tokio::time::timeout(wait, inbound.message()).await;
+    let end = item.expect("in time").expect_err("then the status");
+    assert_eq!(end.code(), tonic::Code::Internal, "{end:?}");
     server.stop().await;
 }
 

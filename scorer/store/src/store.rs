@@ -106,8 +106,9 @@ pub struct NodeChange {
 /// an empty one is dropped.
 struct NodeEntry {
     agent: Option<Arc<AgentNode>>,
-    /// The last accepted report, protobuf-encoded (again: unknown fields were dropped when
-    /// it was decoded): only `GetNode`, `ListNodes` and watch events read it, and the encoding
+    /// The last accepted report, protobuf-encoded as it arrived (unknown fields from a newer
+    /// agent included, within the 1 MiB message cap; decoding for a status drops them): only
+    /// `GetNode`, `ListNodes` and watch events read it, and the encoding
     /// takes about a quarter of the decoded message's heap (one allocation instead of ~20),
     /// which at 10 000 nodes is ~13 MB.
     report: Option<Box<[u8]>>,
@@ -130,6 +131,16 @@ struct Owner {
     instance: String,
     /// Who authenticated the stream (the agent pod's UID), if anyone did.
     principal: Option<Arc<str>>,
+}
+
+/// What an accepted report did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// It is the node's report now.
+    Stored,
+    /// It was the node's stored report already, sent again (after a reconnect): nothing
+    /// changed.
+    Unchanged,
 }
 
 /// Identifies one agent stream to the store (see [`NodeStore::apply_stream_report`]).
@@ -169,8 +180,9 @@ fn lock_write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A stored report, decoded again. The store encoded it from a valid message, so this fails
-/// only on a bug; the node's status then says nothing of the report rather than failing.
+/// A stored report, decoded again. It was decoded (or encoded by the store) from a valid
+/// message, so this fails only on a bug; the node's status then says nothing of the report
+/// rather than failing.
 fn decode_report(node: &str, bytes: &[u8]) -> Option<pb::NodeReport> {
     match pb::NodeReport::decode(bytes) {
         Ok(report) => Some(report),
@@ -233,7 +245,11 @@ impl NodeStore {
     /// Validates and stores an agent report received at `now`, from no particular stream
     /// (the in-process agent, tests). A rejected report changes nothing but the node's
     /// rejection counters.
-    pub fn apply_report(&self, report: pb::NodeReport, now: Instant) -> Result<(), ReportError> {
+    pub fn apply_report(
+        &self,
+        report: pb::NodeReport,
+        now: Instant,
+    ) -> Result<Applied, ReportError> {
         self.apply(report, None, now, None)
     }
 
@@ -253,7 +269,7 @@ impl NodeStore {
         now: Instant,
         stream: StreamId,
         principal: Option<&str>,
-    ) -> Result<(), ReportError> {
+    ) -> Result<Applied, ReportError> {
         self.apply(report, encoded, now, Some((stream, principal)))
     }
 
@@ -273,7 +289,7 @@ impl NodeStore {
         encoded: Option<Box<[u8]>>,
         now: Instant,
         stream: Option<(StreamId, Option<&str>)>,
-    ) -> Result<(), ReportError> {
+    ) -> Result<Applied, ReportError> {
         let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
@@ -322,7 +338,7 @@ impl NodeStore {
         if resent {
             // Already stored (the agent did not see its ack before reconnecting): accepted
             // again, changing nothing.
-            return Ok(());
+            return Ok(Applied::Unchanged);
         }
         agent.received_at = Some(now);
         agent.last_pressure_at = entry.agent.as_ref().and_then(|a| a.last_pressure_at);
@@ -357,14 +373,16 @@ impl NodeStore {
             },
             name,
         );
-        Ok(())
+        Ok(Applied::Stored)
     }
 
     /// The ownership, sequence and sample-time rules between an accepted report and the
     /// next: another live stream's node is refused; within one agent instance, sequence
     /// numbers increase and sample times do not go backwards, except that the report stored
     /// last may come again (`Ok(true)`: an agent whose acks are sparse resends its latest
-    /// report after a reconnect, not knowing it was stored).
+    /// report after a reconnect, not knowing it was stored). A resend is known by its agent
+    /// instance, sequence and sample time alone (its `report_interval_seconds` may differ on
+    /// the new stream); whatever else it says is not stored.
     fn check_order(
         &self,
         entry: &NodeEntry,
@@ -756,12 +774,12 @@ mod tests {
         store
             .apply_report(report("a", 1, 0.5, 0.5), now)
             .expect("ok");
-        store
-            .apply_report(report("a", 2, 0.6, 0.5), now)
-            .expect("ok");
-        let e = store
-            .apply_report(report("a", 2, 0.6, 0.5), now)
-            .expect_err("replay");
+        let second = report("a", 2, 0.6, 0.5);
+        store.apply_report(second.clone(), now).expect("ok");
+        // Sequence 2 again, but another sample (the stored report itself may come again).
+        let mut replay = second;
+        replay.sample_time_unix_nanos += 1;
+        let e = store.apply_report(replay, now).expect_err("replay");
         assert!(matches!(
             e,
             ReportError::Sequence {
@@ -797,9 +815,10 @@ mod tests {
         store.apply_report(second.clone(), t0).expect("ok");
         let mut changes = store.subscribe();
         // An agent with sparse acks reconnects and resends its latest report.
-        store
+        let applied = store
             .apply_report(second.clone(), Instant::now())
             .expect("the stored report again");
+        assert_eq!(applied, Applied::Unchanged);
         let status = store.node_status("a").expect("known");
         assert_eq!((status.reports_accepted, status.reports_rejected), (2, 0));
         assert_eq!(status.last_report, Some(second));

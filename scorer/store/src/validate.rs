@@ -401,7 +401,7 @@ pub fn validate(
         || "ack_interval_seconds".into(),
         report.ack_interval_seconds,
         0.0,
-        limits::MAX_ACK_INTERVAL_SECONDS,
+        limits::MAX_ACK_INTERVAL_SECONDS as f64,
     )
     .map_err(field)?;
     let capacity = convert::capacity_from_proto(capacity).map_err(field)?;

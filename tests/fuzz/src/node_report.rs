@@ -109,11 +109,24 @@ pub fn fuzz(data: &[u8]) {
     assert!(status.is_some());
     let _ = status.map(|s| s.encode_to_vec());
     let _ = store.list_status();
-    // The same report again is out of sequence for the same agent instance, unless the
-    // instance is anonymous.
+    // The same report again (an agent resending after a reconnect) is accepted and changes
+    // nothing; the same sequence with another sample time is out of sequence for the same
+    // agent instance, unless the instance is anonymous.
+    let before = store.node_status(&name).map(|s| s.reports_accepted);
     let again = store.apply_report(report.clone(), now);
     if !report.agent_instance.is_empty() {
-        assert!(again.is_err(), "a repeated sequence number was accepted");
+        assert!(again.is_ok(), "the stored report resent was refused");
+        assert_eq!(
+            store.node_status(&name).map(|s| s.reports_accepted),
+            before,
+            "the stored report resent was counted again"
+        );
+        let mut replay = report.clone();
+        replay.sample_time_unix_nanos = replay.sample_time_unix_nanos.saturating_add(1);
+        assert!(
+            store.apply_report(replay, now).is_err(),
+            "a repeated sequence number was accepted"
+        );
     }
     store.sweep(now + std::time::Duration::from_secs(3600));
 }

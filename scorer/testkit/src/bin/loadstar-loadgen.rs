@@ -57,7 +57,7 @@ struct Args {
     follow_pace: bool,
     /// `ack_interval_seconds` in every report: how far apart the scorer's acks of accepted
     /// reports may be (0: an ack per report); by default the agent's.
-    #[arg(long, default_value_t = loadstar_proto::limits::DEFAULT_ACK_INTERVAL_SECONDS)]
+    #[arg(long, default_value_t = loadstar_proto::limits::DEFAULT_ACK_INTERVAL_SECONDS as f64)]
     ack_interval: f64,
 }
 
@@ -155,7 +155,7 @@ async fn main() -> anyhow::Result<()> {
                         // reports count where they were sent (in the window or not).
                         let covered = {
                             let mut sent = sent_at.lock().await;
-                            let rest = sent.split_off(&(ack.sequence + 1));
+                            let rest = sent.split_off(&ack.sequence.saturating_add(1));
                             std::mem::replace(&mut *sent, rest)
                         };
                         let earlier = covered
@@ -260,9 +260,15 @@ async fn main() -> anyhow::Result<()> {
     measuring.store(false, Ordering::Relaxed);
     let wall = t0.elapsed().as_secs_f64();
     let cpu1 = args.scorer_pid.and_then(cpu_ticks);
-    // The reports of the window's last seconds are acked up to an ack interval later.
+    // The reports of the window's last seconds are acked with the first report an ack
+    // interval after the last ack: up to an ack interval and a report interval later.
     if args.ack_interval > 0.0 {
-        tokio::time::sleep(Duration::from_secs_f64(args.ack_interval.min(300.0) + 1.0)).await;
+        let paced = counters.max_pace_ms.load(Ordering::Relaxed) as f64 / 1000.0;
+        let report_every = args
+            .interval
+            .max(if args.follow_pace { paced } else { 0.0 });
+        let wait = args.ack_interval.min(300.0) + report_every.min(300.0) + 2.0;
+        tokio::time::sleep(Duration::from_secs_f64(wait)).await;
     }
     let mut l = ack_latencies.lock().await.clone();
     l.sort_by(f64::total_cmp);

@@ -291,7 +291,8 @@ async fn agents(scorer: &str, count: usize, connections: usize) -> Result<()> {
                 tick.tick().await;
                 let mut report = simagent::report(&node, &instance, seq, &capacity, load);
                 // Acked as the real agent asks by default.
-                report.ack_interval_seconds = loadstar_proto::limits::DEFAULT_ACK_INTERVAL_SECONDS;
+                report.ack_interval_seconds =
+                    loadstar_proto::limits::DEFAULT_ACK_INTERVAL_SECONDS as f64;
                 if tx.send(report).await.is_err() {
                     break;
                 }
