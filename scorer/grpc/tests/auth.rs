@@ -630,19 +630,10 @@ async fn tls_reloads_rotated_certificates_and_client_certificates_authenticate()
 async fn streams_without_credentials_are_refused_before_any_message_is_decoded() {
     let cluster = Arc::new(Cluster::default());
     let s = server(&cluster, QueryAccess::Authenticated).await;
-    let mut grpc = tonic::client::Grpc::new(s.channel().await);
-    grpc.ready().await.expect("ready");
-    let path = http::uri::PathAndQuery::from_static("/loadstar.v1.Ingest/Report");
     // Undecodable bytes: an authenticated stream would end with a decode error.
     let garbage: Vec<Vec<u8>> = vec![vec![0x0a, 0x64, b'a'], vec![0xff; 64]];
-    let status = match grpc
-        .streaming(
-            with(Some("forged"), tokio_stream::iter(garbage)),
-            path,
-            support::raw::RawCodec,
-        )
-        .await
-    {
+    let request = with(Some("forged"), tokio_stream::iter(garbage));
+    let status = match support::raw::ingest(s.channel().await, request).await {
         Err(st) => st,
         Ok(resp) => resp.into_inner().message().await.expect_err("refused"),
     };

@@ -265,18 +265,11 @@ async fn a_broken_stream_still_acks_what_it_stored_before_its_status() {
     };
     // Two good reports (the second unacked: sparse), then bytes that do not decode.
     let frames = vec![report(1), report(2), vec![0x0a, 0x64, b'a', b'b', b'c']];
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready().await.expect("ready");
-    let path = http::uri::PathAndQuery::from_static("/loadstar.v1.Ingest/Report");
-    let mut inbound = grpc
-        .streaming(
-            tonic::Request::new(tokio_stream::iter(frames)),
-            path,
-            support::raw::RawCodec,
-        )
-        .await
-        .expect("stream opens")
-        .into_inner();
+    let mut inbound =
+        support::raw::ingest(channel, tonic::Request::new(tokio_stream::iter(frames)))
+            .await
+            .expect("stream opens")
+            .into_inner();
     let wait = Duration::from_secs(5);
     let ack = |bytes: Vec<u8>| pb::ReportAck::decode(&bytes[..]).expect("an ack");
     let item = tokio::time::timeout(wait, inbound.message()).await;
@@ -303,17 +296,12 @@ async fn garbage_bytes_end_only_that_stream() {
     let good = |seq| simagent::report("node-ok", "i", seq, &cap, SyntheticLoad::default());
     assert!(stream(channel.clone(), vec![good(1)]).await[0].accepted);
     // Garbage: field 1 declared as a 100-byte string with 3 bytes present, then junk.
-    let mut grpc = tonic::client::Grpc::new(channel.clone());
-    grpc.ready().await.expect("ready");
-    let path = http::uri::PathAndQuery::from_static("/loadstar.v1.Ingest/Report");
     let garbage: Vec<Vec<u8>> = vec![vec![0x0a, 0x64, b'a', b'b', b'c'], vec![0xff; 32]];
-    let result = grpc
-        .streaming(
-            tonic::Request::new(tokio_stream::iter(garbage)),
-            path,
-            support::raw::RawCodec,
-        )
-        .await;
+    let result = support::raw::ingest(
+        channel.clone(),
+        tonic::Request::new(tokio_stream::iter(garbage)),
+    )
+    .await;
     match result {
         Ok(resp) => {
             let mut inbound = resp.into_inner();

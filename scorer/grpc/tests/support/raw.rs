@@ -1,7 +1,21 @@
-//! A codec that sends raw bytes, to put garbage on the wire.
+//! A codec that sends raw bytes, to put garbage on the wire, and an Ingest stream of such
+//! frames.
 use bytes::{Buf, BufMut};
 use tonic::Status;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder, Streaming};
+use tonic::transport::Channel;
+
+/// Opens `/loadstar.v1.Ingest/Report` on `channel` with `request`'s frames sent as they are
+/// (each one gRPC message), and its answers as raw bytes.
+pub async fn ingest(
+    channel: Channel,
+    request: tonic::Request<tokio_stream::Iter<std::vec::IntoIter<Vec<u8>>>>,
+) -> Result<tonic::Response<Streaming<Vec<u8>>>, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let path = http::uri::PathAndQuery::from_static("/loadstar.v1.Ingest/Report");
+    grpc.streaming(request, path, RawCodec).await
+}
 
 #[derive(Default)]
 pub struct RawCodec;
