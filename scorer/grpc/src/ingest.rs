@@ -173,19 +173,17 @@ impl IngestService {
             desired_interval_seconds: self.pace.get(),
         };
         match result {
-            Ok(Applied::Unchanged) => {
-                debug!("the stored report came again; acknowledged");
-                Handled {
-                    ack: ack(true, String::new()),
-                    end: None,
-                }
-            }
-            Ok(Applied::Stored) => {
-                self.metrics.reports_accepted.inc();
-                if let Ok(now) = SystemTime::now().duration_since(UNIX_EPOCH) {
-                    let lag = now.as_nanos() as f64 - sample_nanos as f64;
-                    if lag >= 0.0 && sample_nanos > 0 {
-                        self.metrics.report_lag.observe(lag / 1e9);
+            Ok(applied) => {
+                if applied == Applied::Unchanged {
+                    // Acknowledged again, but neither a new report nor a new sample.
+                    debug!("the stored report came again; acknowledged");
+                } else {
+                    self.metrics.reports_accepted.inc();
+                    if let Ok(now) = SystemTime::now().duration_since(UNIX_EPOCH) {
+                        let lag = now.as_nanos() as f64 - sample_nanos as f64;
+                        if lag >= 0.0 && sample_nanos > 0 {
+                            self.metrics.report_lag.observe(lag / 1e9);
+                        }
                     }
                 }
                 Handled {
@@ -236,17 +234,11 @@ impl IngestService {
         }
         loop {
             if !self.pace(&mut s.bucket, &mut s.closed).await {
-                info!(peer = ?s.guard.peer, node = s.guard.node.as_deref(), pod = s.guard.pod.as_deref(),
-                      "scorer shutting down; ending agent stream");
-                return s.last_ack();
+                return s.shutting_down();
             }
             let next = tokio::select! {
                 m = s.inbound.message() => m,
-                _ = &mut s.closed => {
-                    info!(peer = ?s.guard.peer, node = s.guard.node.as_deref(), pod = s.guard.pod.as_deref(),
-                          "scorer shutting down; ending agent stream");
-                    return s.last_ack();
-                }
+                _ = &mut s.closed => return s.shutting_down(),
             };
             match next {
                 Ok(Some(EncodedReport { report, encoded })) => {
@@ -355,6 +347,13 @@ impl StreamState {
         {
             self.unsent = None;
         }
+    }
+
+    /// The server closes: logged, then [`StreamState::last_ack`].
+    fn shutting_down(&mut self) -> Option<Result<pb::ReportAck, Status>> {
+        info!(peer = ?self.guard.peer, node = self.guard.node.as_deref(), pod = self.guard.pod.as_deref(),
+              "scorer shutting down; ending agent stream");
+        self.last_ack()
     }
 
     /// The stream's end: the ack not sent yet, if any, as its last item; else `None`.
