@@ -117,6 +117,22 @@ fn scores(
 
 /// Calls `f` with a cycle context of `profile` over `snap` and the snapshot's digest table,
 /// every row current (as evaluation reads columns).
+/// Five random subsets of `all` (each node kept with probability 0.3), in reverse order.
+fn subsets(all: &[usize], seed: u64) -> Vec<Vec<usize>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..5)
+        .map(|_| {
+            let mut some: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|_| rng.random_bool(0.3))
+                .collect();
+            some.reverse();
+            some
+        })
+        .collect()
+}
+
 fn with_table(snap: &ClusterSnapshot, profile: &Profile, f: impl FnOnce(CycleContext<'_>)) {
     let table = snap.digests(profile.window_seconds);
     let mut current = Vec::new();
@@ -146,14 +162,7 @@ fn keyed_scores_depend_on_the_node_and_the_key_alone() {
                     keyed.insert(plugin.name());
                     let whole = scores(plugin.as_ref(), &ctx, &a, &all);
                     // Any subset, in any order, scores each node as the whole does.
-                    let mut rng = StdRng::seed_from_u64(9);
-                    for _ in 0..5 {
-                        let mut some: Vec<usize> = all
-                            .iter()
-                            .copied()
-                            .filter(|_| rng.random_bool(0.3))
-                            .collect();
-                        some.reverse();
+                    for some in subsets(&all, 9) {
                         let got = scores(plugin.as_ref(), &ctx, &a, &some);
                         let want: Vec<i64> = some.iter().map(|&i| whole[i]).collect();
                         assert_eq!(got, want, "{} on a subset", plugin.name());
@@ -218,14 +227,7 @@ fn keyed_verdicts_depend_on_the_node_and_the_key_alone() {
                     keyed.insert(f.name());
                     let whole = verdicts_on(f.as_ref(), &ctx, state.as_ref(), &a, &all);
                     refusals += whole.iter().filter(|v| v.is_some()).count();
-                    let mut rng = StdRng::seed_from_u64(11);
-                    for _ in 0..5 {
-                        let mut some: Vec<usize> = all
-                            .iter()
-                            .copied()
-                            .filter(|_| rng.random_bool(0.3))
-                            .collect();
-                        some.reverse();
+                    for some in subsets(&all, 11) {
                         let got = verdicts_on(f.as_ref(), &ctx, state.as_ref(), &a, &some);
                         let want: Vec<Option<Reason>> =
                             some.iter().map(|&i| whole[i].clone()).collect();
