@@ -115,8 +115,6 @@ fn scores(
     out.iter().map(|s| (*s).clamp(0, 100)).collect()
 }
 
-/// Calls `f` with a cycle context of `profile` over `snap` and the snapshot's digest table,
-/// every row current (as evaluation reads columns).
 /// Five random subsets of `all` (each node kept with probability 0.3), in reverse order.
 fn subsets(all: &[usize], seed: u64) -> Vec<Vec<usize>> {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -133,6 +131,8 @@ fn subsets(all: &[usize], seed: u64) -> Vec<Vec<usize>> {
         .collect()
 }
 
+/// Calls `f` with a cycle context of `profile` over `snap` and the snapshot's digest table,
+/// every row current (as evaluation reads columns).
 fn with_table(snap: &ClusterSnapshot, profile: &Profile, f: impl FnOnce(CycleContext<'_>)) {
     let table = snap.digests(profile.window_seconds);
     let mut current = Vec::new();
