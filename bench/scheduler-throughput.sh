@@ -37,6 +37,12 @@
 #! with LOADSTAR_BENCH_PERF_OPTIONS (default `-F 999 -g`, frame pointers: a build with
 #! RUSTFLAGS="-C force-frame-pointers=yes"; `-F 199 --call-graph dwarf,16384` unwinds the
 #! plain release build, at ~16 KB per sample).
+#! AB_SCORERS="SCORER_A SCORER_B" compares two Loadstar builds instead (no kube-scheduler):
+#! each round runs both scorer binaries on fresh pods of the same cluster, in the order AB on
+#! odd rounds and BA on even ones, and prints each build's CPU ms/pod w/o ingest and pods/s
+#! per round, and the median of the rounds' B/A ratios: pairs a minute apart see the same host,
+#! where separate bench runs (each with its own kube-scheduler rounds) drift apart. The helper
+#! (pods, agents, the watch) is the one SKIP_BUILD/CARGO_TARGET_DIR name.
 #! Usage: bench/scheduler-throughput.sh [NODES] [PODS] [QPS] [CONSTRAINED]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +54,11 @@ if [ -n "${PERCENTAGE_OF_NODES_TO_SCORE:-}" ] &&
   ! [[ "$PERCENTAGE_OF_NODES_TO_SCORE" =~ ^([0-9]|[1-9][0-9]|100)$ ]]; then
   echo "PERCENTAGE_OF_NODES_TO_SCORE must be 0 (adaptive) to 100, got $PERCENTAGE_OF_NODES_TO_SCORE" >&2
   exit 2
+fi
+if [ -n "${AB_SCORERS:-}" ]; then
+  read -r -a AB <<<"$AB_SCORERS"
+  [ "${#AB[@]}" = 2 ] && [ -x "${AB[0]}" ] && [ -x "${AB[1]}" ] ||
+    { echo "AB_SCORERS must name two executable scorer binaries, got: $AB_SCORERS" >&2; exit 2; }
 fi
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
@@ -195,6 +206,44 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
   kill "$ag" "$ls" 2>/dev/null || true; wait "$ag" "$ls" 2>/dev/null || true
   clear_pods "$ns"
 }
+
+if [ -n "${AB_SCORERS:-}" ]; then
+  RESULTS=()
+  for r in $(seq 1 "$ROUNDS"); do
+    order=(0 1); [ $((r % 2)) = 0 ] && order=(1 0)
+    for i in "${order[@]}"; do
+      SCORER=${AB[$i]}; label=$([ "$i" = 0 ] && echo a || echo b)
+      log "round $r, build ${label^^}: $SCORER"
+      run_loadstar "$r-$label"
+      RESULTS+=("$(printf '{"round":%d,"build":"%s","loadstar":%s,"grpc_cores":%s}' \
+        "$r" "$label" "$LS_JSON" "$GRPC_CORES")")
+    done
+  done
+  printf '%s\n' "${RESULTS[@]}" > "$WORK/ab.jsonl"
+  python3 - "$WORK/ab.jsonl" "$NODES" "$PODS" "${AB[0]}" "${AB[1]}" "$SAMPLING_NOTE" <<'EOF'
+import json, statistics, sys
+runs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+nodes, pods, a, b, sampling = sys.argv[2:7]
+print(f"\nLoadstar A/B: {nodes} nodes, {pods} pods per run; {sampling}\n A = {a}\n B = {b}")
+by = {}
+for r in runs:
+    l = r["loadstar"]
+    ingest_ms = r["grpc_cores"] * l["seconds"] * 1000 / int(pods)
+    by[(r["round"], r["build"])] = (l["cpu_ms_per_pod"]["scheduler"] - ingest_ms, l["pods_per_second"])
+print(f"\n{'round (first)':16}{'A CPU ms/pod':>14}{'B CPU ms/pod':>14}{'B/A':>8}{'A pods/s':>10}{'B pods/s':>10}")
+ratios = []
+for n in sorted({k[0] for k in by}):
+    (ca, pa), (cb, pb) = by[(n, "a")], by[(n, "b")]
+    ratios.append(cb / ca)
+    print(f"{n:<3}{'(A)' if n % 2 else '(B)':13}{ca:>14.3f}{cb:>14.3f}{cb / ca:>8.3f}{pa:>10.1f}{pb:>10.1f}")
+for label in ("a", "b"):
+    cpu = [v[0] for k, v in by.items() if k[1] == label]
+    print(f"build {label.upper()}: CPU ms/pod w/o ingest mean {statistics.mean(cpu):.3f}, median {statistics.median(cpu):.3f}")
+print(f"B/A CPU per pod, median of {len(ratios)} paired rounds: {statistics.median(ratios):.3f}"
+      f" (range {min(ratios):.3f}-{max(ratios):.3f})")
+EOF
+  exit 0
+fi
 
 RESULTS=()
 for r in $(seq 1 "$ROUNDS"); do
