@@ -1,6 +1,7 @@
 //! The scorer serves gRPC on its own runtime, whose threads are named `loadstar-grpc`:
 //! `bench/scheduler-throughput.sh` counts their CPU as the scorer's ingest. This checks, on
-//! the real binary, that those threads exist and are the ones doing the serving.
+//! the real binary, that those threads exist and are the ones doing the serving, and that the
+//! main runtime (`loadstar-main`) has the worker threads `--main-threads` asks for.
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,13 +19,18 @@ impl Drop for Scorer {
 
 /// (threads named `loadstar-grpc`, their utime + stime in clock ticks).
 fn grpc_threads(pid: u32) -> (usize, u64) {
+    threads(pid, "loadstar-grpc")
+}
+
+/// (threads of `pid` named `name`, their utime + stime in clock ticks).
+fn threads(pid: u32, name: &str) -> (usize, u64) {
     let mut found = (0, 0);
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return found;
     };
     for t in tasks.flatten() {
         let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.trim() != "loadstar-grpc" {
+        if comm.trim() != name {
             continue;
         }
         let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
@@ -73,10 +79,15 @@ async fn grpc_is_served_by_its_own_named_threads() {
             Err(e) => panic!("scorer never listened on {addr}: {e}"),
         }
     };
-    let (threads, before) = grpc_threads(pid);
+    let (grpc, before) = grpc_threads(pid);
     assert!(
-        threads >= 1,
+        grpc >= 1,
         "no thread named loadstar-grpc in /proc/{pid}/task"
+    );
+    assert_eq!(
+        threads(pid, "loadstar-main").0,
+        1,
+        "the main runtime has one worker by default"
     );
     // A second of calls back to back: serving them is CPU on the gRPC threads.
     let until = Instant::now() + Duration::from_secs(1);
@@ -93,4 +104,52 @@ async fn grpc_is_served_by_its_own_named_threads() {
         after > before,
         "{calls} calls left the gRPC threads' CPU at {before} ticks"
     );
+}
+
+/// `standalone` on a free port with `extra` arguments and `env`; returns it once it listens.
+async fn start(extra: &[&str], env: &[(&str, &str)]) -> Scorer {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .to_string();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_loadstar-scorer"));
+    cmd.args(extra)
+        .args([
+            "standalone",
+            "--listen",
+            &addr,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let scorer = Scorer(cmd.spawn().expect("start loadstar-scorer standalone"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ScorerClient::connect(format!("http://{addr}"))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "scorer never listened on {addr}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    scorer
+}
+
+#[tokio::test]
+async fn main_threads_come_from_the_flag_or_the_environment() {
+    let s = start(&["--main-threads", "3"], &[]).await;
+    assert_eq!(threads(s.0.id(), "loadstar-main").0, 3);
+    drop(s);
+    let s = start(&[], &[("LOADSTAR_MAIN_THREADS", "2")]).await;
+    assert_eq!(threads(s.0.id(), "loadstar-main").0, 2);
+    drop(s);
+    // Zero is refused with a clear error, before anything starts.
+    let out = Command::new(env!("CARGO_BIN_EXE_loadstar-scorer"))
+        .args(["--main-threads", "0", "standalone"])
+        .output()
+        .expect("run loadstar-scorer");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--main-threads"), "{err}");
 }

@@ -373,10 +373,15 @@ pub async fn run_servers(
     result
 }
 
+/// The name of the main runtime's threads (`/proc/<pid>/task/*/comm`): Kubernetes, the
+/// scheduling loop, the extender, metrics.
+pub const MAIN_THREAD_NAME: &str = "loadstar-main";
+
 /// The name of the gRPC runtime's threads (`/proc/<pid>/task/*/comm`).
 pub const GRPC_THREAD_NAME: &str = "loadstar-grpc";
 
-/// The runtime gRPC is served on: as many workers as the main runtime (one per CPU).
+/// The runtime gRPC is served on: one worker per CPU (the main runtime has
+/// `--main-threads`, default 1).
 fn grpc_runtime() -> Result<tokio::runtime::Runtime, AppError> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     tokio::runtime::Builder::new_multi_thread()
