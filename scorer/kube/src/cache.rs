@@ -24,7 +24,7 @@ use super::queue::SchedulingQueue;
 use super::reservations::Reservations;
 use super::volumes::{self, VolumeStores};
 use loadstar_framework::snapshot::{
-    AttachableVolume, Inflight, KubeNode, NodeAllocation, PodInfo, PodOnNode,
+    AttachableVolume, Inflight, KubeNode, LabelSelector, NodeAllocation, PodInfo, PodOnNode,
 };
 use loadstar_policy::profiles::Profiles;
 use loadstar_store::NodeStore;
@@ -52,6 +52,10 @@ struct Placement {
     nonzero_memory_bytes: i64,
     /// True while only the scheduler's assumption (not yet seen bound in the watch).
     assumed: bool,
+    /// While assumed: the pod as the scheduler decided it, when known (its placed form was
+    /// built from it), so the watch's first sight of the binding can tell whether that form
+    /// still holds.
+    assumed_from: Option<Arc<PodFacts>>,
     /// What its claims attach (kept to notice when their binding changes it).
     claim_attachable: Vec<AttachableVolume>,
 }
@@ -130,6 +134,26 @@ fn pod_on_node(info: &PodInfo, facts: &PodFacts) -> PodOnNode {
         terminating: facts.deleting,
         start_time: facts.start_time,
         ..PodOnNode::of(info)
+    }
+}
+
+/// Whether the pod the watch shows bound for the first time (`now`) still has the placed
+/// form it was assumed with, built from `from` ([`PodOnNode::of`]): its binding changed
+/// nothing that form carries. Then the node's allocation is left as it is, not copied to
+/// put back the same pod (and the scheduler's snapshot keeps the node's row).
+fn placed_as_assumed(from: &PodFacts, now: &PodFacts) -> bool {
+    match (&from.info, &now.info) {
+        (Ok(a), Ok(b)) => {
+            // Claims' attachments are read again at this first sight.
+            b.claims.is_empty()
+                && !now.deleting
+                && now.start_time.is_none()
+                && a.labels == b.labels
+                && a.owner == b.owner
+                && a.pod_affinity == b.pod_affinity
+                && a.priority == b.priority
+        }
+        _ => false,
     }
 }
 
@@ -309,12 +333,23 @@ impl ClusterCache {
     /// refuses it), and, for a pod without spread constraints of its own, the selector of
     /// its default spread constraints.
     pub fn with_volumes(&self, mut info: PodInfo) -> PodInfo {
-        if info.spread_constraints.is_empty()
-            && let Some(c) = self.controllers.get()
-        {
-            info.default_spread_selector =
-                default_selector::default_selector(&info.namespace, &info.labels, c);
+        info.default_spread_selector = self.default_selector(&info);
+        self.with_claims(info)
+    }
+
+    /// The selector of `info`'s default spread constraints: none for a pod with constraints
+    /// of its own, and the stored one while no controllers are known.
+    fn default_selector(&self, info: &PodInfo) -> Option<LabelSelector> {
+        match self.controllers.get() {
+            Some(c) if info.spread_constraints.is_empty() => {
+                default_selector::default_selector(&info.namespace, &info.labels, c)
+            }
+            _ => info.default_spread_selector.clone(),
         }
+    }
+
+    /// `info` with its claims resolved (see [`ClusterCache::with_volumes`]).
+    fn with_claims(&self, mut info: PodInfo) -> PodInfo {
         if info.claims.is_empty() {
             return info;
         }
@@ -357,16 +392,21 @@ impl ClusterCache {
         let facts = self.lock().pods.get(key).cloned()?;
         // Claims are resolved when the pod is asked for (their binding changes on its own),
         // and so is the selector of default spreading (Services and controllers change).
-        match &facts.info {
-            Ok(info) if !info.claims.is_empty() || info.spread_constraints.is_empty() => {
-                let info = self.with_volumes(info.clone());
-                Some(Arc::new(PodFacts {
-                    info: Ok(info),
-                    ..(*facts).clone()
-                }))
-            }
-            _ => Some(facts),
+        // Most pods have neither claims nor a default spreading selector: they are handed
+        // out as stored, not copied (a pod's info is a dozen heap blocks).
+        let Ok(info) = &facts.info else {
+            return Some(facts);
+        };
+        let selector = self.default_selector(info);
+        if info.claims.is_empty() && selector == info.default_spread_selector {
+            return Some(facts);
         }
+        let mut info = info.clone();
+        info.default_spread_selector = selector;
+        Some(Arc::new(PodFacts {
+            info: Ok(self.with_claims(info)),
+            ..(*facts).clone()
+        }))
     }
 
     /// What an agent token's pod looks like now (for binding agents to their node).
@@ -583,9 +623,13 @@ impl ClusterCache {
                         // The first sight of an assumed pod as bound refreshes it too: updates
                         // seen while it was pending did not reach its placed form.
                         let was_assumed = std::mem::replace(&mut p.assumed, false);
-                        if was_assumed
-                            || previous.is_some_and(|old| pod_on_node_changed(&old, &facts))
-                        {
+                        let from = p.assumed_from.take();
+                        let changed = if was_assumed {
+                            from.is_none_or(|f| !placed_as_assumed(&f, &facts))
+                        } else {
+                            previous.is_some_and(|old| pod_on_node_changed(&old, &facts))
+                        };
+                        if changed {
                             let (on, claims) = self.placed_form(info, &facts);
                             p.claim_attachable = claims;
                             refresh = Some((p.node.clone(), on));
@@ -602,6 +646,7 @@ impl ClusterCache {
                             nonzero_cpu_millis: info.nonzero_cpu_millis,
                             nonzero_memory_bytes: info.nonzero_memory_bytes,
                             assumed: false,
+                            assumed_from: None,
                             claim_attachable: claims,
                         };
                         inner.placed.insert(facts.uid.clone(), p.clone());
@@ -669,11 +714,14 @@ impl ClusterCache {
     // ---- assumptions ---------------------------------------------------------------------
 
     /// Counts `info` on `node` before it is bound, with an in-flight usage estimate; returns
-    /// the node's new allocation (for a scheduler's own snapshot). Fails when the pod is
-    /// already placed (another path bound or assumed it).
+    /// the node's new allocation (for a scheduler's own snapshot). `from`: the pod's facts
+    /// `info` was read from, when the caller has them (the watch's first sight of the pod
+    /// bound then keeps the assumed form if nothing it carries changed). Fails when the pod
+    /// is already placed (another path bound or assumed it).
     pub fn assume(
         &self,
         info: &PodInfo,
+        from: Option<Arc<PodFacts>>,
         node: &Arc<str>,
         estimate: (i64, i64),
     ) -> Result<Arc<NodeAllocation>, CacheError> {
@@ -683,6 +731,7 @@ impl ClusterCache {
             nonzero_cpu_millis: info.nonzero_cpu_millis,
             nonzero_memory_bytes: info.nonzero_memory_bytes,
             assumed: true,
+            assumed_from: from,
             // The resolved pod carries its claims' attachments already; the watch's first
             // sight of it bound re-reads them.
             claim_attachable: Vec::new(),
@@ -915,18 +964,20 @@ mod tests {
             .clone()
             .expect("valid");
         let n1: Arc<str> = Arc::from("n1");
-        let a = cache.assume(&info, &n1, (1500, 1 << 20)).expect("assumed");
+        let a = cache
+            .assume(&info, None, &n1, (1500, 1 << 20))
+            .expect("assumed");
         assert_eq!(a.requested.cpu_millis, 1000);
         assert_eq!(a.inflight.len(), 1);
         assert!(matches!(
-            cache.assume(&info, &n1, (0, 0)),
+            cache.assume(&info, None, &n1, (0, 0)),
             Err(CacheError::AlreadyPlaced { .. })
         ));
         assert!(cache.forget("ub"));
         let a = alloc(&store, "n1");
         assert_eq!((a.requested.cpu_millis, a.inflight.len()), (0, 0));
         // Assume again, then the watch shows it bound: forgetting is then a no-op.
-        cache.assume(&info, &n1, (1500, 0)).expect("assumed");
+        cache.assume(&info, None, &n1, (1500, 0)).expect("assumed");
         cache.apply_pod(&pod("b", "ub", "loadstar", Some("n1"), "1"));
         assert_eq!(cache.placement("ub"), Some(("n1".into(), false)));
         assert!(!cache.forget("ub"));
@@ -940,6 +991,61 @@ mod tests {
         });
         cache.apply_pod(&done);
         assert_eq!(alloc(&store, "n1").requested.pods, 0);
+    }
+
+    #[test]
+    fn a_binding_that_changed_nothing_keeps_the_assumed_allocation() {
+        let (store, _queue, cache) = setup();
+        cache.apply_node(&node("n1"));
+        let n1: Arc<str> = Arc::from("n1");
+        let assume = |name: &str| {
+            let facts = cache.pod(&format!("ns/{name}")).expect("known");
+            let info = facts.info.clone().expect("valid");
+            cache
+                .assume(&info, Some(facts), &n1, (0, 0))
+                .expect("assumed")
+        };
+        cache.apply_pod(&pod("b", "ub", "loadstar", None, "1"));
+        let (x, y) = (
+            cache.pod("ns/b").expect("known"),
+            cache.pod("ns/b").expect("known"),
+        );
+        assert!(
+            Arc::ptr_eq(&x, &y),
+            "a pod without claims or default spreading is not copied"
+        );
+        let assumed = assume("b");
+        cache.apply_pod(&pod("b", "ub", "loadstar", Some("n1"), "1"));
+        assert_eq!(cache.placement("ub"), Some(("n1".into(), false)));
+        assert!(
+            Arc::ptr_eq(&assumed, &alloc(&store, "n1")),
+            "the node's allocation is the assumed one, not a copy"
+        );
+        // Labels changed between the decision and the binding: the placed form follows.
+        cache.apply_pod(&pod("c", "uc", "loadstar", None, "1"));
+        let assumed = assume("c");
+        let mut bound = pod("c", "uc", "loadstar", Some("n1"), "1");
+        bound.metadata.labels = Some([("app".to_string(), "x".to_string())].into());
+        cache.apply_pod(&bound);
+        let a = alloc(&store, "n1");
+        assert!(!Arc::ptr_eq(&assumed, &a));
+        let c = a.pods.iter().find(|p| p.uid == "uc").expect("placed");
+        assert_eq!(c.labels.get("app").map(String::as_str), Some("x"));
+        assert_eq!((a.requested.cpu_millis, a.requested.pods), (2000, 2));
+        // Started already when first seen bound (a kubelet was quick): refreshed too.
+        cache.apply_pod(&pod("d", "ud", "loadstar", None, "1"));
+        assume("d");
+        let mut started = pod("d", "ud", "loadstar", Some("n1"), "1");
+        started.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-28T00:00:00Z".parse().expect("time"),
+            )),
+            ..Default::default()
+        });
+        cache.apply_pod(&started);
+        let a = alloc(&store, "n1");
+        let d = a.pods.iter().find(|p| p.uid == "ud").expect("placed");
+        assert!(d.start_time.is_some(), "{d:?}");
     }
 
     #[test]

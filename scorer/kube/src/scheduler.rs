@@ -561,7 +561,10 @@ impl Scheduler {
         // The nominated view shares the snapshot's digest tables as seeds: let them go, so
         // the assumed node's row can be patched in place.
         drop(held);
-        match self.cache.assume(info, &node, estimate) {
+        match self
+            .cache
+            .assume(info, Some(facts.clone()), &node, estimate)
+        {
             Ok(alloc) => l.snap.set_alloc(index, alloc),
             Err(e) => {
                 debug!(error = %e, "pod already placed; not binding it again");
@@ -1033,7 +1036,7 @@ impl Binder for Scheduler {
             let writes = volume_writes(info, &snap.nodes[best.index])
                 .map_err(ClusterError::FailedPrecondition)?;
             self.cache
-                .assume(info, &node, (self.estimate.0)(info))
+                .assume(info, Some(facts.clone()), &node, (self.estimate.0)(info))
                 .map_err(|e| ClusterError::Aborted(e.to_string()))?;
             self.cache.bump_epoch();
             let started = Instant::now();
@@ -1350,7 +1353,7 @@ mod tests {
         };
         let info = facts.info.as_ref().expect("convertible").clone();
         cache
-            .assume(&info, &std::sync::Arc::from("n1"), (0, 0))
+            .assume(&info, None, &std::sync::Arc::from("n1"), (0, 0))
             .expect("assumed");
         let running = Running::start(&scheduler);
         tokio::time::sleep(Duration::from_millis(300)).await;

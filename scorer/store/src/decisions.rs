@@ -186,13 +186,21 @@ impl Decision {
             })
             .collect();
         let counted = ev.filtered_groups();
+        // Names are reserved in the groups' order of first appearance, as many as each
+        // group has while the limit lasts: no group grows its list node by node in the
+        // common case (runs of one reason), and no more is reserved than is named.
+        let mut unreserved = limits.named_filtered.min(ev.filtered.len());
         let mut filtered: Vec<FilteredGroup> = counted
             .iter()
-            .map(|g| FilteredGroup {
-                plugin: g.plugin,
-                reason: g.reason.to_string(),
-                nodes: Vec::new(),
-                count: g.count,
+            .map(|g| {
+                let reserve = g.count.min(unreserved);
+                unreserved -= reserve;
+                FilteredGroup {
+                    plugin: g.plugin,
+                    reason: g.reason.to_string(),
+                    nodes: Vec::with_capacity(reserve),
+                    count: g.count,
+                }
             })
             .collect();
         // The first `named_filtered` rejected nodes by name, each under its group.
