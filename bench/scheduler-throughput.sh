@@ -41,10 +41,20 @@
 #! each round runs both scorer binaries on fresh pods of the same cluster, in the order AB on
 #! odd rounds and BA on even ones, and prints each build's CPU ms/pod w/o ingest and pods/s
 #! per round, and the median of the rounds' B/A ratios: pairs a minute apart see the same host,
-#! where separate bench runs (each with its own kube-scheduler rounds) drift apart. The helper
-#! (pods, agents, the watch) is the one SKIP_BUILD/CARGO_TARGET_DIR name.
+#! where separate bench runs (each with its own kube-scheduler rounds) drift apart. It runs
+#! builds already made (SKIP_BUILD=1); the helper (pods, agents, the watch) is the one
+#! CARGO_TARGET_DIR names. A "binary" may be a wrapper script that sets an environment
+#! variable and execs a scorer, to compare a runtime setting without a rebuild.
 #! Usage: bench/scheduler-throughput.sh [NODES] [PODS] [QPS] [CONSTRAINED]
 set -euo pipefail
+if [ -n "${AB_SCORERS:-}" ]; then  # before the cd: paths are the caller's
+  read -r -a AB <<<"$AB_SCORERS"
+  [ "${#AB[@]}" = 2 ] && [ -x "${AB[0]}" ] && [ -x "${AB[1]}" ] ||
+    { echo "AB_SCORERS must name two executable scorer binaries, got: $AB_SCORERS" >&2; exit 2; }
+  [ -n "${SKIP_BUILD:-}" ] ||
+    { echo "AB_SCORERS compares builds already made: set SKIP_BUILD=1 (and CARGO_TARGET_DIR for the helper)" >&2; exit 2; }
+  AB=("$(realpath "${AB[0]}")" "$(realpath "${AB[1]}")")
+fi
 cd "$(dirname "$0")/.."
 NODES=${1:-1000}
 PODS=${2:-5000}
@@ -54,11 +64,6 @@ if [ -n "${PERCENTAGE_OF_NODES_TO_SCORE:-}" ] &&
   ! [[ "$PERCENTAGE_OF_NODES_TO_SCORE" =~ ^([0-9]|[1-9][0-9]|100)$ ]]; then
   echo "PERCENTAGE_OF_NODES_TO_SCORE must be 0 (adaptive) to 100, got $PERCENTAGE_OF_NODES_TO_SCORE" >&2
   exit 2
-fi
-if [ -n "${AB_SCORERS:-}" ]; then
-  read -r -a AB <<<"$AB_SCORERS"
-  [ "${#AB[@]}" = 2 ] && [ -x "${AB[0]}" ] && [ -x "${AB[1]}" ] ||
-    { echo "AB_SCORERS must name two executable scorer binaries, got: $AB_SCORERS" >&2; exit 2; }
 fi
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
@@ -226,6 +231,9 @@ runs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 nodes, pods, a, b, sampling = sys.argv[2:7]
 print(f"\nLoadstar A/B: {nodes} nodes, {pods} pods per run; {sampling}\n A = {a}\n B = {b}")
 by = {}
+if any(r["grpc_cores"] <= 0 for r in runs):
+    sys.exit("a scorer without the loadstar-grpc threads (a build before 2026-11-27): its ingest "
+             "cannot be told apart from scheduling, so CPU per pod would not compare")
 for r in runs:
     l = r["loadstar"]
     ingest_ms = r["grpc_cores"] * l["seconds"] * 1000 / int(pods)

@@ -1,6 +1,4 @@
 //! `loadstar-scorer`: parses the command line and runs one mode; the work lives in the library.
-use std::num::NonZeroUsize;
-
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
@@ -27,20 +25,22 @@ struct Cli {
         env = "LOADSTAR_LOG_FORMAT"
     )]
     log_format: app::LogFormat,
-    /// Worker threads of the main runtime: the Kubernetes watches and writes, the scheduling
-    /// loop, the extender and the metrics server. gRPC (agent streams, scoring) has its own
-    /// runtime, one worker per CPU. One is the default: the scheduling loop is serial anyway,
-    /// and a second worker mostly adds wake-ups between threads — one
-    /// worker used about 10 % less CPU per pod than two at the same pods/s, at 1 000 and at
-    /// 5 000 nodes (bench/README.md, "Scheduler throughput"). More may help when the
-    /// extender or many watches are busy on a machine with cores to spare.
+    /// Worker threads of the main runtime: everything but gRPC — the Kubernetes watches and
+    /// writes, the scheduling loop, the extender, the admission webhook, the metrics.k8s.io
+    /// API, the autoscaler, the metrics server and UI. gRPC (agent streams, scoring) has its
+    /// own runtime, one worker per CPU. One is the default: the scheduling loop is serial
+    /// anyway, and a second worker mostly adds wake-ups between threads — one worker used
+    /// about 10 % less CPU per pod than two at the same pods/s, at 1 000 and at 5 000 nodes
+    /// (bench/README.md, "Scheduler throughput", 2026-11-28). More may help when the
+    /// extender, the webhook or many watches are busy on a machine with cores to spare.
     #[arg(
         long,
         global = true,
         default_value = "1",
-        env = "LOADSTAR_MAIN_THREADS"
+        env = "LOADSTAR_MAIN_THREADS",
+        value_parser = clap::value_parser!(u16).range(1..=1024)
     )]
-    main_threads: NonZeroUsize,
+    main_threads: u16,
     #[command(subcommand)]
     command: Command,
 }
@@ -61,7 +61,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     app::init_logging(cli.log_format);
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cli.main_threads.get())
+        .worker_threads(usize::from(cli.main_threads))
         .thread_name(app::MAIN_THREAD_NAME)
         .enable_all()
         .build()

@@ -62,6 +62,8 @@ async fn grpc_is_served_by_its_own_named_threads() {
                 "--metrics-listen",
                 "127.0.0.1:0",
             ])
+            // The thread count below is the default's, whatever the caller's environment.
+            .env_remove("LOADSTAR_MAIN_THREADS")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -121,6 +123,7 @@ async fn start(extra: &[&str], env: &[(&str, &str)]) -> Scorer {
             "--metrics-listen",
             "127.0.0.1:0",
         ])
+        .env_remove("LOADSTAR_MAIN_THREADS")
         .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -136,6 +139,9 @@ async fn start(extra: &[&str], env: &[(&str, &str)]) -> Scorer {
     scorer
 }
 
+/// Counts the threads named `loadstar-main`: the main runtime's workers, and blocking-pool
+/// threads of that runtime while they live (standalone starts none: its in-process sampler
+/// reads `/proc` in a task).
 #[tokio::test]
 async fn main_threads_come_from_the_flag_or_the_environment() {
     let s = start(&["--main-threads", "3"], &[]).await;

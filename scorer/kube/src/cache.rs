@@ -392,8 +392,10 @@ impl ClusterCache {
         let facts = self.lock().pods.get(key).cloned()?;
         // Claims are resolved when the pod is asked for (their binding changes on its own),
         // and so is the selector of default spreading (Services and controllers change).
-        // Most pods have neither claims nor a default spreading selector: they are handed
-        // out as stored, not copied (a pod's info is a dozen heap blocks).
+        // A pod with nothing to resolve (no claims, and spread constraints of its own or no
+        // Service or controller selecting it) is handed out as stored, not copied: a pod's
+        // info is a dozen heap blocks. Pods that a Service or controller selects are still
+        // copied to carry their default spreading selector.
         let Ok(info) = &facts.info else {
             return Some(facts);
         };
@@ -725,6 +727,11 @@ impl ClusterCache {
         node: &Arc<str>,
         estimate: (i64, i64),
     ) -> Result<Arc<NodeAllocation>, CacheError> {
+        debug_assert!(
+            from.as_ref()
+                .is_none_or(|f| f.info.as_ref().is_ok_and(|i| i.uid == info.uid)),
+            "assumed from another pod's facts"
+        );
         let p = Placement {
             node: node.clone(),
             requests: info.requests.clone(),

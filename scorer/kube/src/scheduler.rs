@@ -95,6 +95,10 @@ enum Write {
     },
 }
 
+/// How long the scheduling loop decides pods back to back before it lets the other tasks of
+/// its runtime run.
+const MAX_BUSY: Duration = Duration::from_millis(5);
+
 /// Result labels of the binds metric.
 const BOUND: &str = "bound";
 const CONFLICT: &str = "conflict";
@@ -397,7 +401,16 @@ impl Scheduler {
         let mut local: Option<LocalSnapshot> = None;
         // Where the next sampled cycle starts (kube-scheduler's `nextStartNodeIndex`).
         let mut cursor = SampleCursor::default();
+        let mut busy_since = Instant::now();
         loop {
+            // Deciding is synchronous, and with pods waiting the loop yields only when tokio's
+            // budget runs out (~100 pods): on one runtime worker (the default) the watches,
+            // lease renewals, probes and the writes of the bindings just decided would wait
+            // that long behind a backlog of slow decisions (preemption, 5 000 nodes).
+            if busy_since.elapsed() >= MAX_BUSY {
+                tokio::task::yield_now().await;
+                busy_since = Instant::now();
+            }
             tokio::select! {
                 _ = &mut shutdown => break,
                 r = leader.wait_for(|l| l.is_leader) => if r.is_err() { break },
