@@ -48,39 +48,11 @@ fn threads(pid: u32, name: &str) -> (usize, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_is_served_by_its_own_named_threads() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let scorer = Scorer(
-        Command::new(env!("CARGO_BIN_EXE_loadstar-scorer"))
-            .args([
-                "standalone",
-                "--listen",
-                &addr,
-                "--metrics-listen",
-                "127.0.0.1:0",
-            ])
-            // The thread count below is the default's, whatever the caller's environment.
-            .env_remove("LOADSTAR_MAIN_THREADS")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start loadstar-scorer standalone"),
-    );
+    let (scorer, addr) = start(&[], &[]).await;
     let pid = scorer.0.id();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut client = loop {
-        match ScorerClient::connect(format!("http://{addr}")).await {
-            Ok(c) => break c,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("scorer never listened on {addr}: {e}"),
-        }
-    };
+    let mut client = ScorerClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect to the scorer");
     let (grpc, before) = grpc_threads(pid);
     assert!(
         grpc >= 1,
@@ -108,8 +80,9 @@ async fn grpc_is_served_by_its_own_named_threads() {
     );
 }
 
-/// `standalone` on a free port with `extra` arguments and `env`; returns it once it listens.
-async fn start(extra: &[&str], env: &[(&str, &str)]) -> Scorer {
+/// `standalone` on a free port with `extra` arguments and `env` (`LOADSTAR_MAIN_THREADS` only
+/// from `env`, never the caller's); returns it and its address once it listens.
+async fn start(extra: &[&str], env: &[(&str, &str)]) -> (Scorer, String) {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
@@ -136,7 +109,7 @@ async fn start(extra: &[&str], env: &[(&str, &str)]) -> Scorer {
         assert!(Instant::now() < deadline, "scorer never listened on {addr}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    scorer
+    (scorer, addr)
 }
 
 /// Counts the threads named `loadstar-main`: the main runtime's workers, and blocking-pool
@@ -144,10 +117,10 @@ async fn start(extra: &[&str], env: &[(&str, &str)]) -> Scorer {
 /// reads `/proc` in a task).
 #[tokio::test]
 async fn main_threads_come_from_the_flag_or_the_environment() {
-    let s = start(&["--main-threads", "3"], &[]).await;
+    let (s, _) = start(&["--main-threads", "3"], &[]).await;
     assert_eq!(threads(s.0.id(), "loadstar-main").0, 3);
     drop(s);
-    let s = start(&[], &[("LOADSTAR_MAIN_THREADS", "2")]).await;
+    let (s, _) = start(&[], &[("LOADSTAR_MAIN_THREADS", "2")]).await;
     assert_eq!(threads(s.0.id(), "loadstar-main").0, 2);
     drop(s);
     // Zero is refused with a clear error, before anything starts.

@@ -622,8 +622,9 @@ impl ClusterCache {
             if let (Some(node), Ok(info)) = (&facts.node_name, &facts.info) {
                 match inner.placed.get_mut(&facts.uid) {
                     Some(p) if &*p.node == node.as_str() => {
-                        // The first sight of an assumed pod as bound refreshes it too: updates
-                        // seen while it was pending did not reach its placed form.
+                        // The first sight of an assumed pod as bound refreshes it too, unless
+                        // nothing its placed form carries changed since it was assumed:
+                        // updates seen while it was pending did not reach that form.
                         let was_assumed = std::mem::replace(&mut p.assumed, false);
                         let from = p.assumed_from.take();
                         let changed = if was_assumed {
