@@ -144,14 +144,13 @@ fn pod_on_node(info: &PodInfo, facts: &PodFacts) -> PodOnNode {
 fn placed_as_assumed(from: &PodFacts, now: &PodFacts) -> bool {
     match (&from.info, &now.info) {
         (Ok(a), Ok(b)) => {
-            // Claims' attachments are read again at this first sight.
+            // Claims' attachments are read again at this first sight; the assumed form is
+            // neither terminating nor started, and carries the owner too.
             b.claims.is_empty()
                 && !now.deleting
                 && now.start_time.is_none()
-                && a.labels == b.labels
                 && a.owner == b.owner
-                && a.pod_affinity == b.pod_affinity
-                && a.priority == b.priority
+                && !pod_on_node_changed(from, now)
         }
         _ => false,
     }
