@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -42,6 +43,8 @@ use loadstar_store::decisions::{Decision, DecisionLog, Outcome as Recorded, Sour
 use loadstar_store::metrics::{
     ExtensionPointLabel, Metrics, ProfileResultLabel, QueueLabel, ResultLabel,
 };
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
 
 /// Estimates a placed pod's usage (CPU millicores, memory bytes) until the agent measures it.
 pub type Estimator = Arc<dyn Fn(&PodInfo) -> (i64, i64) + Send + Sync>;
@@ -104,6 +107,69 @@ const BOUND: &str = "bound";
 const CONFLICT: &str = "conflict";
 const GONE: &str = "gone";
 const ERROR: &str = "error";
+const BIND_RESULTS: [&str; 4] = [BOUND, CONFLICT, GONE, ERROR];
+
+/// Result labels of the scheduling-attempts metric.
+const ATTEMPT_RESULTS: [&str; 3] = ["scheduled", "unschedulable", "error"];
+
+/// The timed extension points, in [`Evaluation::timings`]' order.
+const EXTENSION_POINTS: [&str; 3] = ["PreFilter", "Filter", "Score"];
+
+/// The loop's metric handles, looked up in their families once when the scheduler is built:
+/// a family lookup allocates its label's strings and hashes them under a lock, and the loop
+/// made five per pod. Every series starts at zero, so a first error shows in `rate()`.
+#[derive(Debug)]
+struct Handles {
+    /// Per profile: attempts by result ([`ATTEMPT_RESULTS`]) and the extension points'
+    /// durations ([`EXTENSION_POINTS`]).
+    profiles: HashMap<String, ([Counter; 3], [Histogram; 3])>,
+    /// Binds by result ([`BIND_RESULTS`]).
+    binds: Vec<Counter>,
+}
+
+impl Handles {
+    fn new(metrics: &Metrics, profiles: &Profiles) -> Handles {
+        let attempts = |profile: &str| {
+            ATTEMPT_RESULTS.map(|result| {
+                metrics
+                    .schedule_attempts
+                    .get_or_create(&ProfileResultLabel {
+                        profile: profile.to_string(),
+                        result: result.to_string(),
+                    })
+                    .clone()
+            })
+        };
+        let phases = |profile: &str| {
+            EXTENSION_POINTS.map(|point| {
+                metrics
+                    .extension_point_duration
+                    .get_or_create(&ExtensionPointLabel {
+                        extension_point: point.to_string(),
+                        profile: profile.to_string(),
+                    })
+                    .clone()
+            })
+        };
+        Handles {
+            profiles: profiles
+                .iter()
+                .map(|p| (p.name.clone(), (attempts(&p.name), phases(&p.name))))
+                .collect(),
+            binds: BIND_RESULTS
+                .iter()
+                .map(|result| {
+                    metrics
+                        .binds
+                        .get_or_create(&ResultLabel {
+                            result: (*result).to_string(),
+                        })
+                        .clone()
+                })
+                .collect(),
+        }
+    }
+}
 
 /// The scheduler. Share it in an `Arc`.
 #[derive(Debug)]
@@ -124,6 +190,7 @@ pub struct Scheduler {
     reported: Mutex<HashMap<String, String>>,
     /// Where each pod went and why, for `explain` and the web view.
     decisions: Arc<DecisionLog>,
+    handles: Handles,
 }
 
 /// Debug-printable wrapper of the estimator.
@@ -179,7 +246,9 @@ impl Scheduler {
         config: SchedulerConfig,
     ) -> Scheduler {
         let (tx, rx) = mpsc::channel(8192);
+        let handles = Handles::new(&metrics, &profiles);
         Scheduler {
+            handles,
             binds: Arc::new(Semaphore::new(config.bind_concurrency.max(1))),
             cache,
             queue,
@@ -203,32 +272,54 @@ impl Scheduler {
         self
     }
 
-    /// Counts a scheduling attempt of `profile` with `result`.
+    /// Counts a scheduling attempt of `profile` with `result` (one of [`ATTEMPT_RESULTS`]).
     fn attempt(&self, profile: &str, result: &str) {
-        self.metrics
-            .schedule_attempts
-            .get_or_create(&ProfileResultLabel {
-                profile: profile.to_string(),
-                result: result.to_string(),
-            })
-            .inc();
+        let handle = self
+            .handles
+            .profiles
+            .get(profile)
+            .and_then(|(attempts, _)| {
+                let i = ATTEMPT_RESULTS.iter().position(|r| *r == result)?;
+                Some(&attempts[i])
+            });
+        match handle {
+            Some(c) => {
+                c.inc();
+            }
+            // A pod of a profile this scheduler does not run (counted as an error).
+            None => {
+                self.metrics
+                    .schedule_attempts
+                    .get_or_create(&ProfileResultLabel {
+                        profile: profile.to_string(),
+                        result: result.to_string(),
+                    })
+                    .inc();
+            }
+        }
     }
 
     /// Observes where an evaluation spent its time.
     fn observe_phases(&self, profile: &str, ev: &Evaluation) {
         let t = ev.timings;
-        for (point, d) in [
-            ("PreFilter", t.prefilter),
-            ("Filter", t.filter),
-            ("Score", t.score),
-        ] {
-            self.metrics
-                .extension_point_duration
-                .get_or_create(&ExtensionPointLabel {
-                    extension_point: point.to_string(),
-                    profile: profile.to_string(),
-                })
-                .observe(d.as_secs_f64());
+        let took = [t.prefilter, t.filter, t.score];
+        match self.handles.profiles.get(profile) {
+            Some((_, phases)) => {
+                for (h, d) in phases.iter().zip(took) {
+                    h.observe(d.as_secs_f64());
+                }
+            }
+            None => {
+                for (point, d) in EXTENSION_POINTS.iter().zip(took) {
+                    self.metrics
+                        .extension_point_duration
+                        .get_or_create(&ExtensionPointLabel {
+                            extension_point: (*point).to_string(),
+                            profile: profile.to_string(),
+                        })
+                        .observe(d.as_secs_f64());
+                }
+            }
         }
     }
 
@@ -266,13 +357,21 @@ impl Scheduler {
         self.leader.borrow().is_leader
     }
 
+    /// Counts a bind with `result` (one of [`BIND_RESULTS`]).
     fn count(&self, result: &str) {
-        self.metrics
-            .binds
-            .get_or_create(&ResultLabel {
-                result: result.to_string(),
-            })
-            .inc();
+        match BIND_RESULTS.iter().position(|r| *r == result) {
+            Some(i) => {
+                self.handles.binds[i].inc();
+            }
+            None => {
+                self.metrics
+                    .binds
+                    .get_or_create(&ResultLabel {
+                        result: result.to_string(),
+                    })
+                    .inc();
+            }
+        }
     }
 
     fn write(&self, w: Write) {
@@ -336,14 +435,13 @@ impl Scheduler {
             return;
         };
         let api = self.api.clone();
-        let slots = Arc::new(Semaphore::new(self.config.write_concurrency.max(1)));
+        let limit = self.config.write_concurrency.max(1);
+        // One task drives every write in flight: no task and client clone per Event.
+        let writes = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
         tokio::spawn(async move {
-            while let Some(w) = rx.recv().await {
-                let Ok(permit) = slots.clone().acquire_owned().await else {
-                    return;
-                };
-                let api = api.clone();
-                tokio::spawn(async move {
+            let api = &api;
+            writes
+                .for_each_concurrent(limit, |w| async move {
                     let r = match &w {
                         Write::Event(ev) => api.event(ev).await,
                         Write::Unschedulable {
@@ -356,9 +454,8 @@ impl Scheduler {
                         Ok(()) | Err(ApiError::NotFound { .. }) => {}
                         Err(e) => warn!(error = %e, "could not record scheduling outcome"),
                     }
-                    drop(permit);
-                });
-            }
+                })
+                .await;
         });
     }
 
@@ -1488,18 +1585,30 @@ mod tests {
         assert_eq!(c.decision.filtered.len(), 1);
         assert_eq!(c.decision.filtered[0].count, 2);
         assert_eq!(c.decision.filtered[0].nodes.len(), 2);
+        // The counts through the handles looked up at start (every series there from zero).
         let text = scheduler.metrics.encode();
-        for result in ["scheduled", "unschedulable"] {
-            assert!(
-                text.contains(&format!("result=\"{result}\""))
-                    && text.contains("loadstar_scorer_schedule_attempts_total"),
-                "{result} attempts counted"
-            );
-        }
+        let value = |series: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        };
+        let attempts = |result: &str| {
+            value(&format!(
+                "loadstar_scorer_schedule_attempts_total{{profile=\"loadstar\",result=\"{result}\"}}"
+            ))
+        };
+        // a, b and taken scheduled (taken again after a conflict), c unschedulable.
+        assert!(attempts("scheduled") >= 3.0, "{text}");
+        assert!(attempts("unschedulable") >= 1.0, "{text}");
+        assert_eq!(attempts("error"), 0.0);
         assert!(
-            text.contains("extension_point=\"Filter\""),
-            "extension points timed"
+            value(
+                "loadstar_scorer_extension_point_duration_seconds_count{extension_point=\"Filter\",profile=\"loadstar\"}"
+            ) >= 4.0,
+            "{text}"
         );
+        assert!(value("loadstar_scorer_binds_total{result=\"bound\"}") >= 2.0);
+        assert_eq!(value("loadstar_scorer_binds_total{result=\"error\"}"), 0.0);
         assert!(text.contains("loadstar_scorer_bind_duration_seconds_count"));
         // The conflicting pod: no Scheduled event, assumption forgotten, and retried (a 409
         // may come from etcd failing under the binding) until the watch shows it bound.
