@@ -40,7 +40,9 @@
 #! AB_SCORERS="SCORER_A SCORER_B" compares two Loadstar builds instead (no kube-scheduler):
 #! each round runs both scorer binaries on fresh pods of the same cluster, in the order AB on
 #! odd rounds and BA on even ones, and prints each build's CPU ms/pod w/o ingest and pods/s
-#! per round, and the median of the rounds' B/A ratios: pairs a minute apart see the same host,
+#! per round, the median of the rounds' B/A ratios, and per AB + BA pair of rounds their
+#! geometric mean (which cancels an advantage of going first) and what going second cost:
+#! pairs a minute apart see the same host,
 #! where separate bench runs (each with its own kube-scheduler rounds) drift apart. It runs
 #! builds already made (SKIP_BUILD=1); the helper (pods, agents, the watch) is the one
 #! CARGO_TARGET_DIR names. A "binary" may be a wrapper script that sets an environment
@@ -249,6 +251,18 @@ for label in ("a", "b"):
     print(f"build {label.upper()}: CPU ms/pod w/o ingest mean {statistics.mean(cpu):.3f}, median {statistics.median(cpu):.3f}")
 print(f"B/A CPU per pod, median of {len(ratios)} paired rounds: {statistics.median(ratios):.3f}"
       f" (range {min(ratios):.3f}-{max(ratios):.3f})")
+# An AB round and the BA round after it see the order both ways: the geometric mean of their
+# two ratios cancels a penalty (or bonus) of running second, which the ratio of the two
+# measures (the second run's CPU over the first's, both orders).
+pairs = [(ratios[i], ratios[i + 1]) for i in range(0, len(ratios) - 1, 2)]
+if pairs:
+    balanced = [(ab * ba) ** 0.5 for ab, ba in pairs]
+    second = [(ab / ba) ** 0.5 for ab, ba in pairs]
+    print(f"B/A CPU per pod, order-balanced (AB and BA rounds' geometric mean): "
+          + ", ".join(f"{x:.3f}" for x in balanced)
+          + f"; over all pairs {statistics.geometric_mean(balanced):.3f}")
+    print(f"running second costs: " + ", ".join(f"{x:.3f}x" for x in second)
+          + " (the second run's CPU per pod over the first's, per pair)")
 EOF
   exit 0
 fi

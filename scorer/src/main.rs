@@ -28,11 +28,12 @@ struct Cli {
     /// Worker threads of the main runtime: everything but gRPC — the Kubernetes watches and
     /// writes, the scheduling loop, the extender, the admission webhook, the metrics.k8s.io
     /// API, the autoscaler, the metrics server and UI. gRPC (agent streams, scoring) has its
-    /// own runtime, one worker per CPU. One is the default: the scheduling loop is serial
-    /// anyway, and a second worker mostly adds wake-ups between threads — one worker used
-    /// about 10 % less CPU per pod than two at the same pods/s, at 1 000 and at 5 000 nodes
-    /// (bench/README.md, "Scheduler throughput", 2026-11-28). More may help when the
-    /// extender, the webhook or many watches are busy on a machine with cores to spare.
+    /// own runtime, one worker per CPU. One is the default, run by tokio's current-thread
+    /// scheduler: the scheduling loop is serial anyway, and a second worker mostly adds
+    /// wake-ups between threads — one worker used about 10 % less CPU per pod than two at
+    /// the same pods/s, at 1 000 and at 5 000 nodes, and the current-thread scheduler 4–9 %
+    /// less again (bench/README.md, "Scheduler throughput", 2026-11-28). More may help when
+    /// the extender, the webhook or many watches are busy on a machine with cores to spare.
     #[arg(
         long,
         global = true,
@@ -57,9 +58,32 @@ enum Command {
     ConvertTrace(app::simulate::ConvertTraceArgs),
 }
 
+/// The stack of the one-thread runtime's thread: the size Linux gives a process's main
+/// thread by default, which ran the runtime's top-level future before.
+const MAIN_STACK_BYTES: usize = 8 << 20;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     app::init_logging(cli.log_format);
+    if cli.main_threads == 1 {
+        // One thread: tokio's current-thread scheduler on a thread of its own (named, with
+        // the main thread's stack). Its tasks run where the runtime is driven, without the
+        // multi-thread scheduler's hand-offs between a parked main thread and a worker:
+        // 4–9 % less CPU per pod than a one-worker multi-thread runtime at 1 000 and 5 000
+        // nodes (bench/README.md, "Scheduler throughput", 2026-11-28 morning).
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .thread_name(app::MAIN_THREAD_NAME)
+            .enable_all()
+            .build()
+            .context("starting the main tokio runtime")?;
+        return std::thread::Builder::new()
+            .name(app::MAIN_THREAD_NAME.to_string())
+            .stack_size(MAIN_STACK_BYTES)
+            .spawn(move || runtime.block_on(run(cli.command)))
+            .context("starting the main runtime's thread")?
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    }
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::from(cli.main_threads))
         .thread_name(app::MAIN_THREAD_NAME)

@@ -61,7 +61,7 @@ async fn grpc_is_served_by_its_own_named_threads() {
     assert_eq!(
         threads(pid, "loadstar-main").0,
         1,
-        "the main runtime has one worker by default"
+        "the main runtime has one thread by default"
     );
     // A second of calls back to back: serving them is CPU on the gRPC threads.
     let until = Instant::now() + Duration::from_secs(1);
