@@ -252,16 +252,16 @@ for label in ("a", "b"):
 print(f"B/A CPU per pod, median of {len(ratios)} paired rounds: {statistics.median(ratios):.3f}"
       f" (range {min(ratios):.3f}-{max(ratios):.3f})")
 # An AB round and the BA round after it see the order both ways: the geometric mean of their
-# two ratios cancels a penalty (or bonus) of running second, which the ratio of the two
-# measures (the second run's CPU over the first's, both orders).
+# two ratios cancels a penalty (or bonus) of running second; the square root of their
+# quotient measures what running second cost (the second run's CPU over the first's).
 pairs = [(ratios[i], ratios[i + 1]) for i in range(0, len(ratios) - 1, 2)]
 if pairs:
     balanced = [(ab * ba) ** 0.5 for ab, ba in pairs]
     second = [(ab / ba) ** 0.5 for ab, ba in pairs]
-    print(f"B/A CPU per pod, order-balanced (AB and BA rounds' geometric mean): "
+    print("B/A CPU per pod, order-balanced (AB and BA rounds' geometric mean): "
           + ", ".join(f"{x:.3f}" for x in balanced)
           + f"; over all pairs {statistics.geometric_mean(balanced):.3f}")
-    print(f"running second costs: " + ", ".join(f"{x:.3f}x" for x in second)
+    print("running second costs: " + ", ".join(f"{x:.3f}x" for x in second)
           + " (the second run's CPU per pod over the first's, per pair)")
 EOF
   exit 0

@@ -25,14 +25,14 @@ struct Cli {
         env = "LOADSTAR_LOG_FORMAT"
     )]
     log_format: app::LogFormat,
-    /// Worker threads of the main runtime: everything but gRPC — the Kubernetes watches and
+    /// Threads of the main runtime: everything but gRPC — the Kubernetes watches and
     /// writes, the scheduling loop, the extender, the admission webhook, the metrics.k8s.io
     /// API, the autoscaler, the metrics server and UI. gRPC (agent streams, scoring) has its
     /// own runtime, one worker per CPU. One is the default, run by tokio's current-thread
     /// scheduler: the scheduling loop is serial anyway, and a second worker mostly adds
     /// wake-ups between threads — one worker used about 10 % less CPU per pod than two at
-    /// the same pods/s, at 1 000 and at 5 000 nodes, and the current-thread scheduler 4–9 %
-    /// less again (bench/README.md, "Scheduler throughput", 2026-11-28). More may help when
+    /// the same pods/s, at 1 000 and at 5 000 nodes, and the current-thread scheduler 6–9 %
+    /// less again (bench/README.md, "Scheduler throughput", 2026-11-28 and its morning). More may help when
     /// the extender, the webhook or many watches are busy on a machine with cores to spare.
     #[arg(
         long,
@@ -58,8 +58,8 @@ enum Command {
     ConvertTrace(app::simulate::ConvertTraceArgs),
 }
 
-/// The stack of the one-thread runtime's thread: the size Linux gives a process's main
-/// thread by default, which ran the runtime's top-level future before.
+/// The stack of the one-thread runtime's thread: the usual main-thread stack (the common
+/// `RLIMIT_STACK` default), where the runtime's top-level future ran before.
 const MAIN_STACK_BYTES: usize = 8 << 20;
 
 fn main() -> anyhow::Result<()> {
@@ -69,8 +69,9 @@ fn main() -> anyhow::Result<()> {
         // One thread: tokio's current-thread scheduler on a thread of its own (named, with
         // the main thread's stack). Its tasks run where the runtime is driven, without the
         // multi-thread scheduler's hand-offs between a parked main thread and a worker:
-        // 4–9 % less CPU per pod than a one-worker multi-thread runtime at 1 000 and 5 000
-        // nodes (bench/README.md, "Scheduler throughput", 2026-11-28 morning).
+        // 6 % (1 000 nodes) and 9 % (5 000) less CPU per pod than a one-worker multi-thread
+        // runtime, order-balanced paired rounds (bench/README.md, "Scheduler throughput",
+        // 2026-11-28 morning).
         let runtime = tokio::runtime::Builder::new_current_thread()
             .thread_name(app::MAIN_THREAD_NAME)
             .enable_all()

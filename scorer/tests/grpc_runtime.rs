@@ -1,7 +1,7 @@
 //! The scorer serves gRPC on its own runtime, whose threads are named `loadstar-grpc`:
 //! `bench/scheduler-throughput.sh` counts their CPU as the scorer's ingest. This checks, on
 //! the real binary, that those threads exist and are the ones doing the serving, and that the
-//! main runtime (`loadstar-main`) has the worker threads `--main-threads` asks for.
+//! main runtime (`loadstar-main`) has the threads `--main-threads` asks for.
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -112,7 +112,7 @@ async fn start(extra: &[&str], env: &[(&str, &str)]) -> (Scorer, String) {
     (scorer, addr)
 }
 
-/// Counts the threads named `loadstar-main`: the main runtime's workers, and blocking-pool
+/// Counts the threads named `loadstar-main`: the main runtime's threads, and blocking-pool
 /// threads of that runtime while they live (standalone starts none: its in-process sampler
 /// reads `/proc` in a task).
 #[tokio::test]

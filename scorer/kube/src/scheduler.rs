@@ -14,15 +14,16 @@
 //! Also the `Scheduler.Bind` gRPC path ([`Binder`]): place (or place on a named node) and
 //! bind a pod by reference.
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::api::{
     ApiError, EventType, KubeApi, PodEvent, REASON_FAILED, REASON_PREEMPTED, REASON_SCHEDULED,
@@ -124,7 +125,7 @@ struct Handles {
     /// durations ([`EXTENSION_POINTS`]).
     profiles: HashMap<String, ([Counter; 3], [Histogram; 3])>,
     /// Binds by result ([`BIND_RESULTS`]).
-    binds: Vec<Counter>,
+    binds: [Counter; 4],
 }
 
 impl Handles {
@@ -156,17 +157,14 @@ impl Handles {
                 .iter()
                 .map(|p| (p.name.clone(), (attempts(&p.name), phases(&p.name))))
                 .collect(),
-            binds: BIND_RESULTS
-                .iter()
-                .map(|result| {
-                    metrics
-                        .binds
-                        .get_or_create(&ResultLabel {
-                            result: (*result).to_string(),
-                        })
-                        .clone()
-                })
-                .collect(),
+            binds: BIND_RESULTS.map(|result| {
+                metrics
+                    .binds
+                    .get_or_create(&ResultLabel {
+                        result: result.to_string(),
+                    })
+                    .clone()
+            }),
         }
     }
 }
@@ -375,8 +373,14 @@ impl Scheduler {
     }
 
     fn write(&self, w: Write) {
-        if let Err(e) = self.writes.try_send(w) {
-            debug!(error = %e, "event/status queue full; dropping a write");
+        match self.writes.try_send(w) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                debug!("event/status queue full; dropping a write");
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                warn!("the event/status writer has stopped; dropping a write");
+            }
         }
     }
 
@@ -442,17 +446,21 @@ impl Scheduler {
             let api = &api;
             writes
                 .for_each_concurrent(limit, |w| async move {
-                    let r = match &w {
-                        Write::Event(ev) => api.event(ev).await,
-                        Write::Unschedulable {
-                            namespace,
-                            name,
-                            message,
-                        } => api.mark_unschedulable(namespace, name, message).await,
+                    let write = async {
+                        match &w {
+                            Write::Event(ev) => api.event(ev).await,
+                            Write::Unschedulable {
+                                namespace,
+                                name,
+                                message,
+                            } => api.mark_unschedulable(namespace, name, message).await,
+                        }
                     };
-                    match r {
-                        Ok(()) | Err(ApiError::NotFound { .. }) => {}
-                        Err(e) => warn!(error = %e, "could not record scheduling outcome"),
+                    // One write that panics must not end the task every write runs in.
+                    match AssertUnwindSafe(write).catch_unwind().await {
+                        Ok(Ok(()) | Err(ApiError::NotFound { .. })) => {}
+                        Ok(Err(e)) => warn!(error = %e, "could not record scheduling outcome"),
+                        Err(_) => error!("recording a scheduling outcome panicked; dropped"),
                     }
                 })
                 .await;
@@ -1607,7 +1615,8 @@ mod tests {
             ) >= 4.0,
             "{text}"
         );
-        assert!(value("loadstar_scorer_binds_total{result=\"bound\"}") >= 2.0);
+        // a and b; taken's bindings all conflict.
+        assert_eq!(value("loadstar_scorer_binds_total{result=\"bound\"}"), 2.0);
         assert_eq!(value("loadstar_scorer_binds_total{result=\"error\"}"), 0.0);
         assert!(text.contains("loadstar_scorer_bind_duration_seconds_count"));
         // The conflicting pod: no Scheduled event, assumption forgotten, and retried (a 409
@@ -1694,26 +1703,33 @@ mod tests {
         cache.pods_relist_done();
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    /// The scheduler's runtime is a current-thread one, as the scorer's main runtime is by
+    /// default: the call must not need a second thread of it.
+    #[tokio::test]
     async fn the_grpc_binder_binds_on_the_schedulers_runtime_for_a_caller_on_another() {
         let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
         node_n1_and_pending_a(&cache);
         let binder = SchedulerBinder::new(scheduler.clone());
-        // The caller's runtime (as the gRPC runtime is) is another one, on its own thread.
-        let outcome = std::thread::spawn(move || {
+        // The caller's runtime (as the gRPC runtime is) is another one, on its own thread;
+        // this runtime awaits its answer instead of blocking on the thread.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
             let other = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("runtime");
-            other.block_on(binder.bind(BindRequest {
+            let outcome = other.block_on(binder.bind(BindRequest {
                 namespace: "ns".into(),
                 name: "a".into(),
                 ..Default::default()
-            }))
-        })
-        .join()
-        .expect("caller thread")
-        .expect("bound");
+            }));
+            let _ = tx.send(outcome);
+        });
+        let outcome = tokio::time::timeout(Duration::from_secs(10), rx)
+            .await
+            .expect("answered in time")
+            .expect("caller thread")
+            .expect("bound");
         assert_eq!(outcome.node_name, "n1");
         assert!(
             log.lock()
