@@ -31,9 +31,10 @@ struct Cli {
     /// own runtime, one worker per CPU. One is the default, run by tokio's current-thread
     /// scheduler: the scheduling loop is serial anyway, and a second worker mostly adds
     /// wake-ups between threads — one worker used about 10 % less CPU per pod than two at
-    /// the same pods/s, at 1 000 and at 5 000 nodes, and the current-thread scheduler 6–9 %
-    /// less again (bench/README.md, "Scheduler throughput", 2026-11-28 and its morning). More may help when
-    /// the extender, the webhook or many watches are busy on a machine with cores to spare.
+    /// the same pods/s, at 1 000 and at 5 000 nodes, and the current-thread scheduler 6 %
+    /// and 9 % less again (order-balanced paired rounds; bench/README.md, "Scheduler
+    /// throughput", 2026-11-28 and its morning). More may help when the extender, the
+    /// webhook or many watches are busy on a machine with cores to spare.
     #[arg(
         long,
         global = true,
@@ -65,33 +66,32 @@ const MAIN_STACK_BYTES: usize = 8 << 20;
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     app::init_logging(cli.log_format);
-    if cli.main_threads == 1 {
-        // One thread: tokio's current-thread scheduler on a thread of its own (named, with
-        // the main thread's stack). Its tasks run where the runtime is driven, without the
-        // multi-thread scheduler's hand-offs between a parked main thread and a worker:
-        // 6 % (1 000 nodes) and 9 % (5 000) less CPU per pod than a one-worker multi-thread
-        // runtime, order-balanced paired rounds (bench/README.md, "Scheduler throughput",
-        // 2026-11-28 morning).
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .thread_name(app::MAIN_THREAD_NAME)
-            .enable_all()
-            .build()
-            .context("starting the main tokio runtime")?;
-        return std::thread::Builder::new()
-            .name(app::MAIN_THREAD_NAME.to_string())
-            .stack_size(MAIN_STACK_BYTES)
-            .spawn(move || runtime.block_on(run(cli.command)))
-            .context("starting the main runtime's thread")?
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(usize::from(cli.main_threads))
+    // One thread: tokio's current-thread scheduler, driven on a thread of its own (named,
+    // with the main thread's stack), where its tasks run without the multi-thread
+    // scheduler's hand-offs between a parked main thread and a worker (see `main_threads`).
+    let one = cli.main_threads == 1;
+    let mut builder = if one {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(usize::from(cli.main_threads));
+        b
+    };
+    let runtime = builder
         .thread_name(app::MAIN_THREAD_NAME)
         .enable_all()
         .build()
-        .context("starting the main tokio runtime")?
-        .block_on(run(cli.command))
+        .context("starting the main tokio runtime")?;
+    if !one {
+        return runtime.block_on(run(cli.command));
+    }
+    std::thread::Builder::new()
+        .name(app::MAIN_THREAD_NAME.to_string())
+        .stack_size(MAIN_STACK_BYTES)
+        .spawn(move || runtime.block_on(run(cli.command)))
+        .context("starting the main runtime's thread")?
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 async fn run(command: Command) -> anyhow::Result<()> {

@@ -103,15 +103,48 @@ enum Write {
 /// its runtime run.
 const MAX_BUSY: Duration = Duration::from_millis(5);
 
-/// Result labels of the binds metric.
-const BOUND: &str = "bound";
-const CONFLICT: &str = "conflict";
-const GONE: &str = "gone";
-const ERROR: &str = "error";
-const BIND_RESULTS: [&str; 4] = [BOUND, CONFLICT, GONE, ERROR];
+/// The results of the binds metric (`result` label), in [`Handles::binds`]' order.
+#[derive(Debug, Clone, Copy)]
+enum BindResult {
+    Bound,
+    Conflict,
+    Gone,
+    Error,
+}
 
-/// Result labels of the scheduling-attempts metric.
-const ATTEMPT_RESULTS: [&str; 3] = ["scheduled", "unschedulable", "error"];
+impl BindResult {
+    const ALL: [BindResult; 4] = [Self::Bound, Self::Conflict, Self::Gone, Self::Error];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Bound => "bound",
+            Self::Conflict => "conflict",
+            Self::Gone => "gone",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// The results of the scheduling-attempts metric (`result` label), in [`Handles::profiles`]'
+/// order.
+#[derive(Debug, Clone, Copy)]
+enum AttemptResult {
+    Scheduled,
+    Unschedulable,
+    Error,
+}
+
+impl AttemptResult {
+    const ALL: [AttemptResult; 3] = [Self::Scheduled, Self::Unschedulable, Self::Error];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Scheduled => "scheduled",
+            Self::Unschedulable => "unschedulable",
+            Self::Error => "error",
+        }
+    }
+}
 
 /// The timed extension points, in [`Evaluation::timings`]' order.
 const EXTENSION_POINTS: [&str; 3] = ["PreFilter", "Filter", "Score"];
@@ -121,22 +154,22 @@ const EXTENSION_POINTS: [&str; 3] = ["PreFilter", "Filter", "Score"];
 /// made five per pod. Every series starts at zero, so a first error shows in `rate()`.
 #[derive(Debug)]
 struct Handles {
-    /// Per profile: attempts by result ([`ATTEMPT_RESULTS`]) and the extension points'
+    /// Per profile: attempts by result ([`AttemptResult`]) and the extension points'
     /// durations ([`EXTENSION_POINTS`]).
     profiles: HashMap<String, ([Counter; 3], [Histogram; 3])>,
-    /// Binds by result ([`BIND_RESULTS`]).
+    /// Binds by result ([`BindResult`]).
     binds: [Counter; 4],
 }
 
 impl Handles {
     fn new(metrics: &Metrics, profiles: &Profiles) -> Handles {
         let attempts = |profile: &str| {
-            ATTEMPT_RESULTS.map(|result| {
+            AttemptResult::ALL.map(|result| {
                 metrics
                     .schedule_attempts
                     .get_or_create(&ProfileResultLabel {
                         profile: profile.to_string(),
-                        result: result.to_string(),
+                        result: result.label().to_string(),
                     })
                     .clone()
             })
@@ -157,11 +190,11 @@ impl Handles {
                 .iter()
                 .map(|p| (p.name.clone(), (attempts(&p.name), phases(&p.name))))
                 .collect(),
-            binds: BIND_RESULTS.map(|result| {
+            binds: BindResult::ALL.map(|result| {
                 metrics
                     .binds
                     .get_or_create(&ResultLabel {
-                        result: result.to_string(),
+                        result: result.label().to_string(),
                     })
                     .clone()
             }),
@@ -270,19 +303,11 @@ impl Scheduler {
         self
     }
 
-    /// Counts a scheduling attempt of `profile` with `result` (one of [`ATTEMPT_RESULTS`]).
-    fn attempt(&self, profile: &str, result: &str) {
-        let handle = self
-            .handles
-            .profiles
-            .get(profile)
-            .and_then(|(attempts, _)| {
-                let i = ATTEMPT_RESULTS.iter().position(|r| *r == result)?;
-                Some(&attempts[i])
-            });
-        match handle {
-            Some(c) => {
-                c.inc();
+    /// Counts a scheduling attempt of `profile` with `result`.
+    fn attempt(&self, profile: &str, result: AttemptResult) {
+        match self.handles.profiles.get(profile) {
+            Some((attempts, _)) => {
+                attempts[result as usize].inc();
             }
             // A pod of a profile this scheduler does not run (counted as an error).
             None => {
@@ -290,7 +315,7 @@ impl Scheduler {
                     .schedule_attempts
                     .get_or_create(&ProfileResultLabel {
                         profile: profile.to_string(),
-                        result: result.to_string(),
+                        result: result.label().to_string(),
                     })
                     .inc();
             }
@@ -355,21 +380,9 @@ impl Scheduler {
         self.leader.borrow().is_leader
     }
 
-    /// Counts a bind with `result` (one of [`BIND_RESULTS`]).
-    fn count(&self, result: &str) {
-        match BIND_RESULTS.iter().position(|r| *r == result) {
-            Some(i) => {
-                self.handles.binds[i].inc();
-            }
-            None => {
-                self.metrics
-                    .binds
-                    .get_or_create(&ResultLabel {
-                        result: result.to_string(),
-                    })
-                    .inc();
-            }
-        }
+    /// Counts a bind with `result`.
+    fn count(&self, result: BindResult) {
+        self.handles.binds[result as usize].inc();
     }
 
     fn write(&self, w: Write) {
@@ -581,7 +594,7 @@ impl Scheduler {
         let info = match &facts.info {
             Ok(i) => i,
             Err(e) => {
-                self.attempt(&facts.scheduler_name, "error");
+                self.attempt(&facts.scheduler_name, AttemptResult::Error);
                 self.failed(&facts, e.to_string());
                 self.queue
                     .with(|q| q.requeue_backoff(&pod.key, Instant::now()));
@@ -638,7 +651,7 @@ impl Scheduler {
             )
         };
         let Some(best) = ev.best() else {
-            self.attempt(&profile.name, "unschedulable");
+            self.attempt(&profile.name, AttemptResult::Unschedulable);
             self.failed(&facts, ev.summary());
             self.decisions
                 .record(decision(&ev), Recorded::Unschedulable);
@@ -660,7 +673,7 @@ impl Scheduler {
         let writes = match volume_writes(info, &l.snap.nodes[index]) {
             Ok(w) => w,
             Err(reason) => {
-                self.attempt(&profile.name, "error");
+                self.attempt(&profile.name, AttemptResult::Error);
                 self.decisions.record(
                     decision(&ev),
                     Recorded::BindFailed {
@@ -694,7 +707,7 @@ impl Scheduler {
         if let Some(w) = &writes {
             self.cache.reservations().reserve(w);
         }
-        self.attempt(&profile.name, "scheduled");
+        self.attempt(&profile.name, AttemptResult::Scheduled);
         self.decisions.record(
             record,
             Recorded::Assumed {
@@ -859,7 +872,7 @@ impl Scheduler {
         .await;
         self.cache.reservations().release(w);
         if let Err(e) = &result {
-            self.count(ERROR);
+            self.count(BindResult::Error);
             warn!(error = %e, node, "binding volumes failed; will retry");
             self.cache.forget(&facts.uid);
             self.failed(facts, e.to_string());
@@ -931,7 +944,7 @@ impl Scheduler {
             .bind_duration
             .observe(started.elapsed().as_secs_f64());
         let Ok(result) = result else {
-            self.count(ERROR);
+            self.count(BindResult::Error);
             warn!(node, timeout = ?self.config.bind_timeout, "binding timed out; will retry");
             self.cache.forget(&facts.uid);
             return Err(format!(
@@ -941,7 +954,7 @@ impl Scheduler {
         };
         match result {
             Ok(()) => {
-                self.count(BOUND);
+                self.count(BindResult::Bound);
                 self.metrics
                     .scheduling_latency
                     .observe(enqueued_at.elapsed().as_secs_f64());
@@ -956,18 +969,18 @@ impl Scheduler {
             // kube-scheduler does for every binding error; once the watch shows the pod
             // bound, the queue drops it and the retry never happens.
             Err(ApiError::Conflict { message, .. }) => {
-                self.count(CONFLICT);
+                self.count(BindResult::Conflict);
                 info!(node, %message, "binding conflict; will retry unless the pod is bound meanwhile");
                 self.cache.forget(&facts.uid);
                 Err(format!("conflict: {message}"))
             }
             Err(ApiError::NotFound { .. }) => {
-                self.count(GONE);
+                self.count(BindResult::Gone);
                 self.cache.forget(&facts.uid);
                 Ok(())
             }
             Err(e) => {
-                self.count(ERROR);
+                self.count(BindResult::Error);
                 warn!(error = %e, node, "binding failed; will retry");
                 self.cache.forget(&facts.uid);
                 Err(e.to_string())
@@ -1138,12 +1151,12 @@ impl Binder for Scheduler {
                 self.decisions.limits(),
             );
             let Some(best) = ev.best() else {
-                self.attempt(&profile.name, "unschedulable");
+                self.attempt(&profile.name, AttemptResult::Unschedulable);
                 self.decisions.record(decision, Recorded::Unschedulable);
                 self.failed(&facts, ev.summary());
                 return Err(ClusterError::FailedPrecondition(ev.summary()));
             };
-            self.attempt(&profile.name, "scheduled");
+            self.attempt(&profile.name, AttemptResult::Scheduled);
             let node = snap.nodes[best.index].name.clone();
             self.decisions.record(
                 decision,
@@ -1166,7 +1179,7 @@ impl Binder for Scheduler {
             }
             match self.api.bind(&ns, &facts.name, &facts.uid, &node).await {
                 Ok(()) => {
-                    self.count(BOUND);
+                    self.count(BindResult::Bound);
                     self.metrics
                         .scheduling_latency
                         .observe(started.elapsed().as_secs_f64());
@@ -1188,7 +1201,7 @@ impl Binder for Scheduler {
                     })
                 }
                 Err(e) => {
-                    self.count(ERROR);
+                    self.count(BindResult::Error);
                     self.cache.forget(&facts.uid);
                     self.decisions.set_outcome(
                         &ns,
