@@ -2,13 +2,13 @@
 //! buffers. tonic gives each stream an 8 KiB decode buffer and an 8 KiB encode buffer and
 //! keeps them for the stream's life; the scorer holds one agent stream per node, so at 10 000
 //! nodes that default alone is ~160 MiB of the scorer's memory for reports of ~1 KiB and
-//! acks of a few bytes (here 1 KiB to decode, 256 bytes to encode). Buffers still grow to
+//! acks of a few bytes (here 1 KiB to decode, 64 bytes to encode). Buffers still grow to
 //! fit any larger message (tonic reserves what a message needs), so only idle capacity
 //! shrinks. Selected in `build.rs` with
 //! `codec_path`, as tonic's `codec_buffers` example does. The scorer's Ingest server uses
 //! [`EncodedReportCodec`], which also keeps each report's bytes.
 use prost::Message;
-use prost::bytes::Buf;
+use prost::bytes::{Buf, Bytes};
 use tonic::Status;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic_prost::ProstCodec;
@@ -19,11 +19,13 @@ use crate::pb;
 /// to a few hundred bytes up to ~2 KiB with many pods.
 pub const DECODE_BUFFER_BYTES: usize = 1024;
 /// Initial (and idle) encode buffer per stream, bytes. What the scorer sends on its
-/// long-lived streams are acks of a few bytes each; a larger message (a `Score` response, an
-/// agent's report) grows its buffer as it needs. Below 1 KiB `bytes` keeps no capacity hint,
-/// so a buffer replaced while the previous frame is still in flight is allocated at the size
-/// the next message needs: more small allocations, less idle memory per stream.
-pub const ENCODE_BUFFER_BYTES: usize = 256;
+/// long-lived streams are acks of ~20 bytes each with their header (a rejection's reason
+/// more); a larger message (a `Score` response, an agent's report) grows its buffer as it
+/// needs. Below 1 KiB `bytes` keeps no capacity hint, so a buffer replaced while the previous
+/// frame is still in flight is allocated at the size the next message needs: more small
+/// allocations, less idle memory per stream (256 bytes here until 2026-11-28: ~1 MB at
+/// 5 000 agent streams).
+pub const ENCODE_BUFFER_BYTES: usize = 64;
 /// tonic's default: how much encoded data a response stream buffers before yielding.
 const YIELD_THRESHOLD_BYTES: usize = 32 * 1024;
 
@@ -63,13 +65,17 @@ where
 
 /// A report as it came: decoded, and the bytes it was decoded from, which the scorer keeps
 /// for `GetNode` and watches instead of encoding the report again (at 10 000 agents that
-/// encoding was ~6 % of the ingest CPU; copying the bytes is one allocation and a `memcpy`).
+/// encoding was ~6 % of the ingest CPU). The bytes are the stream's decode buffer itself, split
+/// off without a copy: the node's stored report then owns the block tonic read it into, and
+/// the stream's buffer keeps only that block's tail and takes a fresh block for the next
+/// report, so an idle stream holds no buffer of its own beside the report the store keeps
+/// (~1 KiB less per node than a copy next to a buffer that keeps its size).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EncodedReport {
     /// The report.
     pub report: pb::NodeReport,
     /// Its protobuf encoding as received (exactly one message, no gRPC framing).
-    pub encoded: Box<[u8]>,
+    pub encoded: Bytes,
 }
 
 /// The codec of the scorer's Ingest server: reports in as [`EncodedReport`], acks out as
@@ -109,16 +115,10 @@ impl Decoder for EncodedReportDecoder {
     }
 }
 
-/// One report from `buf` (all of it), with its bytes.
+/// One report from `buf` (all of it), with its bytes: split off tonic's buffer without a copy
+/// (`DecodeBuf::copy_to_bytes` splits its `BytesMut`), copied from any other `Buf`.
 fn encoded_report(mut buf: impl Buf) -> Result<EncodedReport, Status> {
-    let mut encoded = Vec::with_capacity(buf.remaining());
-    while buf.has_remaining() {
-        let chunk = buf.chunk();
-        encoded.extend_from_slice(chunk);
-        let n = chunk.len();
-        buf.advance(n);
-    }
-    let encoded = encoded.into_boxed_slice();
+    let encoded = buf.copy_to_bytes(buf.remaining());
     // As tonic-prost words an undecodable message.
     let report =
         pb::NodeReport::decode(&encoded[..]).map_err(|e| Status::internal(e.to_string()))?;

@@ -18,7 +18,6 @@ use tracing::{Instrument, Span, debug, debug_span, info, warn};
 use loadstar_auth::AgentGrant;
 use loadstar_common::rate::{RateLimit, TokenBucket};
 use loadstar_common::text::truncate;
-use std::future::Future;
 
 use loadstar_store::metrics::{Metrics, ReasonLabel};
 use loadstar_store::validate::ReportError;
@@ -127,7 +126,7 @@ impl IngestService {
         stream: StreamId,
         stream_node: &mut Option<String>,
         report: pb::NodeReport,
-        encoded: Option<Box<[u8]>>,
+        encoded: Option<prost::bytes::Bytes>,
         grant: Option<(&AgentGrant, Option<std::net::SocketAddr>)>,
     ) -> Handled {
         let sequence = report.sequence;
@@ -211,13 +210,13 @@ impl IngestService {
     async fn pace(
         &self,
         bucket: &mut TokenBucket,
-        closed: &mut (impl Future<Output = ()> + Unpin),
+        closing: &mut Option<watch::Receiver<bool>>,
     ) -> bool {
         while let Err(wait) = bucket.try_take(std::time::Instant::now()) {
             self.metrics.ingest_throttled.inc();
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = &mut *closed => return false,
+                _ = crate::shutdown::closed_by(closing) => return false,
             }
         }
         true
@@ -233,18 +232,18 @@ impl IngestService {
             return Some(Err(status));
         }
         loop {
-            if !self.pace(&mut s.bucket, &mut s.closed).await {
+            if !self.pace(&mut s.bucket, &mut s.closing).await {
                 return s.shutting_down();
             }
             let next = tokio::select! {
                 m = s.inbound.message() => m,
-                _ = &mut s.closed => return s.shutting_down(),
+                _ = crate::shutdown::closed_by(&mut s.closing) => return s.shutting_down(),
             };
             match next {
                 Ok(Some(EncodedReport { report, encoded })) => {
                     let first = s.guard.node.is_none();
                     let ack_every = report.ack_interval_seconds;
-                    let grant = s.grant.as_ref().map(|g| (g, s.peer));
+                    let grant = s.grant.as_deref().map(|g| (g, s.guard.peer));
                     let handled = self.handle(
                         s.guard.stream,
                         &mut s.guard.node,
@@ -305,10 +304,11 @@ impl IngestService {
 /// or ack channel of its own (at one stream per node, that is memory per node).
 struct StreamState {
     inbound: Streaming<EncodedReport>,
-    grant: Option<AgentGrant>,
-    peer: Option<std::net::SocketAddr>,
+    /// Boxed: only with authentication on, and ~130 bytes a stream otherwise.
+    grant: Option<Box<AgentGrant>>,
     bucket: TokenBucket,
-    closed: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// The server's shutdown signal (waited on by [`crate::shutdown::closed_by`]).
+    closing: Option<watch::Receiver<bool>>,
     /// A status to end the stream with after the ack just sent.
     end: Option<Status>,
     /// The item just returned is the stream's last (a final status or ack).
@@ -416,8 +416,7 @@ impl encoded::ingest_server::Ingest for IngestService {
         self.metrics.ingest_streams.inc();
         let state = StreamState {
             inbound,
-            grant,
-            peer,
+            grant: grant.map(Box::new),
             bucket: TokenBucket::new(
                 RateLimit {
                     qps: self.limits.reports_per_second,
@@ -425,7 +424,7 @@ impl encoded::ingest_server::Ingest for IngestService {
                 },
                 std::time::Instant::now(),
             ),
-            closed: Box::pin(crate::shutdown::closed(self.closing.clone())),
+            closing: self.closing.clone(),
             end: None,
             done: false,
             acked: None,
@@ -440,18 +439,22 @@ impl encoded::ingest_server::Ingest for IngestService {
                 span,
             },
         };
-        let this = self.clone();
-        let acks = futures::stream::unfold(Some((this, state)), |st| {
+        // The service and the stream's state in one box the ack future borrows from: moved
+        // by value, `unfold` kept them twice in its future (once captured, once taken out),
+        // ~1.8 KB per stream instead of ~1 KB with the box.
+        let st = Box::new((self.clone(), state));
+        let acks = futures::stream::unfold(Some(st), |st| {
             let span = st
                 .as_ref()
-                .map_or_else(Span::none, |(_, s)| s.guard.span.clone());
+                .map_or_else(Span::none, |st| st.1.guard.span.clone());
             async move {
-                let (this, mut s) = st?;
-                let item = this.next_ack(&mut s).await?;
+                let mut st = st?;
+                let (this, s) = &mut *st;
+                let item = this.next_ack(s).await?;
                 // A stream whose last item this is gives its node back now, not when hyper
                 // drops the response (which waits for the agent to read the status).
                 let last = s.done;
-                Some((item, (!last).then_some((this, s))))
+                Some((item, (!last).then_some(st)))
             }
             .instrument(span)
         });

@@ -2,6 +2,7 @@
 //! `Scheduler` for clients), gRPC health and reflection, assembled into one server. This is
 //! the only layer that speaks `tonic`: domain errors from the layers below become a
 //! [`tonic::Status`] here ([`status`]).
+pub mod aligned;
 pub mod gate;
 pub mod ingest;
 pub mod listener;

@@ -203,10 +203,12 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(
+        // Agent streams' bodies cut after each message header: tonic's decode buffer then
+        // keeps its size (`aligned`), ~1 KiB less per stream, i.e. per node.
+        .add_service(crate::aligned::AlignRequests(
             loadstar_proto::encoded::ingest_server::IngestServer::new(ingest)
                 .max_decoding_message_size(l.max_message_bytes),
-        )
+        ))
         .add_service(
             pb::scorer_server::ScorerServer::new(parts.scorer_service().with_closing(closing))
                 .max_decoding_message_size(l.max_message_bytes),

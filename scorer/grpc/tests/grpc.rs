@@ -252,6 +252,46 @@ async fn sparse_acks_ack_the_first_rejected_paced_and_last_reports() {
     server.stop().await;
 }
 
+/// The server's shutdown ends an agent stream the agent keeps open: the ack of its stored but
+/// unacknowledged report comes, then the stream's end, and the drain is not held open by it.
+#[tokio::test]
+async fn shutdown_ends_an_open_agent_stream_after_its_last_ack() {
+    let server = TestServer::start(server::ServerLimits::default()).await;
+    let cap = simagent::capacity(8, 32);
+    let report = |seq| {
+        let mut r = simagent::report("node-d", "i", seq, &cap, SyntheticLoad::default());
+        r.ack_interval_seconds = 60.0;
+        r
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let mut acks = pb::ingest_client::IngestClient::new(server.channel().await)
+        .report(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("stream opens")
+        .into_inner();
+    tx.send(report(1)).await.expect("send");
+    assert_eq!(next_ack(&mut acks).await.map(|a| a.sequence), Some(1));
+    tx.send(report(2)).await.expect("send");
+    let store = server.store.clone();
+    for _ in 0..500 {
+        if store
+            .node_status("node-d")
+            .is_some_and(|s| s.reports_accepted == 2)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopping = tokio::spawn(server.stop());
+    let last = next_ack(&mut acks).await.expect("the unacked report's ack");
+    assert_eq!((last.sequence, last.accepted), (2, true));
+    assert_eq!(next_ack(&mut acks).await, None, "then the stream ends");
+    stopping
+        .await
+        .expect("the server drains with the agent's side still open");
+    drop(tx);
+}
+
 #[tokio::test]
 async fn a_broken_stream_still_acks_what_it_stored_before_its_status() {
     use prost::Message as _;

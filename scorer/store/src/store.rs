@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use loadstar_proto::pb;
 use prost::Message;
+use prost::bytes::Bytes;
 use tokio::sync::broadcast;
 
 use crate::validate::{self, ReportError, ReportLimits};
@@ -111,7 +112,7 @@ struct NodeEntry {
     /// `GetNode`, `ListNodes` and watch events read it, and the encoding
     /// takes about a quarter of the decoded message's heap (one allocation instead of ~20),
     /// which at 10 000 nodes is ~13 MB.
-    report: Option<Box<[u8]>>,
+    report: Option<Bytes>,
     kube: Option<Arc<KubeNode>>,
     alloc: Arc<NodeAllocation>,
     accepted: u64,
@@ -265,7 +266,7 @@ impl NodeStore {
     pub fn apply_stream_report(
         &self,
         report: pb::NodeReport,
-        encoded: Option<Box<[u8]>>,
+        encoded: Option<Bytes>,
         now: Instant,
         stream: StreamId,
         principal: Option<&str>,
@@ -286,7 +287,7 @@ impl NodeStore {
     fn apply(
         &self,
         report: pb::NodeReport,
-        encoded: Option<Box<[u8]>>,
+        encoded: Option<Bytes>,
         now: Instant,
         stream: Option<(StreamId, Option<&str>)>,
     ) -> Result<Applied, ReportError> {
@@ -298,7 +299,7 @@ impl NodeStore {
         // the store then refuses, for its sequence or owner, wastes it; rare).
         let encoded = validated
             .is_ok()
-            .then(|| encoded.unwrap_or_else(|| report.encode_to_vec().into_boxed_slice()));
+            .then(|| encoded.unwrap_or_else(|| Bytes::from(report.encode_to_vec())));
         let name: Arc<str> = Arc::from(report.node_name.as_str());
         let mut shard = lock_write(self.shard(&name));
         let mut agent = match validated {
