@@ -47,9 +47,15 @@ impl Default for IngestLimits {
     }
 }
 
-/// The ingest service.
+/// The ingest service. Each agent stream keeps a clone, so it is one shared pointer.
 #[derive(Debug, Clone)]
 pub struct IngestService {
+    inner: Arc<IngestInner>,
+}
+
+/// What [`IngestService`] shares between its streams.
+#[derive(Debug, Clone)]
+struct IngestInner {
     store: Arc<NodeStore>,
     metrics: Arc<Metrics>,
     pace: Pace,
@@ -72,36 +78,39 @@ impl IngestService {
     /// every ack (0: no preference; a [`crate::pacing::Pacer`] may move it).
     pub fn new(store: Arc<NodeStore>, metrics: Arc<Metrics>, pace: Pace) -> Self {
         IngestService {
-            store,
-            metrics,
-            pace,
-            closing: None,
-            limits: IngestLimits::default(),
-            gate: Gate::open(),
+            inner: Arc::new(IngestInner {
+                store,
+                metrics,
+                pace,
+                closing: None,
+                limits: IngestLimits::default(),
+                gate: Gate::open(),
+            }),
         }
     }
 
     /// Checks agents at `gate`.
     pub fn with_gate(mut self, gate: Gate) -> Self {
-        self.gate = gate;
+        Arc::make_mut(&mut self.inner).gate = gate;
         self
     }
 
     /// Sets the per-stream limits.
     pub fn with_limits(mut self, limits: IngestLimits) -> Self {
-        self.limits = limits;
+        Arc::make_mut(&mut self.inner).limits = limits;
         self
     }
 
     /// Ends agent streams when `closing` turns true, so agents move to another replica and
     /// a graceful shutdown is not held open by them.
     pub fn with_closing(mut self, closing: watch::Receiver<bool>) -> Self {
-        self.closing = Some(closing);
+        Arc::make_mut(&mut self.inner).closing = Some(closing);
         self
     }
 
     fn reject(&self, reason: &'static str) {
-        self.metrics
+        self.inner
+            .metrics
             .reports_rejected
             .get_or_create(&ReasonLabel {
                 reason: reason.into(),
@@ -110,7 +119,8 @@ impl IngestService {
     }
 
     fn refuse(&self, reason: &'static str) {
-        self.metrics
+        self.inner
+            .metrics
             .ingest_refused
             .get_or_create(&ReasonLabel {
                 reason: reason.into(),
@@ -132,14 +142,14 @@ impl IngestService {
         let sequence = report.sequence;
         let sample_nanos = report.sample_time_unix_nanos;
         if let Some((grant, peer)) = grant
-            && let Err(status) = self.gate.report(grant, &report.node_name, peer)
+            && let Err(status) = self.inner.gate.report(grant, &report.node_name, peer)
         {
             return Handled {
                 ack: pb::ReportAck {
                     sequence,
                     accepted: false,
                     reject_reason: status.message().to_string(),
-                    desired_interval_seconds: self.pace.get(),
+                    desired_interval_seconds: self.inner.pace.get(),
                 },
                 end: Some(status),
             };
@@ -152,7 +162,7 @@ impl IngestService {
             }),
             _ => {
                 let name = report.node_name.clone();
-                let r = self.store.apply_stream_report(
+                let r = self.inner.store.apply_stream_report(
                     report,
                     encoded,
                     Instant::now(),
@@ -169,7 +179,7 @@ impl IngestService {
             sequence,
             accepted,
             reject_reason,
-            desired_interval_seconds: self.pace.get(),
+            desired_interval_seconds: self.inner.pace.get(),
         };
         match result {
             Ok(applied) => {
@@ -177,11 +187,11 @@ impl IngestService {
                     // Acknowledged again, but neither a new report nor a new sample.
                     debug!("the stored report came again; acknowledged");
                 } else {
-                    self.metrics.reports_accepted.inc();
+                    self.inner.metrics.reports_accepted.inc();
                     if let Ok(now) = SystemTime::now().duration_since(UNIX_EPOCH) {
                         let lag = now.as_nanos() as f64 - sample_nanos as f64;
                         if lag >= 0.0 && sample_nanos > 0 {
-                            self.metrics.report_lag.observe(lag / 1e9);
+                            self.inner.metrics.report_lag.observe(lag / 1e9);
                         }
                     }
                 }
@@ -213,9 +223,11 @@ impl IngestService {
         closing: &mut Option<watch::Receiver<bool>>,
     ) -> bool {
         while let Err(wait) = bucket.try_take(std::time::Instant::now()) {
-            self.metrics.ingest_throttled.inc();
+            self.inner.metrics.ingest_throttled.inc();
+            // Boxed: only a throttled stream sleeps, and a `Sleep` held in every stream's
+            // future would be ~0.1 KB per agent stream.
             tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+                _ = Box::pin(tokio::time::sleep(wait)) => {}
                 _ = crate::shutdown::closed_by(closing) => return false,
             }
         }
@@ -405,7 +417,7 @@ impl encoded::ingest_server::Ingest for IngestService {
     ) -> Result<Response<Self::ReportStream>, Status> {
         let peer = peer(&request);
         // Before any report is decoded: who is this?
-        let grant = self.gate.agent(&request).await?;
+        let grant = self.inner.gate.agent(&request).await?;
         let inbound = request.into_inner();
         // A debug span: at 10 000 agent streams an enabled span per stream is ~0.4 KB each in
         // the subscriber's registry and an enter, exit and clone per report (~3 % of ingest
@@ -413,25 +425,25 @@ impl encoded::ingest_server::Ingest for IngestService {
         let pod = grant.as_ref().map(AgentGrant::pod_key);
         let span = debug_span!("ingest_stream", peer = ?peer, node = tracing::field::Empty,
                                pod = pod.as_deref());
-        self.metrics.ingest_streams.inc();
+        self.inner.metrics.ingest_streams.inc();
         let state = StreamState {
             inbound,
             grant: grant.map(Box::new),
             bucket: TokenBucket::new(
                 RateLimit {
-                    qps: self.limits.reports_per_second,
-                    burst: self.limits.burst,
+                    qps: self.inner.limits.reports_per_second,
+                    burst: self.inner.limits.burst,
                 },
                 std::time::Instant::now(),
             ),
-            closing: self.closing.clone(),
+            closing: self.inner.closing.clone(),
             end: None,
             done: false,
             acked: None,
             unsent: None,
             guard: StreamGuard {
-                store: self.store.clone(),
-                metrics: self.metrics.clone(),
+                store: self.inner.store.clone(),
+                metrics: self.inner.metrics.clone(),
                 stream: StreamId::next(),
                 node: None,
                 peer,
