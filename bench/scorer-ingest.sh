@@ -3,8 +3,9 @@
 # (spread over --connections HTTP/2 connections), against a release `loadstar-scorer serve`
 # on loopback. Prints, per N: the scorer's CPU (cores), accepted/rejected/delayed reports,
 # ack latency and the p99 lag from a report's sample time to its visibility (WatchNodes), and
-# the scorer's peak RSS. On a machine with 2+ CPUs the scorer runs on CPU 0 and the load
-# generator on CPU 1 (taskset), so the generator's cost is not counted against the scorer.
+# the scorer's peak RSS (also per agent, and anonymous vs file pages). On a machine with 2+
+# CPUs the scorer runs on CPU 0 and the load generator on CPU 1 (taskset), so the
+# generator's cost is not counted against the scorer.
 # The simulated agents ask for acks as the agent does by default (every 10 s; ACK_INTERVAL=0
 # for an ack per report, as before 2026-11-27's sparse acks).
 # Usage: bench/scorer-ingest.sh [N ...]   (default: 1000 2500 5000 7500 10000)
@@ -32,5 +33,9 @@ for n in "${counts[@]}"; do
     --connections $(( (n + 99) / 100 )) --duration "$DURATION" --warmup 5 --scorer-pid "$pid" \
     ${ACK_INTERVAL:+--ack-interval "$ACK_INTERVAL"}
   echo "scorer_peak_rss          $(awk '/VmHWM/ {print $2, $3}' /proc/$pid/status)"
+  # Issue #21's memory figure (peak RSS / agents, KiB), and the RSS at the end split into
+  # anonymous memory (heap, stacks) and file pages (the binary's code and libraries touched).
+  echo "scorer_peak_rss_per_node $(awk -v n="$n" '/VmHWM/ {printf "%.2f kB", $2 / n}' /proc/$pid/status)"
+  echo "scorer_rss_anon_file     $(awk '/RssAnon|RssFile/ {printf "%s %s kB  ", $1, $2}' /proc/$pid/status)"
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
 done
