@@ -167,6 +167,36 @@ async fn next_ack(acks: &mut tonic::Streaming<pb::ReportAck>) -> Option<pb::Repo
         .expect("no error")
 }
 
+/// Opens an Ingest stream to `server`: the sender of its reports and its acks.
+async fn open_stream(
+    server: &TestServer,
+) -> (
+    tokio::sync::mpsc::Sender<pb::NodeReport>,
+    tonic::Streaming<pb::ReportAck>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let acks = pb::ingest_client::IngestClient::new(server.channel().await)
+        .report(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("stream opens")
+        .into_inner();
+    (tx, acks)
+}
+
+/// Waits (≤ 5 s) until the store has accepted `n` reports for `node`.
+async fn accepted(store: &loadstar_store::NodeStore, node: &str, n: u64) {
+    for _ in 0..500 {
+        if store
+            .node_status(node)
+            .is_some_and(|s| s.reports_accepted == n)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{node} never had {n} accepted reports");
+}
+
 #[tokio::test]
 async fn sparse_acks_ack_the_first_rejected_paced_and_last_reports() {
     let pace = loadstar_grpc::pacing::Pace::fixed(1.0);
@@ -187,27 +217,8 @@ async fn sparse_acks_ack_the_first_rejected_paced_and_last_reports() {
         r.ack_interval_seconds = every;
         r
     };
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let mut acks = pb::ingest_client::IngestClient::new(server.channel().await)
-        .report(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("stream opens")
-        .into_inner();
-    let accepted = |n| {
-        let store = server.store.clone();
-        async move {
-            for _ in 0..500 {
-                if store
-                    .node_status("node-s")
-                    .is_some_and(|s| s.reports_accepted == n)
-                {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            panic!("node-s never had {n} accepted reports");
-        }
-    };
+    let (tx, mut acks) = open_stream(&server).await;
+    let accepted = |n| accepted(&server.store, "node-s", n);
     // The first report is acked; the next ones, within the minute, are stored unacked.
     tx.send(report(1, 60.0)).await.expect("send");
     assert_eq!(next_ack(&mut acks).await.map(|a| a.sequence), Some(1));
@@ -263,25 +274,11 @@ async fn shutdown_ends_an_open_agent_stream_after_its_last_ack() {
         r.ack_interval_seconds = 60.0;
         r
     };
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let mut acks = pb::ingest_client::IngestClient::new(server.channel().await)
-        .report(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .expect("stream opens")
-        .into_inner();
+    let (tx, mut acks) = open_stream(&server).await;
     tx.send(report(1)).await.expect("send");
     assert_eq!(next_ack(&mut acks).await.map(|a| a.sequence), Some(1));
     tx.send(report(2)).await.expect("send");
-    let store = server.store.clone();
-    for _ in 0..500 {
-        if store
-            .node_status("node-d")
-            .is_some_and(|s| s.reports_accepted == 2)
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    accepted(&server.store, "node-d", 2).await;
     let stopping = tokio::spawn(server.stop());
     let last = next_ack(&mut acks).await.expect("the unacked report's ack");
     assert_eq!((last.sequence, last.accepted), (2, true));
