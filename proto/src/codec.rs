@@ -15,8 +15,11 @@ use tonic_prost::ProstCodec;
 
 use crate::pb;
 
-/// Initial (and idle) decode buffer per stream, bytes. A report of the default agent encodes
-/// to a few hundred bytes up to ~2 KiB with many pods.
+/// Initial decode buffer per stream, bytes. A report of the default agent encodes to a few
+/// hundred bytes up to ~2 KiB with many pods. On the Ingest server each report's bytes are
+/// split off this buffer ([`EncodedReportDecoder`]), so between reports a stream keeps only the
+/// tail of the block its last report came in, and the next report gets a block of this size
+/// (or of its own size, when larger).
 pub const DECODE_BUFFER_BYTES: usize = 1024;
 /// Initial (and idle) encode buffer per stream, bytes. What the scorer sends on its
 /// long-lived streams are acks of ~20 bytes each with their header (a rejection's reason
@@ -94,20 +97,36 @@ impl Codec for EncodedReportCodec {
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        EncodedReportDecoder
+        EncodedReportDecoder::default()
     }
 }
 
-/// Decodes one report and keeps its bytes.
-#[derive(Debug)]
-pub struct EncodedReportDecoder;
+/// Decodes one stream's reports and keeps their bytes (one decoder per stream).
+#[derive(Debug, Default)]
+pub struct EncodedReportDecoder {
+    /// The stream's largest message so far, bytes.
+    largest: usize,
+}
+
+impl EncodedReportDecoder {
+    /// Whether a message of `len` bytes is split off the stream's buffer rather than copied:
+    /// unless it is less than half the stream's largest message. tonic's buffer grows to fit
+    /// the largest message, and a small report split off such a block would keep all of it
+    /// alive in the store (a 1 MiB block for a 1 KiB report, for as long as the tail lasts);
+    /// copied, it holds only its own bytes, as before the split.
+    fn splits(&mut self, len: usize) -> bool {
+        self.largest = self.largest.max(len);
+        len.saturating_mul(2) >= self.largest
+    }
+}
 
 impl Decoder for EncodedReportDecoder {
     type Item = EncodedReport;
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<EncodedReport>, Status> {
-        encoded_report(buf).map(Some)
+        let split = self.splits(buf.remaining());
+        encoded_report(buf, split).map(Some)
     }
 
     fn buffer_settings(&self) -> BufferSettings {
@@ -115,10 +134,22 @@ impl Decoder for EncodedReportDecoder {
     }
 }
 
-/// One report from `buf` (all of it), with its bytes: split off tonic's buffer without a copy
-/// (`DecodeBuf::copy_to_bytes` splits its `BytesMut`), copied from any other `Buf`.
-fn encoded_report(mut buf: impl Buf) -> Result<EncodedReport, Status> {
-    let encoded = buf.copy_to_bytes(buf.remaining());
+/// One report from `buf` (all of it), with its bytes: with `split`, taken without a copy where
+/// `buf` allows (`DecodeBuf::copy_to_bytes` splits tonic's `BytesMut`); else copied.
+fn encoded_report(mut buf: impl Buf, split: bool) -> Result<EncodedReport, Status> {
+    let len = buf.remaining();
+    let encoded = if split {
+        buf.copy_to_bytes(len)
+    } else {
+        let mut copy = Vec::with_capacity(len);
+        while buf.has_remaining() {
+            let chunk = buf.chunk();
+            copy.extend_from_slice(chunk);
+            let n = chunk.len();
+            buf.advance(n);
+        }
+        Bytes::from(copy)
+    };
     // As tonic-prost words an undecodable message.
     let report =
         pb::NodeReport::decode(&encoded[..]).map_err(|e| Status::internal(e.to_string()))?;
@@ -141,15 +172,46 @@ mod tests {
         // A field this build does not know (a newer agent's): kept in the bytes, which
         // encoding the decoded report again would have dropped.
         bytes.extend_from_slice(&[0xf8, 0x06, 0x01]); // field 111, varint 1
-        let got = encoded_report(&bytes[..]).expect("decodes");
-        assert_eq!(got.report, report);
-        assert_eq!(&got.encoded[..], &bytes[..]);
-        // Split over two chunks, as a stream's buffer may hold it.
-        let (a, b) = bytes.split_at(5);
-        let got = encoded_report(a.chain(b)).expect("decodes");
-        assert_eq!(&got.encoded[..], &bytes[..]);
-        let e = encoded_report(&[0x0a, 0x64, b'a'][..]).expect_err("truncated");
-        assert_eq!(e.code(), tonic::Code::Internal);
+        for split in [true, false] {
+            let got = encoded_report(&bytes[..], split).expect("decodes");
+            assert_eq!(got.report, report);
+            assert_eq!(&got.encoded[..], &bytes[..]);
+            // Split over two chunks, as a stream's buffer may hold it.
+            let (a, b) = bytes.split_at(5);
+            let got = encoded_report(a.chain(b), split).expect("decodes");
+            assert_eq!(&got.encoded[..], &bytes[..]);
+            let e = encoded_report(&[0x0a, 0x64, b'a'][..], split).expect_err("truncated");
+            assert_eq!(e.code(), tonic::Code::Internal);
+        }
+    }
+
+    #[test]
+    fn reports_are_split_off_the_buffer_unless_small_beside_the_largest() {
+        let report = |n: usize| {
+            pb::NodeReport {
+                node_name: "n".repeat(n),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        let mut decoder = EncodedReportDecoder::default();
+        let mut take = |bytes: Vec<u8>| {
+            let mut buf = prost::bytes::BytesMut::from(&bytes[..]);
+            let range = buf.as_ptr_range();
+            let split = decoder.splits(buf.len());
+            let got = encoded_report(&mut buf, split).expect("decodes");
+            assert_eq!(&got.encoded[..], &bytes[..]);
+            // Split: the bytes are the buffer's own.
+            range.contains(&got.encoded.as_ptr())
+        };
+        assert!(take(report(900)), "a first report is split off");
+        assert!(take(report(600)), "one over half the largest too");
+        assert!(take(report(60_000)), "a larger one too");
+        assert!(
+            !take(report(900)),
+            "a small one after a large one is copied"
+        );
+        assert!(take(report(40_000)));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Hands an agent stream's request body to tonic in pieces that end after each gRPC message
-//! header, so tonic's per-stream decode buffer keeps the size it was given.
+//! header, so tonic's per-stream decode buffer is not doubled.
 //!
 //! tonic's decoder, on reading a message's 5-byte header, reserves the message's length *on
 //! top of* the bytes already buffered. When a report arrives as one HTTP/2 DATA frame
@@ -7,9 +7,11 @@
 //! buffer at that moment, so a 1 KiB buffer holding a 900-byte report grows to ~2 KiB, and
 //! keeps that size for the stream's life: at one stream per node, ~1 KiB per node of memory
 //! that is never used (issue #21's ≤ 10 KB per node). Cut after the header, the body is not
-//! yet buffered when tonic reserves, the reservation fits, and each piece reuses the buffer
-//! from its start. Only where the pieces end changes: the bytes, their order, trailers and
-//! errors pass through as they came (`Bytes` slices of the same frame, no copy).
+//! yet buffered when tonic reserves, and for a message up to the buffer's size the reservation
+//! fits. Only where the pieces end changes: the bytes, their order, trailers and errors pass
+//! through as they came (`Bytes` slices of the same frame, no copy). A frame that carries
+//! several messages is handed on one piece per poll, so its remainder (at most one frame) may
+//! wait in [`HeaderAligned`] while the stream waits on its ack or pacing.
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -19,7 +21,7 @@ use tonic::codegen::Service;
 use tonic::server::NamedService;
 
 /// The length of a gRPC message header: a compression flag and a big-endian `u32` length.
-const HEADER_BYTES: usize = 5;
+const HEADER_BYTES: usize = tonic::codec::HEADER_SIZE;
 
 /// Where the next byte of the stream falls in gRPC's length-prefixed framing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,7 +244,7 @@ mod tests {
             vec![
                 a[..5].to_vec(),
                 [&a[5..], &b[..]].concat(), // b is empty: its header ends the piece
-                [&c[..5]].concat(),
+                c[..5].to_vec(),
                 c[5..7].to_vec(),
                 c[7..].to_vec(),
             ]

@@ -203,8 +203,8 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        // Agent streams' bodies cut after each message header: tonic's decode buffer then
-        // keeps its size (`aligned`), ~1 KiB less per stream, i.e. per node.
+        // Agent streams' bodies cut after each message header: tonic then does not double
+        // its decode buffer (`aligned`), ~1 KiB less per stream, i.e. per node.
         .add_service(crate::aligned::AlignRequests(
             loadstar_proto::encoded::ingest_server::IngestServer::new(ingest)
                 .max_decoding_message_size(l.max_message_bytes),
