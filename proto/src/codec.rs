@@ -8,7 +8,7 @@
 //! `codec_path`, as tonic's `codec_buffers` example does. The scorer's Ingest server uses
 //! [`EncodedReportCodec`], which also keeps each report's bytes.
 use prost::Message;
-use prost::bytes::{Buf, Bytes};
+use prost::bytes::{Buf, BufMut, Bytes};
 use tonic::Status;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic_prost::ProstCodec;
@@ -142,12 +142,7 @@ fn encoded_report(mut buf: impl Buf, split: bool) -> Result<EncodedReport, Statu
         buf.copy_to_bytes(len)
     } else {
         let mut copy = Vec::with_capacity(len);
-        while buf.has_remaining() {
-            let chunk = buf.chunk();
-            copy.extend_from_slice(chunk);
-            let n = chunk.len();
-            buf.advance(n);
-        }
+        copy.put(buf);
         Bytes::from(copy)
     };
     // As tonic-prost words an undecodable message.

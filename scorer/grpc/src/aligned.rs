@@ -69,7 +69,7 @@ impl Position {
                     }
                 }
                 Position::Body { left } => {
-                    let take = (left).min((data.len() - at) as u64);
+                    let take = left.min((data.len() - at) as u64);
                     at += take as usize;
                     let left = left - take;
                     self = if left == 0 {

@@ -3,15 +3,8 @@
 use tokio::sync::watch;
 
 /// Resolves when `closing` turns true (never, without a signal).
-pub async fn closed(closing: Option<watch::Receiver<bool>>) {
-    match closing {
-        Some(mut rx) => {
-            if rx.wait_for(|c| *c).await.is_err() {
-                // The server is gone without signalling: treat as closed.
-            }
-        }
-        None => std::future::pending::<()>().await,
-    }
+pub async fn closed(mut closing: Option<watch::Receiver<bool>>) {
+    closed_by(&mut closing).await;
 }
 
 /// Like [`closed`], borrowing the receiver: a stream that waits on the signal again and again
