@@ -118,8 +118,10 @@ pub struct WindowSummary {
     pub max: f64,
     /// 95th percentile, nearest-rank definition: the ⌈0.95·n⌉-th smallest sample.
     pub p95: f64,
-    /// Number of samples covered (less than the window length while it fills).
-    pub count: u64,
+    /// Number of samples covered (less than the window length while it fills). 32 bits,
+    /// beside `window_seconds`: the summary is 48 bytes, not 56, and a node's store entry
+    /// holds a dozen of them.
+    pub count: u32,
 }
 
 /// One window's two-stack state; the samples themselves live in the shared ring.
@@ -276,7 +278,8 @@ impl WindowSet {
             min: if n == 0 { 0.0 } else { m.min },
             max: if n == 0 { 0.0 } else { m.max },
             p95,
-            count: m.count,
+            // A window never holds 2^32 samples (its ring is bounded far below).
+            count: u32::try_from(m.count).unwrap_or(u32::MAX),
         })
     }
 

@@ -142,7 +142,7 @@ pub fn window_to_proto(w: &WindowSummary) -> pb::WindowStats {
         min_ratio: w.min,
         max_ratio: w.max,
         p95_ratio: w.p95,
-        sample_count: w.count,
+        sample_count: u64::from(w.count),
     }
 }
 
@@ -160,7 +160,12 @@ pub fn window_from_proto(
         min: ratio(|| f("min_ratio"), w.min_ratio)?,
         max: ratio(|| f("max_ratio"), w.max_ratio)?,
         p95: ratio(|| f("p95_ratio"), w.p95_ratio)?,
-        count: w.sample_count,
+        count: u32::try_from(w.sample_count).map_err(|_| ConvertError::OutOfRange {
+            field: f("sample_count"),
+            value: w.sample_count as f64,
+            min: 0.0,
+            max: f64::from(u32::MAX),
+        })?,
     };
     // Statistics of one set of samples are ordered; allow rounding in the last bits.
     const EPS: f64 = 1e-9;
@@ -447,6 +452,14 @@ mod tests {
             load_from_proto(&usage),
             Err(ConvertError::UnknownEnum { .. })
         ));
+        let mut usage = load_to_proto(&sample_load());
+        usage[0].windows[0].sample_count = u64::from(u32::MAX) + 1;
+        assert_eq!(
+            load_from_proto(&usage).expect_err("count").to_string(),
+            "usage[0].windows[0].sample_count: value 4294967296 outside [0, 4294967295]"
+        );
+        usage[0].windows[0].sample_count = u64::from(u32::MAX);
+        assert!(load_from_proto(&usage).is_ok());
         let mut usage = load_to_proto(&sample_load());
         usage.push(usage[0].clone());
         assert!(matches!(

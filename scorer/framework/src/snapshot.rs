@@ -578,7 +578,7 @@ impl Usage {
             p95: w.p95 + extra,
             max: w.max + extra,
             latest: latest + extra,
-            count: w.count,
+            count: u64::from(w.count),
         }
     }
 }

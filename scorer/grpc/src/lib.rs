@@ -11,7 +11,6 @@ pub mod podspec;
 pub mod scheduler;
 pub mod scorer;
 pub mod server;
-pub mod shutdown;
 pub mod status;
 pub mod watch;
 

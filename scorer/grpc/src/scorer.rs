@@ -11,7 +11,7 @@ use loadstar_proto::pb;
 use prost::Message;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, debug, info_span};
 
@@ -22,7 +22,6 @@ use loadstar_store::decisions::{Decision, DecisionLog, Outcome, Recorded, Source
 use loadstar_store::metrics::Metrics;
 
 use crate::gate::{Gate, Service, peer};
-use crate::shutdown::closed;
 use crate::watch::{WatchHub, WatchLimits, WatchStats};
 use crate::{NO_KUBERNETES, podspec, status};
 use loadstar_auth::Authenticated;
@@ -145,7 +144,7 @@ pub struct ScorerService {
     resolver: Option<Arc<dyn PodResolver>>,
     decoder: Option<Arc<dyn PodDecoder>>,
     budgets: Option<Arc<dyn BudgetSource>>,
-    closing: Option<watch::Receiver<bool>>,
+    closing: CancellationToken,
     hub: Arc<WatchHub>,
     limits: QueryLimits,
     gate: Gate,
@@ -252,7 +251,7 @@ impl ScorerService {
             resolver,
             decoder: None,
             budgets: None,
-            closing: None,
+            closing: CancellationToken::new(),
             hub,
             limits,
             gate: Gate::open(),
@@ -291,10 +290,10 @@ impl ScorerService {
         self
     }
 
-    /// Ends server streams (`WatchNodes`) when `closing` turns true, so a graceful shutdown
+    /// Ends server streams (`WatchNodes`) when `closing` is cancelled, so a graceful shutdown
     /// is not held open by watchers.
-    pub fn with_closing(mut self, closing: watch::Receiver<bool>) -> Self {
-        self.closing = Some(closing);
+    pub fn with_closing(mut self, closing: CancellationToken) -> Self {
+        self.closing = closing;
         self
     }
 
@@ -511,9 +510,8 @@ impl pb::scorer_server::Scorer for ScorerService {
     ) -> Result<Response<Self::WatchNodesStream>, Status> {
         self.gate.query(&request).await?;
         let stream = self.hub.watch(request.into_inner().node_names)?;
-        let closing = self.closing.clone();
         // Ends with the server's shutdown, so a graceful drain is not held open by watchers.
-        let stream = stream.take_until(closed(closing));
+        let stream = stream.take_until(self.closing.clone().cancelled_owned());
         Ok(Response::new(Box::pin(stream)))
     }
 

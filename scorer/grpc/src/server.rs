@@ -176,10 +176,13 @@ pub async fn serve(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
     // Long-lived streams end when shutdown starts, so the drain is not held open by them.
-    let (closing_tx, closing) = tokio::sync::watch::channel(false);
-    let shutdown = async move {
-        shutdown.await;
-        let _ = closing_tx.send(true);
+    let closing = tokio_util::sync::CancellationToken::new();
+    let shutdown = {
+        let closing = closing.clone();
+        async move {
+            shutdown.await;
+            closing.cancel();
+        }
     };
     let ingest = IngestService::new(
         parts.store.clone(),

@@ -86,7 +86,7 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                         min: mean * 0.8,
                         max: mean * 1.2,
                         p95: mean * 1.15,
-                        count: u64::from(w),
+                        count: w,
                     })
                     .collect();
                 load.set(

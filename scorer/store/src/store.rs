@@ -125,11 +125,11 @@ struct NodeEntry {
     stale_notified: bool,
 }
 
-/// The stream that owns a node's reports.
+/// The stream that owns a node's reports. Its agent instance is the entry's
+/// `last_instance`: a stream becomes the owner only with a report the entry then holds.
 #[derive(Debug, Clone)]
 struct Owner {
     stream: StreamId,
-    instance: String,
     /// Who authenticated the stream (the agent pod's UID), if anyone did.
     principal: Option<Arc<str>>,
 }
@@ -332,7 +332,6 @@ impl NodeStore {
         {
             entry.owner = Some(Owner {
                 stream,
-                instance: report.agent_instance.clone(),
                 principal: principal.map(Arc::from),
             });
         }
@@ -398,7 +397,7 @@ impl NodeStore {
         {
             return Err(ReportError::Owned {
                 node: report.node_name.clone(),
-                owner: loadstar_common::text::quote(&owner.instance),
+                owner: loadstar_common::text::quote(&entry.last_instance),
             });
         }
         let same_instance =

@@ -74,7 +74,7 @@ pub fn flat_windows(value: f64, stddev: f64) -> ResourceLoad {
         min: (value - 2.0 * stddev).max(0.0),
         max: (value + 2.0 * stddev).min(1.0),
         p95: (value + 1.645 * stddev).min(1.0),
-        count: u64::from(s),
+        count: s,
     };
     ResourceLoad {
         latest: value,

@@ -198,7 +198,7 @@ pub fn node_detail(snap: &ClusterSnapshot, name: &str) -> Option<NodeDetail> {
                                 min: w.min,
                                 max: w.max,
                                 p95: w.p95,
-                                samples: w.count,
+                                samples: u64::from(w.count),
                             })
                             .collect(),
                     })

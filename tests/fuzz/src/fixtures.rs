@@ -33,7 +33,7 @@ fn load(mean: f64, stddev: f64) -> ResourceLoad {
                 min: (mean - stddev).max(0.0),
                 max: (mean + stddev).min(1.0),
                 p95: (mean + stddev).min(1.0),
-                count: u64::from(w),
+                count: w,
             })
             .collect(),
     }
