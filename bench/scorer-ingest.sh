@@ -18,9 +18,11 @@ DURATION=${DURATION:-30}
 bin=${CARGO_TARGET_DIR:-target}/release
 port=$((20000 + RANDOM % 20000))
 for n in "${counts[@]}"; do
-  # The scorer starts from a binary not in the page cache, as a new pod's does: the code pages
-  # it maps (RSS file pages) depend on what the cache holds, by ~1 MB between a freshly
-  # written binary and one read back from disk, which would swamp builds compared by RSS.
+  # The scorer starts from a binary not in the page cache, so runs compare: the code pages it
+  # maps (RSS file pages) depend on what the cache holds, by ~1 MB between a freshly written
+  # binary and one read back from disk, which would swamp builds compared by RSS. (`sync`
+  # first: the cache keeps a just-built binary's dirty pages.)
+  sync "$bin/loadstar-scorer"
   dd if="$bin/loadstar-scorer" iflag=nocache count=0 status=none
   pin0=(); pin1=()
   if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then pin0=(taskset -c 0); pin1=(taskset -c 1); fi

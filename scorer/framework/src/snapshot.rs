@@ -794,7 +794,7 @@ pub fn raw_usage(node: &NodeView, kind: ResourceKind, window_seconds: u32) -> Op
         inflight_extra(
             node,
             kind,
-            f64::from(w.window_seconds).min(w.count as f64 * agent.interval_seconds),
+            f64::from(w.window_seconds).min(f64::from(w.count) * agent.interval_seconds),
         ),
     ))
 }

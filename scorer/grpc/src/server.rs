@@ -177,12 +177,12 @@ pub async fn serve(
     let reflection_v1alpha = reflection().build_v1alpha()?;
     // Long-lived streams end when shutdown starts, so the drain is not held open by them.
     let closing = tokio_util::sync::CancellationToken::new();
-    let shutdown = {
-        let closing = closing.clone();
-        async move {
-            shutdown.await;
-            closing.cancel();
-        }
+    // Cancelled when shutdown starts, and also if the server's future is dropped or ends
+    // first (an error): no stream is left waiting on a signal that cannot come.
+    let cancel_on_drop = closing.clone().drop_guard();
+    let shutdown = async move {
+        shutdown.await;
+        drop(cancel_on_drop);
     };
     let ingest = IngestService::new(
         parts.store.clone(),

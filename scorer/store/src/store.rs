@@ -118,18 +118,21 @@ struct NodeEntry {
     accepted: u64,
     rejected: u64,
     last_reject: String,
-    last_instance: String,
+    /// The agent instance of the last accepted report (shared with its owner, if any).
+    last_instance: Arc<str>,
     last_sequence: u64,
     last_sample_nanos: i64,
     owner: Option<Owner>,
     stale_notified: bool,
 }
 
-/// The stream that owns a node's reports. Its agent instance is the entry's
-/// `last_instance`: a stream becomes the owner only with a report the entry then holds.
+/// The stream that owns a node's reports.
 #[derive(Debug, Clone)]
 struct Owner {
     stream: StreamId,
+    /// The agent instance it took the node with (usually the same allocation as the entry's
+    /// `last_instance`).
+    instance: Arc<str>,
     /// Who authenticated the stream (the agent pod's UID), if anyone did.
     principal: Option<Arc<str>>,
 }
@@ -327,11 +330,17 @@ impl NodeStore {
                 return Err(e);
             }
         };
+        let instance = if *entry.last_instance == *report.agent_instance {
+            entry.last_instance.clone()
+        } else {
+            Arc::from(report.agent_instance.as_str())
+        };
         if let Some((stream, principal)) = stream
             && entry.owner.as_ref().is_none_or(|o| o.stream != stream)
         {
             entry.owner = Some(Owner {
                 stream,
+                instance: instance.clone(),
                 principal: principal.map(Arc::from),
             });
         }
@@ -356,9 +365,7 @@ impl NodeStore {
             self.config.inflight_fade,
         );
         entry.agent = Some(Arc::new(agent));
-        if entry.last_instance != report.agent_instance {
-            entry.last_instance.clone_from(&report.agent_instance);
-        }
+        entry.last_instance = instance;
         entry.last_sequence = report.sequence;
         entry.last_sample_nanos = report.sample_time_unix_nanos;
         entry.report = encoded;
@@ -397,11 +404,11 @@ impl NodeStore {
         {
             return Err(ReportError::Owned {
                 node: report.node_name.clone(),
-                owner: loadstar_common::text::quote(&entry.last_instance),
+                owner: loadstar_common::text::quote(&owner.instance),
             });
         }
         let same_instance =
-            entry.last_instance == report.agent_instance && !report.agent_instance.is_empty();
+            *entry.last_instance == *report.agent_instance && !report.agent_instance.is_empty();
         if same_instance
             && report.sequence == entry.last_sequence
             && report.sample_time_unix_nanos == entry.last_sample_nanos
@@ -852,6 +859,35 @@ mod tests {
         assert!(store.apply_report(bad, now).is_err());
         assert_eq!(store.len(), 1);
         assert!(store.node_status("good").is_some_and(|s| !s.stale));
+    }
+
+    #[test]
+    fn a_refusal_names_the_owners_instance_after_a_streamless_report() {
+        let store = NodeStore::new(StoreConfig::default());
+        let now = Instant::now();
+        let first = report("n", 1, 0.5, 0.5);
+        let owner_instance = first.agent_instance.clone();
+        store
+            .apply_stream_report(first, None, now, StreamId::next(), None)
+            .expect("the first stream owns the node");
+        // A report from no stream (the standalone scorer's in-process agent) changes the
+        // node's last instance, not its owner.
+        let mut local = report("n", 1, 0.4, 0.4);
+        local.agent_instance = "in-process".into();
+        store
+            .apply_report(local, now)
+            .expect("no stream, no owner check");
+        let mut other = report("n", 1, 0.2, 0.2);
+        other.agent_instance = "other".into();
+        let e = store
+            .apply_stream_report(other, None, now, StreamId::next(), None)
+            .expect_err("a live owner keeps the node");
+        let message = e.to_string();
+        assert!(
+            matches!(e, ReportError::Owned { .. }) && message.contains(&owner_instance),
+            "{message}"
+        );
+        assert!(!message.contains("in-process"), "{message}");
     }
 
     #[test]
