@@ -883,8 +883,12 @@ mod tests {
             .apply_stream_report(other, None, now, StreamId::next(), None)
             .expect_err("a live owner keeps the node");
         let message = e.to_string();
+        let named = format!(
+            "(agent instance {})",
+            loadstar_common::text::quote(&owner_instance)
+        );
         assert!(
-            matches!(e, ReportError::Owned { .. }) && message.contains(&owner_instance),
+            matches!(e, ReportError::Owned { .. }) && message.contains(&named),
             "{message}"
         );
         assert!(!message.contains("in-process"), "{message}");
