@@ -1165,7 +1165,23 @@ impl Profile {
             // when it is compared: a node below the worst kept total can never be returned,
             // and keys are independent, so drawing them late picks among ties as uniformly as
             // drawing one per node up front.
+            // Without a stale penalty a total is the weighted sum over a positive constant, so
+            // a node whose sum is below the worst kept one's is below it in total too (sums
+            // under 2^53 convert exactly, and distinct ones stay distinct when divided): it is
+            // passed over on the integers, without the division or a read of its view, as the
+            // comparison of totals would pass it over (no tie-break key drawn either).
+            let exact = self
+                .scores
+                .iter()
+                .try_fold(0u64, |a, (_, w)| a.checked_add(w.unsigned_abs()))
+                .and_then(|s| s.checked_mul(MAX_NODE_SCORE.unsigned_abs()))
+                .is_some_and(|m| m < 1 << 53);
+            let monotone = exact && self.stale_policy != StalePolicy::Penalize && weight_sum > 0;
+            let mut worst_weighted = i64::MIN;
             for (j, &w) in weighted.iter().enumerate() {
+                if monotone && w < worst_weighted {
+                    continue;
+                }
                 let total = total_of(j, w);
                 if order.len() == limit
                     && order
@@ -1181,6 +1197,9 @@ impl Profile {
                         order.pop();
                     }
                     order.insert(at, entry);
+                    if order.len() == limit {
+                        worst_weighted = order.last().map_or(i64::MIN, |e| weighted[e.1]);
+                    }
                 }
             }
         } else {
@@ -1755,6 +1774,45 @@ mod tests {
                 proptest::prop_assert!(seen.insert(r.index), "a node returned twice");
                 proptest::prop_assert_eq!(r.total, tied(&snap.nodes[r.index].name) as f64);
             }
+        }
+
+        /// The streaming selection passes nodes over on their weighted sums when totals are
+        /// the sums over a constant; it returns exactly the nodes, in the order and with the
+        /// random tie-breaks, that comparing every total returns. (`Penalize` with a penalty
+        /// of 1 has the same totals but compares them all: the test nodes are stale.)
+        #[test]
+        fn passing_over_on_sums_picks_what_comparing_totals_picks(
+            n in 1usize..200,
+            limit in 1usize..70,
+            seed in 0u64..1000,
+            weights in (1i64..9, 0i64..5),
+        ) {
+            let names: Vec<String> = (0..n).map(|k| format!("n{k}")).collect();
+            let nodes: Vec<NodeView> = names.iter().map(|s| node(s)).collect();
+            let snap = ClusterSnapshot::new(nodes, 1);
+            let with = |stale_policy| Profile {
+                name: "t".into(),
+                filters: vec![],
+                scores: vec![
+                    (Box::new(ByName("Tied", tied)), weights.0),
+                    (Box::new(by_name_length()), weights.1),
+                ],
+                window_seconds: 60,
+                stale_policy,
+                stale_penalty: 1.0,
+                preemption: None,
+                sampling: NodeSampling::ALL,
+            };
+            let ranked = |policy| {
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+                with(policy)
+                    .evaluate(&snap, &PodInfo::default(), None, limit, &mut rng)
+                    .ranked
+                    .iter()
+                    .map(|r| (r.index, r.total))
+                    .collect::<Vec<_>>()
+            };
+            proptest::prop_assert_eq!(ranked(StalePolicy::Fallback), ranked(StalePolicy::Penalize));
         }
 
         /// Grouping by (plugin, reason) counts what a plain tally counts, whatever the order
