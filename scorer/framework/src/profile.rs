@@ -857,6 +857,79 @@ fn attaches(pod: &PodInfo, kind: AttachKind) -> bool {
     pod.attachable.iter().any(|v| v.kind == kind)
 }
 
+/// A node as ranked: (total, position among the feasible nodes, random tie-break key).
+type Ranked = (f64, usize, u32);
+
+/// Best first; equal totals by their tie-break keys.
+fn by_rank(a: &Ranked, b: &Ranked) -> std::cmp::Ordering {
+    b.0.total_cmp(&a.0).then(a.2.cmp(&b.2))
+}
+
+/// Puts into `order` (cleared first) the best `limit` (0: all) of the nodes whose weighted
+/// sums are `weighted`, best first, each with its total (`total_of(position, sum)`) and a
+/// random tie-break key. `monotone`: a lower sum always means a lower total.
+fn select_best(
+    weighted: &[i64],
+    limit: usize,
+    monotone: bool,
+    total_of: impl Fn(usize, i64) -> f64,
+    rng: &mut impl Rng,
+    order: &mut Vec<Ranked>,
+) {
+    order.clear();
+    if limit == 0 || limit > STREAMED_LIMIT || limit >= weighted.len() {
+        order.extend(
+            weighted
+                .iter()
+                .enumerate()
+                .map(|(j, &w)| (total_of(j, w), j, rng.random::<u32>())),
+        );
+        if limit > 0 && limit < order.len() {
+            order.select_nth_unstable_by(limit - 1, by_rank);
+            order.truncate(limit);
+        }
+        order.sort_unstable_by(by_rank);
+        return;
+    }
+    // The best `limit` in one pass, kept sorted. A node's tie-break key is drawn only when it
+    // is compared: a node below the worst kept total can never be returned, and keys are
+    // independent, so drawing them late picks among ties as uniformly as drawing one per
+    // node up front. When totals rise with the sums, a node whose sum is below the worst kept
+    // one's is passed over on the integers, without the conversion, division and comparison
+    // of its total, as the comparison of totals would pass it over (no key drawn either).
+    let mut worst_weighted = i64::MIN;
+    for (j, &w) in weighted.iter().enumerate() {
+        if monotone && w < worst_weighted {
+            debug_assert!(
+                order
+                    .last()
+                    .is_some_and(|worst| total_of(j, w).total_cmp(&worst.0).is_lt()),
+                "a node passed over on its sum is not below the worst kept total"
+            );
+            continue;
+        }
+        let total = total_of(j, w);
+        if order.len() == limit
+            && order
+                .last()
+                .is_some_and(|worst| total.total_cmp(&worst.0).is_lt())
+        {
+            continue;
+        }
+        let entry = (total, j, rng.random::<u32>());
+        let at = order.partition_point(|e| by_rank(e, &entry).is_le());
+        if at < limit {
+            if order.len() == limit {
+                order.pop();
+            }
+            order.insert(at, entry);
+            if order.len() == limit {
+                worst_weighted = order.last().map_or(i64::MIN, |e| weighted[e.1]);
+            }
+        }
+    }
+}
+
 impl Profile {
     /// Constraints the pod declares that none of this profile's filters checks, each named
     /// with the filter it would need.
@@ -1154,75 +1227,21 @@ impl Profile {
             }
             total
         };
-        // (total, feasible position, random tie-break key): upstream picks uniformly among
-        // equal best scores. Breakdowns are only built for the nodes returned.
+        // Without a stale penalty a total is the weighted sum over a positive constant, so
+        // totals rise with the sums. Exact while sums stay under 2^50: they convert exactly,
+        // and two quotients' rounding errors (each at most 2^-53 of the value) are smaller
+        // than the gap between distinct sums' quotients (at least 2^-50 of the larger).
+        let exact = self
+            .scores
+            .iter()
+            .try_fold(0u64, |a, (_, w)| a.checked_add(w.unsigned_abs()))
+            .and_then(|s| s.checked_mul(MAX_NODE_SCORE.unsigned_abs()))
+            .is_some_and(|m| m < 1 << 50);
+        let monotone = exact && self.stale_policy != StalePolicy::Penalize && weight_sum > 0;
+        // Upstream picks uniformly among equal best scores. Breakdowns are only built for the
+        // nodes returned.
         let mut order = std::mem::take(&mut scratch.order);
-        order.clear();
-        let cmp =
-            |a: &(f64, usize, u32), b: &(f64, usize, u32)| b.0.total_cmp(&a.0).then(a.2.cmp(&b.2));
-        if limit > 0 && limit <= STREAMED_LIMIT && limit < n {
-            // The best `limit` in one pass, kept sorted. A node's tie-break key is drawn only
-            // when it is compared: a node below the worst kept total can never be returned,
-            // and keys are independent, so drawing them late picks among ties as uniformly as
-            // drawing one per node up front.
-            // Without a stale penalty a total is the weighted sum over a positive constant, so
-            // a node whose sum is below the worst kept one's is below it in total too: it is
-            // passed over on the integers, without the conversion, division and comparison of
-            // its total, as the comparison of totals would pass it over (no tie-break key
-            // drawn either). Exact while sums stay under 2^50: they convert exactly, and two
-            // quotients' rounding errors (each at most 2^-53 of the value) are smaller than
-            // the gap between distinct sums' quotients (at least 2^-50 of the larger).
-            let exact = self
-                .scores
-                .iter()
-                .try_fold(0u64, |a, (_, w)| a.checked_add(w.unsigned_abs()))
-                .and_then(|s| s.checked_mul(MAX_NODE_SCORE.unsigned_abs()))
-                .is_some_and(|m| m < 1 << 50);
-            let monotone = exact && self.stale_policy != StalePolicy::Penalize && weight_sum > 0;
-            let mut worst_weighted = i64::MIN;
-            for (j, &w) in weighted.iter().enumerate() {
-                if monotone && w < worst_weighted {
-                    debug_assert!(
-                        order
-                            .last()
-                            .is_some_and(|worst| total_of(j, w).total_cmp(&worst.0).is_lt()),
-                        "a node passed over on its sum is not below the worst kept total"
-                    );
-                    continue;
-                }
-                let total = total_of(j, w);
-                if order.len() == limit
-                    && order
-                        .last()
-                        .is_some_and(|worst| total.total_cmp(&worst.0).is_lt())
-                {
-                    continue;
-                }
-                let entry = (total, j, rng.random::<u32>());
-                let at = order.partition_point(|e| cmp(e, &entry).is_le());
-                if at < limit {
-                    if order.len() == limit {
-                        order.pop();
-                    }
-                    order.insert(at, entry);
-                    if order.len() == limit {
-                        worst_weighted = order.last().map_or(i64::MIN, |e| weighted[e.1]);
-                    }
-                }
-            }
-        } else {
-            order.extend(
-                weighted
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &w)| (total_of(j, w), j, rng.random::<u32>())),
-            );
-            if limit > 0 && limit < order.len() {
-                order.select_nth_unstable_by(limit - 1, cmp);
-                order.truncate(limit);
-            }
-            order.sort_unstable_by(cmp);
-        }
+        select_best(&weighted, limit, monotone, total_of, rng, &mut order);
         let ranked = order
             .iter()
             .map(|&(total, j, _)| RankedNode {
