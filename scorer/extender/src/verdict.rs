@@ -76,12 +76,12 @@ pub fn filter(
     let (at, known) = positions(snapshot, names);
     let ev = profile.evaluate(snapshot, pod, Some(&known), usize::MAX, rng);
     // Lookups by snapshot index, not by name: thousands of names per call.
-    let mut rejected = vec![false; snapshot.nodes.len()];
+    let mut rejected = vec![false; snapshot.nodes().len()];
     let mut failed = BTreeMap::new();
     for f in &ev.filtered {
         rejected[f.index] = true;
         failed.insert(
-            snapshot.nodes[f.index].name.to_string(),
+            snapshot.nodes()[f.index].name.to_string(),
             f.reason.to_string(),
         );
     }
@@ -117,7 +117,7 @@ pub fn prioritize<'n>(
 ) -> Vec<(&'n str, i64)> {
     let (at, known) = positions(snapshot, names);
     let ev = profile.evaluate(snapshot, pod, Some(&known), 0, rng);
-    let mut score = vec![0i64; snapshot.nodes.len()];
+    let mut score = vec![0i64; snapshot.nodes().len()];
     for r in &ev.ranked {
         score[r.index] = scale(r.total);
     }

@@ -217,7 +217,7 @@ impl DryRun<'_> {
         index: usize,
         budgets: &[DisruptionBudget],
     ) -> Option<(Vec<Arc<PodOnNode>>, usize)> {
-        let base = &self.ctx.snapshot.nodes[index];
+        let base = &self.ctx.snapshot.nodes()[index];
         let lower: Vec<String> = base
             .alloc
             .pods
@@ -301,7 +301,7 @@ impl Profile {
                 .iter()
                 .find(|f| {
                     snapshot
-                        .nodes
+                        .nodes()
                         .get(f.index)
                         .is_some_and(|n| &*n.name == nominated)
                 })
@@ -322,7 +322,7 @@ impl Profile {
         let potential: Vec<usize> = evaluation
             .filtered
             .iter()
-            .filter(|f| f.index < snapshot.nodes.len() && self.preemption_may_help(f))
+            .filter(|f| f.index < snapshot.nodes().len() && self.preemption_may_help(f))
             .map(|f| f.index)
             .collect();
         if potential.is_empty() {
@@ -564,7 +564,7 @@ mod tests {
             panic!("expected a proposal");
         };
         let best = p.chosen().expect("a candidate");
-        assert_eq!(&*snap.nodes[best.index].name, "n1");
+        assert_eq!(&*snap.nodes()[best.index].name, "n1");
         assert_eq!(names(best), vec!["b"]);
         assert_eq!(p.candidates.len(), 2);
         assert_eq!(
@@ -635,7 +635,7 @@ mod tests {
         else {
             panic!("expected a proposal");
         };
-        assert_eq!(&*snap.nodes[p.candidates[0].index].name, "n2");
+        assert_eq!(&*snap.nodes()[p.candidates[0].index].name, "n2");
         assert_eq!(p.candidates[1].pdb_violations, 1);
         // With one disruption allowed, n1's lower-priority victim wins again.
         let allowed = DisruptionBudget {
@@ -645,7 +645,7 @@ mod tests {
         let PreemptionOutcome::Proposal(p) = run(&snap, &incoming(1000, 10), &[allowed]) else {
             panic!("expected a proposal");
         };
-        assert_eq!(&*snap.nodes[p.candidates[0].index].name, "n1");
+        assert_eq!(&*snap.nodes()[p.candidates[0].index].name, "n1");
         assert_eq!(p.candidates[0].pdb_violations, 0);
     }
 

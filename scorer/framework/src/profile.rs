@@ -116,7 +116,7 @@ impl<'a> CycleContext<'a> {
     }
 
     /// The table row of the snapshot's node `index`, when the cycle has a table and that
-    /// node is unchanged since it was built: for passes over `snapshot.nodes` by index,
+    /// node is unchanged since it was built: for passes over `snapshot.nodes()` by index,
     /// which then read the row's totals instead of the node's own data.
     #[inline(always)]
     pub fn row_at(&self, index: usize) -> Option<&'a NodeDigest> {
@@ -124,7 +124,7 @@ impl<'a> CycleContext<'a> {
         let row = table.rows.get(index)?;
         let current = match self.current {
             Some(current) => current.get(index),
-            None => table.row_matches(index, self.snapshot.nodes.get(index)?),
+            None => table.row_matches(index, self.snapshot.nodes().get(index)?),
         };
         current.then_some(row)
     }
@@ -161,7 +161,7 @@ impl<'a> CycleContext<'a> {
     pub fn digest_at(&self, index: usize) -> Cow<'a, NodeDigest> {
         match self.row_at(index) {
             Some(row) => Cow::Borrowed(row),
-            None => self.computed_digest(&self.snapshot.nodes[index]),
+            None => self.computed_digest(&self.snapshot.nodes()[index]),
         }
     }
 
@@ -240,7 +240,7 @@ pub trait FilterPlugin: Send + Sync + Debug {
         filtered: &mut Vec<FilteredNode>,
     ) {
         retain_passing(self.name(), nodes, filtered, |index| {
-            self.filter_prepared(ctx, state, pod, &ctx.snapshot.nodes[index])
+            self.filter_prepared(ctx, state, pod, &ctx.snapshot.nodes()[index])
         });
     }
     /// kube-scheduler's PreFilter extensions `AddPod` (`delta` 1) and `RemovePod` (−1):
@@ -736,7 +736,7 @@ fn read_column(
         stale_policy: ctx.stale_policy as u8,
         words,
     };
-    let count = ctx.snapshot.nodes.len();
+    let count = ctx.snapshot.nodes().len();
     let Some(column) = table.column(&key, || {
         let mut column = ColumnState {
             entries: vec![0; count],
@@ -781,7 +781,7 @@ fn column_scores(
     let Some(words) = plugin.column_key(ctx, pod) else {
         return false;
     };
-    let nodes = &ctx.snapshot.nodes;
+    let nodes = ctx.snapshot.nodes();
     let scores = |column: &mut ColumnState, indices: &[usize]| {
         let views: Vec<&NodeView> = indices.iter().map(|&i| &nodes[i]).collect();
         let mut scores = vec![0; indices.len()];
@@ -994,7 +994,7 @@ impl Profile {
         passing.clear();
         if self.stale_policy == StalePolicy::Filter {
             for &i in slice {
-                if ctx.snapshot.nodes[i].stale {
+                if ctx.snapshot.nodes()[i].stale {
                     filtered.push(FilteredNode {
                         index: i,
                         plugin: STALE_FILTER,
@@ -1041,7 +1041,7 @@ impl Profile {
     ) -> Evaluation {
         // Digest rows pay off when most of the snapshot is evaluated (they are built once per
         // snapshot generation and window, then shared).
-        let wide = candidates.is_none_or(|c| c.len().saturating_mul(8) >= snapshot.nodes.len());
+        let wide = candidates.is_none_or(|c| c.len().saturating_mul(8) >= snapshot.nodes().len());
         let mut unchecked = self.unchecked_constraints(pod);
         if !pod.claims.is_empty() && pod.volumes.is_none() {
             unchecked.push(
@@ -1061,7 +1061,7 @@ impl Profile {
             };
             let filtered: Vec<FilteredNode> = match candidates {
                 Some(c) => c.iter().copied().map(refuse).collect(),
-                None => (0..snapshot.nodes.len()).map(refuse).collect(),
+                None => (0..snapshot.nodes().len()).map(refuse).collect(),
             };
             return Evaluation {
                 ranked: Vec::new(),
@@ -1080,15 +1080,15 @@ impl Profile {
             digests: table.as_deref(),
             current: table
                 .as_deref()
-                .map(|t| t.current_rows(&snapshot.nodes, &mut current)),
+                .map(|t| snapshot.current_rows(t, &mut current)),
         };
         let indices: &[usize] = match candidates {
             Some(c) => c,
             None => {
                 let all = &mut scratch.all;
-                if all.len() != snapshot.nodes.len() {
+                if all.len() != snapshot.nodes().len() {
                     all.clear();
-                    all.extend(0..snapshot.nodes.len());
+                    all.extend(0..snapshot.nodes().len());
                 }
                 &scratch.all
             }
@@ -1177,7 +1177,7 @@ impl Profile {
             }
             examined
         };
-        feasible.extend(feasible_idx.iter().map(|&i| &snapshot.nodes[i]));
+        feasible.extend(feasible_idx.iter().map(|&i| &snapshot.nodes()[i]));
         scratch.passing = passing;
         let filtered_at = std::time::Instant::now();
         let n = feasible.len();
@@ -1368,7 +1368,7 @@ mod tests {
         };
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let at = |name: &str| {
-            snap.nodes
+            snap.nodes()
                 .iter()
                 .position(|n| &*n.name == name)
                 .expect("node")
@@ -1378,7 +1378,7 @@ mod tests {
         // A node-by-node pass: stale first, then the filters in profile order.
         let mut want = Vec::new();
         for &i in &candidates {
-            let n = &snap.nodes[i];
+            let n = &snap.nodes()[i];
             let plugin = if n.stale {
                 STALE_FILTER
             } else if profile.filters[0]
@@ -1409,7 +1409,7 @@ mod tests {
         let got: Vec<(usize, &str)> = ev.filtered.iter().map(|f| (f.index, f.plugin)).collect();
         assert_eq!(got, want);
         assert_eq!(ev.ranked.len(), 1);
-        assert_eq!(&*snap.nodes[ev.ranked[0].index].name, "c");
+        assert_eq!(&*snap.nodes()[ev.ranked[0].index].name, "c");
         // A candidate listed twice is rejected twice, both at its first place.
         let twice: Vec<usize> = ["d", "c", "d"].map(at).to_vec();
         let ev = profile.evaluate(&snap, &PodInfo::default(), Some(&twice), 0, &mut rng);
@@ -1450,7 +1450,7 @@ mod tests {
     fn numbers(snap: &ClusterSnapshot, indices: impl IntoIterator<Item = usize>) -> Vec<usize> {
         indices
             .into_iter()
-            .map(|i| snap.nodes[i].name[1..].parse().expect("a number"))
+            .map(|i| snap.nodes()[i].name[1..].parse().expect("a number"))
             .collect()
     }
 
@@ -1625,8 +1625,8 @@ mod tests {
             let (mut feasible, mut rejected, mut walked) = (Vec::new(), Vec::new(), 0);
             while walked < len && feasible.len() < to_find {
                 let i = list[(begin + walked) % len];
-                let name = &*snap.nodes[i].name;
-                if stale_policy == StalePolicy::Filter && snap.nodes[i].stale {
+                let name = &*snap.nodes()[i].name;
+                if stale_policy == StalePolicy::Filter && snap.nodes()[i].stale {
                     rejected.push((i, STALE_FILTER));
                 } else if first.contains(name) {
                     rejected.push((i, "First"));
@@ -1672,7 +1672,7 @@ mod tests {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         let ev = profile.evaluate(&snap, &PodInfo::default(), None, 1, &mut rng);
         assert_eq!(ev.ranked.len(), 1, "cut to the limit");
-        assert_eq!(&*snap.nodes[ev.ranked[0].index].name, "bbb");
+        assert_eq!(&*snap.nodes()[ev.ranked[0].index].name, "bbb");
         assert_eq!(ev.ranked[0].total, 30.0);
         assert_eq!(ev.ranked[0].plugins, vec![("ByNameLength", 30, 2)]);
         assert_eq!(
@@ -1733,7 +1733,7 @@ mod tests {
             first.0[0].plugins,
             vec![("ByNameLength", 30, 1), ("LastDigit", 90, 3)]
         );
-        assert!(first.0.iter().all(|r| &*big.nodes[r.index].name != "n07"));
+        assert!(first.0.iter().all(|r| &*big.nodes()[r.index].name != "n07"));
         for (snap, candidates) in [
             (&small, Some(&[2usize][..])),
             (&small, Some(&[][..])),
@@ -1749,7 +1749,7 @@ mod tests {
         }
         let picked = run(&small, Some(&[2]));
         assert_eq!(picked.0.len(), 1);
-        assert_eq!(&*small.nodes[picked.0[0].index].name, "cc");
+        assert_eq!(&*small.nodes()[picked.0[0].index].name, "cc");
         assert_eq!(
             run(&big, None),
             first,
@@ -1799,7 +1799,7 @@ mod tests {
             let mut seen = std::collections::HashSet::new();
             for r in &top.ranked {
                 proptest::prop_assert!(seen.insert(r.index), "a node returned twice");
-                proptest::prop_assert_eq!(r.total, tied(&snap.nodes[r.index].name) as f64);
+                proptest::prop_assert_eq!(r.total, tied(&snap.nodes()[r.index].name) as f64);
             }
         }
 
@@ -2020,7 +2020,7 @@ mod tests {
     /// Puts a pod on the evaluation's best node, as the scheduler's assumption does.
     fn assume_on_best(snap: &mut ClusterSnapshot, ev: &Evaluation, uid: String) {
         let best = ev.best().expect("feasible").index;
-        let mut alloc = (*snap.nodes[best].alloc).clone();
+        let mut alloc = (*snap.nodes()[best].alloc).clone();
         alloc.put_pod(crate::snapshot::PodOnNode {
             uid,
             ..Default::default()
@@ -2110,7 +2110,7 @@ mod tests {
             .expect("the shape's column");
         let marked = held.lock().edited.len();
         let at = (0..40).find(|&i| i != 7).expect("a feasible node");
-        let mut alloc = (*snap.nodes[at].alloc).clone();
+        let mut alloc = (*snap.nodes()[at].alloc).clone();
         alloc.put_pod(crate::snapshot::PodOnNode {
             uid: "held".into(),
             ..Default::default()

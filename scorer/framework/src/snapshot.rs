@@ -6,6 +6,7 @@
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
@@ -674,14 +675,14 @@ pub struct NodeDigest {
 
 /// What a [`NodeDigest`] was computed from, held weakly: the allocations stay reserved while
 /// the row exists, so a replaced `Arc`'s address cannot be reused by a newer one that would
-/// then pass for the data the row was computed from. Kept in a column of its own (32 bytes a
-/// node): only [`DigestTable::current_rows`] reads it, once per node and evaluation.
+/// then pass for the data the row was computed from. Only kept (the table's `sources`); the
+/// checks compare the addresses in [`RowKey`].
 #[derive(Debug, Clone, Default)]
+#[allow(dead_code, reason = "held to keep the addresses reserved, never read")]
 struct RowSource {
     agent: Option<Weak<AgentNode>>,
     kube: Option<Weak<KubeNode>>,
     alloc: Weak<NodeAllocation>,
-    stale: bool,
 }
 
 impl RowSource {
@@ -690,25 +691,39 @@ impl RowSource {
             agent: node.agent.as_ref().map(Arc::downgrade),
             kube: node.kube.as_ref().map(Arc::downgrade),
             alloc: Arc::downgrade(&node.alloc),
-            stale: node.stale,
+        }
+    }
+}
+
+/// The addresses of a node's agent, Kubernetes and allocation data (0 when absent) and its
+/// staleness (the allocation address's low bit, which an `Arc`'s alignment leaves 0), as a
+/// row was computed from them: [`DigestTable::current_rows`] compares three words a node
+/// against the node view. The table's [`RowSource`] keeps the addresses reserved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct RowKey {
+    alloc_stale: usize,
+    agent: usize,
+    kube: usize,
+}
+
+impl RowKey {
+    #[inline(always)]
+    fn of(node: &NodeView) -> RowKey {
+        fn address<T>(a: Option<&Arc<T>>) -> usize {
+            a.map_or(0, |a| Arc::as_ptr(a).addr())
+        }
+        RowKey {
+            alloc_stale: Arc::as_ptr(&node.alloc).addr() | usize::from(node.stale),
+            agent: address(node.agent.as_ref()),
+            kube: address(node.kube.as_ref()),
         }
     }
 
     /// Whether `node`'s agent, Kubernetes and allocation data are still these (a replaced
     /// `Arc` means the node changed since) and its staleness too.
-    #[inline]
+    #[inline(always)]
     fn matches(&self, node: &NodeView) -> bool {
-        fn same<T>(held: Option<&Weak<T>>, now: Option<&Arc<T>>) -> bool {
-            match (held, now) {
-                (Some(w), Some(a)) => std::ptr::eq(w.as_ptr(), Arc::as_ptr(a)),
-                (None, None) => true,
-                _ => false,
-            }
-        }
-        self.stale == node.stale
-            && std::ptr::eq(self.alloc.as_ptr(), Arc::as_ptr(&node.alloc))
-            && same(self.agent.as_ref(), node.agent.as_ref())
-            && same(self.kube.as_ref(), node.kube.as_ref())
+        *self == RowKey::of(node)
     }
 }
 
@@ -808,8 +823,14 @@ pub struct DigestTable {
     pub generation: u64,
     /// One row per node.
     pub rows: Vec<NodeDigest>,
-    /// What each row was computed from, same order.
+    /// What each row was computed from, same order, held weakly.
     sources: Vec<RowSource>,
+    /// Their addresses, same order: what the checks compare.
+    keys: Vec<RowKey>,
+    /// Every row was found current for the snapshot that built the table
+    /// ([`ClusterSnapshot::current_rows`]), and its nodes have not been edited since except
+    /// by [`ClusterSnapshot::set_alloc`], which patched this table's row.
+    verified: AtomicBool,
     /// Built on first use by [`DigestTable::anti_affinity`].
     anti_affinity: std::sync::OnceLock<AntiAffinityIndex>,
     /// [`DigestTable::memo`]'s values.
@@ -949,15 +970,21 @@ pub fn patch_entry<T>(
 /// without opening the node views.
 #[derive(Debug, Clone, Copy)]
 pub struct CurrentRows<'a> {
+    /// Each row's verdict; empty when `all` (then `len` rows are current).
     rows: &'a [bool],
     all: bool,
+    len: usize,
 }
 
 impl CurrentRows<'_> {
     /// Whether the row at `index` is current (false past the table's end).
     #[inline]
     pub fn get(&self, index: usize) -> bool {
-        self.rows.get(index).copied().unwrap_or(false)
+        if self.all {
+            index < self.len
+        } else {
+            self.rows.get(index).copied().unwrap_or(false)
+        }
     }
 
     /// Whether every row is current: then the nodes are exactly the data the rows were
@@ -980,7 +1007,7 @@ impl DigestTable {
     /// Kubernetes and allocation data and its staleness); false past the table's end.
     #[inline]
     pub fn row_matches(&self, index: usize, node: &NodeView) -> bool {
-        self.sources.get(index).is_some_and(|s| s.matches(node))
+        self.keys.get(index).is_some_and(|k| k.matches(node))
     }
 
     /// Which rows still [match](DigestTable::row_matches) their node of `nodes` (the snapshot
@@ -989,14 +1016,21 @@ impl DigestTable {
     /// table's end are not current.
     pub fn current_rows<'b>(&self, nodes: &[NodeView], buf: &'b mut Vec<bool>) -> CurrentRows<'b> {
         buf.clear();
-        buf.extend(
-            nodes
-                .iter()
-                .enumerate()
-                .map(|(i, n)| self.row_matches(i, n)),
-        );
-        let all = nodes.len() == self.rows.len() && buf.iter().all(|&c| c);
-        CurrentRows { rows: buf, all }
+        let checked = nodes.len().min(self.keys.len());
+        // One pass, without a branch a node: three words compared, the verdicts counted.
+        let mut current = 0;
+        buf.extend(nodes[..checked].iter().zip(&self.keys).map(|(n, k)| {
+            let c = k.matches(n);
+            current += usize::from(c);
+            c
+        }));
+        buf.resize(nodes.len(), false);
+        let all = nodes.len() == self.rows.len() && current == nodes.len();
+        CurrentRows {
+            rows: buf,
+            all,
+            len: nodes.len(),
+        }
     }
 
     /// Most values [`DigestTable::memo`] keeps; past it, callers take their path without
@@ -1142,8 +1176,9 @@ pub struct AntiAffinityIndex {
     /// that node's [`NodeAllocation::pods`](NodeAllocation::pods)).
     pub terms: Vec<(AffinityTerm, Vec<(u32, u32)>)>,
     covered: Vec<bool>,
-    /// How many nodes `covered` leaves out.
-    uncovered: usize,
+    /// The nodes `covered` leaves out, in order (kept so that reading them does not scan
+    /// `covered`: the scheduler uncovers a node with every pod it assumes).
+    uncovered: Vec<usize>,
 }
 
 impl AntiAffinityIndex {
@@ -1176,7 +1211,7 @@ impl AntiAffinityIndex {
                 }
             }
         }
-        let uncovered = covered.iter().filter(|c| !**c).count();
+        let uncovered = (0..covered.len()).filter(|&i| !covered[i]).collect();
         AntiAffinityIndex {
             terms,
             covered,
@@ -1186,7 +1221,7 @@ impl AntiAffinityIndex {
 
     /// Whether the index covers every node of the snapshot it was built for.
     pub fn covers_all(&self) -> bool {
-        self.uncovered == 0
+        self.uncovered.is_empty()
     }
 
     /// How many nodes the index was built over.
@@ -1196,10 +1231,7 @@ impl AntiAffinityIndex {
 
     /// The nodes it does not cover, in order.
     pub fn uncovered(&self) -> impl Iterator<Item = usize> + '_ {
-        self.covered
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| (!*c).then_some(i))
+        self.uncovered.iter().copied()
     }
 
     /// Whether the node at `index` was covered when the index was built (its entries, if
@@ -1214,7 +1246,9 @@ impl AntiAffinityIndex {
             && *c
         {
             *c = false;
-            self.uncovered += 1;
+            // Sorted insert: a few hundred nodes at most between two snapshots.
+            let at = self.uncovered.partition_point(|&u| u < index);
+            self.uncovered.insert(at, index);
         }
     }
 }
@@ -1282,14 +1316,15 @@ fn in_order_of(
 
 /// The whole cluster at one moment.
 ///
-/// Code that edits `nodes` in place must replace the edited parts' `Arc`s (as
-/// `Arc::make_mut` does on a shared `Arc`) or bump `generation`: the digest tables behind
-/// [`ClusterSnapshot::digests`] are keyed by both. It must not rename, add, remove or reorder
-/// nodes: `index` may be shared with other snapshots.
+/// Code that edits nodes in place ([`ClusterSnapshot::nodes_mut`]) must replace the edited
+/// parts' `Arc`s (as `Arc::make_mut` does on a shared `Arc`) or bump `generation`: the
+/// digest tables behind [`ClusterSnapshot::digests`] are keyed by both. It must not rename
+/// nodes: `index` may be shared with other snapshots (nor add, remove or reorder them, which
+/// the slice it gets rules out).
 #[derive(Debug, Clone, Default)]
 pub struct ClusterSnapshot {
-    /// Nodes sorted by name.
-    pub nodes: Vec<NodeView>,
+    /// Nodes sorted by name ([`ClusterSnapshot::nodes`]).
+    nodes: Vec<NodeView>,
     /// Name → index into `nodes`; shared by the snapshots that have the same nodes (clones,
     /// and later snapshots built with [`ClusterSnapshot::new_after`]).
     pub index: Arc<HashMap<Arc<str>, usize>>,
@@ -1299,6 +1334,60 @@ pub struct ClusterSnapshot {
 }
 
 impl ClusterSnapshot {
+    /// The nodes, sorted by name.
+    #[inline(always)]
+    pub fn nodes(&self) -> &[NodeView] {
+        &self.nodes
+    }
+
+    /// The nodes to edit in place (see [`ClusterSnapshot`] for how). The next evaluation
+    /// checks every digest row against them again ([`ClusterSnapshot::current_rows`]).
+    pub fn nodes_mut(&mut self) -> &mut [NodeView] {
+        for table in &self
+            .digests
+            .0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .built
+        {
+            table.verified.store(false, Ordering::Release);
+        }
+        &mut self.nodes
+    }
+
+    /// The nodes, sorted by name, taken out of the snapshot.
+    pub fn into_nodes(self) -> Vec<NodeView> {
+        self.nodes
+    }
+
+    /// [`DigestTable::current_rows`] of `table` for this snapshot's nodes, checked node by
+    /// node only until every row is found current once: after that, until the nodes are
+    /// edited ([`ClusterSnapshot::nodes_mut`]), every row is known current without reading
+    /// them (a pass over every node, where a sampled cycle examines a tenth of them).
+    /// `table` must be one of this snapshot's own ([`ClusterSnapshot::digests`]).
+    pub fn current_rows<'b>(&self, table: &DigestTable, buf: &'b mut Vec<bool>) -> CurrentRows<'b> {
+        let ours = table.generation == self.generation
+            && self
+                .digests
+                .lock()
+                .built
+                .iter()
+                .any(|t| std::ptr::eq(Arc::as_ptr(t), table));
+        if ours && table.verified.load(Ordering::Acquire) {
+            buf.clear();
+            return CurrentRows {
+                rows: buf,
+                all: true,
+                len: self.nodes.len(),
+            };
+        }
+        let rows = table.current_rows(&self.nodes, buf);
+        if ours && rows.all() {
+            table.verified.store(true, Ordering::Release);
+        }
+        rows
+    }
+
     /// Builds a snapshot from node views (sorted here).
     pub fn new(mut nodes: Vec<NodeView>, generation: u64) -> ClusterSnapshot {
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -1357,13 +1446,17 @@ impl ClusterSnapshot {
             .cloned();
         // A seed row still current for the node at its index is copied (same data, so the
         // same row), every other row computed.
+        let mut keys = Vec::with_capacity(self.nodes.len());
         let (rows, sources) = self
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| match seed.as_ref() {
-                Some(s) if s.row_matches(i, n) => (s.rows[i].clone(), s.sources[i].clone()),
-                _ => (NodeDigest::of(n, window_seconds), RowSource::of(n)),
+            .map(|(i, n)| {
+                keys.push(RowKey::of(n));
+                match seed.as_ref() {
+                    Some(s) if s.row_matches(i, n) => (s.rows[i].clone(), s.sources[i].clone()),
+                    _ => (NodeDigest::of(n, window_seconds), RowSource::of(n)),
+                }
             })
             .unzip();
         let table = Arc::new(DigestTable {
@@ -1371,6 +1464,8 @@ impl ClusterSnapshot {
             generation: self.generation,
             rows,
             sources,
+            keys,
+            verified: AtomicBool::new(false),
             anti_affinity: std::sync::OnceLock::new(),
             memo: Mutex::default(),
             columns: Mutex::default(),
@@ -1421,46 +1516,55 @@ impl ClusterSnapshot {
         );
         let node = &self.nodes[index];
         for table in tables.iter_mut() {
-            if table.generation != self.generation {
+            // A table whose row is not patched here no longer matches the node: its rows are
+            // checked again by the next evaluation.
+            if table.generation != self.generation || table.rows.len() <= index {
+                table.verified.store(false, Ordering::Release);
                 continue;
             }
-            if let Some(t) = Arc::get_mut(table) {
-                let Some(row) = t.rows.get_mut(index) else {
-                    continue;
-                };
-                *row = NodeDigest::of(node, t.window_seconds);
-                let row = &*row;
-                if let Some(source) = t.sources.get_mut(index) {
-                    *source = RowSource::of(node);
+            match Arc::get_mut(table) {
+                None => table.verified.store(false, Ordering::Release),
+                Some(t) => {
+                    let Some(row) = t.rows.get_mut(index) else {
+                        continue;
+                    };
+                    *row = NodeDigest::of(node, t.window_seconds);
+                    let row = &*row;
+                    if let (Some(source), Some(key)) =
+                        (t.sources.get_mut(index), t.keys.get_mut(index))
+                    {
+                        *source = RowSource::of(node);
+                        *key = RowKey::of(node);
+                    }
+                    // The index's entries for the node are the old pods': read it directly.
+                    if let Some(ix) = t.anti_affinity.get_mut() {
+                        ix.uncover(index);
+                    }
+                    // A memo someone still holds, or one that cannot follow, is dropped.
+                    t.memo
+                        .get_mut()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .retain_mut(|(_, value)| {
+                            Arc::get_mut(value).is_some_and(|v| v.patch(index, row, node, self))
+                        });
+                    // A column notes the node for its next reader to score again; one held, or
+                    // with an eighth of its nodes to score again (building it afresh costs
+                    // about as much), is dropped.
+                    t.columns
+                        .get_mut()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .built
+                        .retain_mut(|(_, column)| {
+                            Arc::get_mut(column).is_some_and(|c| {
+                                let state = c
+                                    .state
+                                    .get_mut()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                                state.edited.push(index);
+                                state.edited.len().saturating_mul(8) <= state.entries.len()
+                            })
+                        });
                 }
-                // The index's entries for the node are the old pods': read it directly.
-                if let Some(ix) = t.anti_affinity.get_mut() {
-                    ix.uncover(index);
-                }
-                // A memo someone still holds, or one that cannot follow, is dropped.
-                t.memo
-                    .get_mut()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .retain_mut(|(_, value)| {
-                        Arc::get_mut(value).is_some_and(|v| v.patch(index, row, node, self))
-                    });
-                // A column notes the node for its next reader to score again; one held, or
-                // with an eighth of its nodes to score again (building it afresh costs
-                // about as much), is dropped.
-                t.columns
-                    .get_mut()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .built
-                    .retain_mut(|(_, column)| {
-                        Arc::get_mut(column).is_some_and(|c| {
-                            let state = c
-                                .state
-                                .get_mut()
-                                .unwrap_or_else(std::sync::PoisonError::into_inner);
-                            state.edited.push(index);
-                            state.edited.len().saturating_mul(8) <= state.entries.len()
-                        })
-                    });
             }
         }
         self.digests
@@ -1669,7 +1773,8 @@ mod tests {
         assert_eq!(offset_of!(NodeDigest, memory_available_bytes), 248);
         assert_eq!(offset_of!(NodeDigest, nodefs_available_ratio), 256);
         assert_eq!(std::mem::size_of::<NodeDigest>(), 320, "five lines");
-        assert_eq!(std::mem::size_of::<RowSource>(), 32);
+        assert_eq!(std::mem::size_of::<RowSource>(), 24);
+        assert_eq!(std::mem::size_of::<RowKey>(), 24);
     }
 
     #[test]
@@ -1765,6 +1870,59 @@ mod tests {
         assert!(!table.row_matches(1, &snap.nodes[1]));
         assert_eq!(figures(&table.rows[1]), (0, 0));
         assert_eq!(snap.nodes[1].alloc.pods.len(), 1);
+    }
+
+    /// Rows found current once are known current until the nodes are edited: `set_alloc`
+    /// keeps that for the tables it patches, `nodes_mut` and a held table's missed patch
+    /// forget it, and another snapshot's table is always checked node by node.
+    #[test]
+    fn rows_found_current_stay_known_current_until_an_edit() {
+        let mut snap =
+            ClusterSnapshot::new(vec![view("a", &[]), view("b", &[]), view("c", &[])], 1);
+        let mut buf = Vec::new();
+        let table = snap.digests(60);
+        assert!(snap.current_rows(&table, &mut buf).all());
+        assert!(table.verified.load(Ordering::Acquire), "found current once");
+        let known = snap.current_rows(&table, &mut buf);
+        assert!(
+            known.all() && known.get(2) && !known.get(3),
+            "three rows, no more"
+        );
+        // Staleness flipped in place: the row of b no longer matches, and is read as such.
+        snap.nodes_mut()[1].stale = true;
+        assert!(!table.verified.load(Ordering::Acquire));
+        let rows = snap.current_rows(&table, &mut buf);
+        assert!(!rows.all() && rows.get(0) && !rows.get(1) && rows.get(2));
+        drop(table);
+        // A new generation: its table is checked, then a patched row keeps it known current.
+        snap.generation = 2;
+        let table = snap.digests(60);
+        assert!(snap.current_rows(&table, &mut buf).all());
+        drop(table);
+        let mut a = (*snap.nodes()[0].alloc).clone();
+        a.put_pod(pod("1", true));
+        snap.set_alloc(0, Arc::new(a));
+        let table = snap.digests(60);
+        assert!(table.verified.load(Ordering::Acquire), "patched in place");
+        assert!(snap.current_rows(&table, &mut buf).all());
+        assert!(
+            table.current_rows(snap.nodes(), &mut buf).all(),
+            "as a full check finds"
+        );
+        // Held while another pod is assumed: its row is not patched, so not known current.
+        let mut c = (*snap.nodes()[2].alloc).clone();
+        c.put_pod(pod("2", false));
+        snap.set_alloc(2, Arc::new(c));
+        let rows = snap.current_rows(&table, &mut buf);
+        assert!(!rows.all() && rows.get(0) && !rows.get(2));
+        // A copy edited in place never takes its original's table for current.
+        let original = ClusterSnapshot::new(vec![view("a", &[]), view("b", &[])], 1);
+        let theirs = original.digests(60);
+        assert!(original.current_rows(&theirs, &mut buf).all());
+        let mut copy = original.clone();
+        copy.nodes_mut()[0].stale = true;
+        assert!(!copy.current_rows(&theirs, &mut buf).all());
+        assert!(original.current_rows(&theirs, &mut buf).all());
     }
 
     fn names(snap: &ClusterSnapshot) -> Vec<&str> {

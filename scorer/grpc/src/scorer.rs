@@ -65,7 +65,7 @@ pub fn to_response(
             .iter()
             .map(|r| {
                 node_score(
-                    snap.nodes[r.index].name.to_string(),
+                    snap.nodes()[r.index].name.to_string(),
                     r.total,
                     &r.plugins,
                     r.stale,
@@ -76,7 +76,7 @@ pub fn to_response(
             .filtered
             .iter()
             .map(|f| pb::FilteredNode {
-                node_name: snap.nodes[f.index].name.to_string(),
+                node_name: snap.nodes()[f.index].name.to_string(),
                 plugin: f.plugin.to_string(),
                 reason: f.reason.to_string(),
             })
@@ -114,7 +114,7 @@ pub fn preemption_response(snap: &ClusterSnapshot, outcome: PreemptionOutcome) -
                 .candidates
                 .iter()
                 .map(|c| pb::PreemptionCandidate {
-                    node_name: snap.nodes[c.index].name.to_string(),
+                    node_name: snap.nodes()[c.index].name.to_string(),
                     victims: c
                         .victims
                         .iter()
@@ -398,7 +398,7 @@ impl ScorerService {
             .score_duration
             .observe(started.elapsed().as_secs_f64());
         debug!(summary = %ev.summary(), "scored");
-        let best = ev.best().map(|b| snap.nodes[b.index].name.to_string());
+        let best = ev.best().map(|b| snap.nodes()[b.index].name.to_string());
         self.decisions.record(
             Decision::of(
                 Source::Score,

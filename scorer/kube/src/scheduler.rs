@@ -669,8 +669,8 @@ impl Scheduler {
         };
         let index = best.index;
         let total = best.total;
-        let node = l.snap.nodes[index].name.clone();
-        let writes = match volume_writes(info, &l.snap.nodes[index]) {
+        let node = l.snap.nodes()[index].name.clone();
+        let writes = match volume_writes(info, &l.snap.nodes()[index]) {
             Ok(w) => w,
             Err(reason) => {
                 self.attempt(&profile.name, AttemptResult::Error);
@@ -787,7 +787,7 @@ impl Scheduler {
             PreemptionOutcome::Proposal(p) => p,
         };
         let chosen = proposal.chosen()?;
-        let node = snap.nodes[chosen.index].name.to_string();
+        let node = snap.nodes()[chosen.index].name.to_string();
         self.metrics
             .preemptions
             .get_or_create(&result("preempted"))
@@ -995,7 +995,7 @@ fn with_nominated(snap: &ClusterSnapshot, nominated: &[Nomination]) -> ClusterSn
     view.seed_digests_from(snap);
     for n in nominated {
         if let Some(&i) = view.index.get(n.node.as_str()) {
-            let node = &mut view.nodes[i];
+            let node = &mut view.nodes_mut()[i];
             if !node.alloc.pods.iter().any(|p| p.uid == n.pod.uid) {
                 Arc::make_mut(&mut node.alloc).admit(n.pod.clone());
             }
@@ -1006,7 +1006,7 @@ fn with_nominated(snap: &ClusterSnapshot, nominated: &[Nomination]) -> ClusterSn
 
 /// Indices of the snapshot's nodes that Kubernetes knows.
 fn kube_nodes(snap: &ClusterSnapshot) -> Vec<usize> {
-    snap.nodes
+    snap.nodes()
         .iter()
         .enumerate()
         .filter(|(_, n)| n.kube.is_some())
@@ -1129,7 +1129,7 @@ impl Binder for Scheduler {
                 let i = snap
                     .index
                     .get(request.node_name.as_str())
-                    .filter(|&&i| snap.nodes[i].kube.is_some())
+                    .filter(|&&i| snap.nodes()[i].kube.is_some())
                     .ok_or_else(|| {
                         ClusterError::NotFound(format!(
                             "node {} is not a Kubernetes node known to this scorer",
@@ -1157,14 +1157,14 @@ impl Binder for Scheduler {
                 return Err(ClusterError::FailedPrecondition(ev.summary()));
             };
             self.attempt(&profile.name, AttemptResult::Scheduled);
-            let node = snap.nodes[best.index].name.clone();
+            let node = snap.nodes()[best.index].name.clone();
             self.decisions.record(
                 decision,
                 Recorded::Assumed {
                     node: node.to_string(),
                 },
             );
-            let writes = volume_writes(info, &snap.nodes[best.index])
+            let writes = volume_writes(info, &snap.nodes()[best.index])
                 .map_err(ClusterError::FailedPrecondition)?;
             self.cache
                 .assume(info, Some(facts.clone()), &node, (self.estimate.0)(info))
@@ -1513,14 +1513,15 @@ mod tests {
         assert_eq!(n.len(), 1);
         let view = with_nominated(&snap, &n);
         let i = view.index["n1"];
-        assert_eq!(view.nodes[i].alloc.requested.cpu_millis, 2000);
+        assert_eq!(view.nodes()[i].alloc.requested.cpu_millis, 2000);
         assert_eq!(
-            snap.nodes[i].alloc.requested.cpu_millis, 0,
+            snap.nodes()[i].alloc.requested.cpu_millis,
+            0,
             "the original is untouched"
         );
         // Once placed there, it is not counted twice.
         let again = with_nominated(&view, &n);
-        assert_eq!(again.nodes[i].alloc.requested.cpu_millis, 2000);
+        assert_eq!(again.nodes()[i].alloc.requested.cpu_millis, 2000);
         // Bound: the nomination goes.
         let mut bound_high = high.clone();
         bound_high.spec.as_mut().expect("spec").node_name = Some("n1".into());

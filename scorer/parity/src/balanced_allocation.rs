@@ -74,7 +74,7 @@ impl AmountColumns {
         AmountColumns {
             amounts: ctx
                 .snapshot
-                .nodes
+                .nodes()
                 .iter()
                 .map(|n| Self::of(&ctx.digest(n), ids))
                 .collect(),
@@ -149,7 +149,7 @@ impl AllocationStrategy for Balanced {
                         Some(&[c0, c1]) => balanced_two(pair(c0, q0, id0), pair(c1, q1, id1)),
                         None => {
                             let d = ctx.digest_at(i);
-                            let n = &ctx.snapshot.nodes[i];
+                            let n = &ctx.snapshot.nodes()[i];
                             let (a0, u0) =
                                 ra::allocatable_requested(&d, n, id0, &r0.name, q0, false);
                             let (a1, u1) =
@@ -242,12 +242,12 @@ mod tests {
         let first = pod(2000, 10 * GIB);
         let e = profile.evaluate(&snap, &first, None, 0, &mut rng);
         let best = e.best().expect("feasible");
-        assert_eq!(&*snap.nodes[best.index].name, "m2");
+        assert_eq!(&*snap.nodes()[best.index].name, "m2");
         // Least: 43 everywhere; Balanced: 75 / 93 / 62.
         let by_name = |name: &str| {
             e.ranked
                 .iter()
-                .find(|r| &*snap.nodes[r.index].name == name)
+                .find(|r| &*snap.nodes()[r.index].name == name)
                 .map(|r| r.plugins.iter().map(|p| p.1).collect::<Vec<_>>())
         };
         assert_eq!(by_name("m1"), Some(vec![43, 75]));
@@ -262,7 +262,7 @@ mod tests {
         ]);
         let second = pod(5000, 5 * GIB);
         let e = profile.evaluate(&snap, &second, None, 0, &mut rng);
-        assert_eq!(&*snap.nodes[e.best().expect("feasible").index].name, "m2");
+        assert_eq!(&*snap.nodes()[e.best().expect("feasible").index].name, "m2");
         assert_eq!(e.ranked[0].plugins[0].1 + e.ranked[0].plugins[1].1, 35 + 93);
         // And on the original state too.
         let snap = snapshot(vec![
@@ -271,7 +271,7 @@ mod tests {
             machine("m3", 10, 50),
         ]);
         let e = profile.evaluate(&snap, &second, None, 0, &mut rng);
-        assert_eq!(&*snap.nodes[e.best().expect("feasible").index].name, "m2");
+        assert_eq!(&*snap.nodes()[e.best().expect("feasible").index].name, "m2");
     }
 
     proptest! {

@@ -226,7 +226,7 @@ fn existing_anti_state(
     index: &AntiAffinityIndex,
     pod: &PodInfo,
 ) -> AffinityState {
-    let nodes = &ctx.snapshot.nodes;
+    let nodes = ctx.snapshot.nodes();
     let mut s = AffinityState::default();
     for (term, holders) in &index.terms {
         if !term.matches_pod(&pod.namespace, &pod.labels) {
@@ -386,7 +386,12 @@ impl InterPodAffinity {
         } else {
             RowCodes::<ScoringHolder>::of(ctx)
         };
-        for (index, node) in ctx.snapshot.nodes.iter().enumerate() {
+        // Without terms of its own the pod is scored only by existing pods' terms: none on
+        // any node, nothing to add (no pass over the nodes).
+        if codes.as_deref().is_some_and(RowCodes::all_zero) {
+            return m;
+        }
+        for (index, node) in ctx.snapshot.nodes().iter().enumerate() {
             if !preferred
                 && (!may_hold_scoring_terms(ctx, codes.as_deref(), index)
                     || node.alloc.pods_with_affinity == 0)
@@ -486,7 +491,7 @@ impl FilterPlugin for InterPodAffinity {
     fn prefilter(&self, ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<PreFilterState> {
         Some(Box::new(match ctx.anti_affinity_index() {
             Some(index) if !has_required_terms(pod) => existing_anti_state(ctx, index, pod),
-            _ => prefilter_state(&ctx.snapshot.nodes, pod),
+            _ => prefilter_state(ctx.snapshot.nodes(), pod),
         }))
     }
 
@@ -538,7 +543,7 @@ impl FilterPlugin for InterPodAffinity {
 
     /// Without a PreFilter state (a single-node check), computes it on the spot.
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-        check(&prefilter_state(&ctx.snapshot.nodes, pod), pod, node)
+        check(&prefilter_state(ctx.snapshot.nodes(), pod), pod, node)
     }
 }
 
@@ -636,12 +641,16 @@ mod tests {
         let snap = snapshot(nodes);
         let ctx = ctx(&snap);
         assert_eq!(
-            InterPodAffinity::default().filter(&ctx, &p, &snap.nodes[0]),
+            InterPodAffinity::default().filter(&ctx, &p, &snap.nodes()[0]),
             Err(format!("{REASON_AFFINITY_NOT_MATCH}, {REASON_EXISTING_ANTI_AFFINITY}").into())
         );
         // A pod the term does not select is welcome.
         assert_eq!(
-            feasible(snap.nodes.clone(), &incoming("api", PodAffinity::default())).len(),
+            feasible(
+                snap.nodes().to_vec(),
+                &incoming("api", PodAffinity::default())
+            )
+            .len(),
             2
         );
     }
@@ -701,7 +710,7 @@ mod tests {
             let mut buf = Vec::new();
             let ctx = CycleContext {
                 digests: Some(&table),
-                current: Some(table.current_rows(&snap.nodes, &mut buf)),
+                current: Some(table.current_rows(snap.nodes(), &mut buf)),
                 ..ctx(snap)
             };
             let s = plugin.prefilter(&ctx, p).expect("a state");
@@ -711,10 +720,10 @@ mod tests {
         };
         for app in ["web", "api", "db"] {
             let p = incoming(app, PodAffinity::default());
-            assert_eq!(state(&snap, &p), prefilter_state(&snap.nodes, &p), "{app}");
+            assert_eq!(state(&snap, &p), prefilter_state(snap.nodes(), &p), "{app}");
             assert_eq!(
                 checked(&snap, &p),
-                prefilter_state(&snap.nodes, &p),
+                prefilter_state(snap.nodes(), &p),
                 "{app}"
             );
         }
@@ -737,16 +746,16 @@ mod tests {
             ..ctx(&snap)
         };
         let _ = ctx_before.anti_affinity_index();
-        let mut alloc = (*snap.nodes[3].alloc).clone();
+        let mut alloc = (*snap.nodes()[3].alloc).clone();
         alloc.put_pod(running("6", "db", guard("web", "zone")));
-        snap.nodes[3].alloc = Arc::new(alloc);
+        snap.nodes_mut()[3].alloc = Arc::new(alloc);
         let ctx_after = CycleContext {
             digests: Some(&table),
             ..ctx(&snap)
         };
         let s = plugin.prefilter(&ctx_after, &web).expect("a state");
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
-        assert_eq!(*s, prefilter_state(&snap.nodes, &web));
+        assert_eq!(*s, prefilter_state(snap.nodes(), &web));
         assert_eq!(s.existing_anti["zone"]["b"], 1);
         // Edited through `set_alloc`, as the scheduler does: the row is brought up to date
         // (it matches the node again) while the index still lists the node's old pods, so
@@ -766,7 +775,7 @@ mod tests {
         }
         .anti_affinity_index();
         drop(table);
-        let mut alloc = (*snap.nodes[0].alloc).clone();
+        let mut alloc = (*snap.nodes()[0].alloc).clone();
         alloc.put_pod(running("10", "db", guard("web", "zone")));
         snap.set_alloc(0, Arc::new(alloc));
         let table = snap.digests(60);
@@ -777,7 +786,7 @@ mod tests {
         assert!(patched.row_at(0).is_some(), "the row was patched in place");
         let s = plugin.prefilter(&patched, &web).expect("a state");
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
-        assert_eq!(*s, prefilter_state(&snap.nodes, &web));
+        assert_eq!(*s, prefilter_state(snap.nodes(), &web));
         assert_eq!(s.existing_anti["zone"]["d"], 2);
         drop(table);
         assert_eq!(
@@ -787,7 +796,7 @@ mod tests {
         );
         // A table someone still holds is left alone: its row no longer matches the node.
         let held = snap.digests(60);
-        let mut alloc = (*snap.nodes[1].alloc).clone();
+        let mut alloc = (*snap.nodes()[1].alloc).clone();
         alloc.put_pod(running("11", "db", guard("web", "zone")));
         snap.set_alloc(1, Arc::new(alloc));
         let stale = CycleContext {
@@ -797,7 +806,7 @@ mod tests {
         assert!(stale.row_at(1).is_none());
         let s = plugin.prefilter(&stale, &web).expect("a state");
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
-        assert_eq!(*s, prefilter_state(&snap.nodes, &web));
+        assert_eq!(*s, prefilter_state(snap.nodes(), &web));
         assert_eq!(s.existing_anti["zone"]["d"], 3);
         // The reverse: a node edited before the index was built, then given back the data
         // its row was computed from. Its row matches again, yet the index never covered it.
@@ -807,14 +816,14 @@ mod tests {
             vec![running("7", "db", guard("web", "zone"))],
         )]);
         let table = snap.digests(60);
-        let original = snap.nodes[0].alloc.clone();
-        snap.nodes[0].alloc = Arc::new((*original).clone());
+        let original = snap.nodes()[0].alloc.clone();
+        snap.nodes_mut()[0].alloc = Arc::new((*original).clone());
         let edited = CycleContext {
             digests: Some(&table),
             ..ctx(&snap)
         };
         let _ = edited.anti_affinity_index();
-        snap.nodes[0].alloc = original;
+        snap.nodes_mut()[0].alloc = original;
         let restored = CycleContext {
             digests: Some(&table),
             ..ctx(&snap)
@@ -822,7 +831,7 @@ mod tests {
         assert!(restored.row_at(0).is_some());
         let s = plugin.prefilter(&restored, &web).expect("a state");
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
-        assert_eq!(*s, prefilter_state(&snap.nodes, &web));
+        assert_eq!(*s, prefilter_state(snap.nodes(), &web));
         assert_eq!(s.existing_anti["zone"]["c"], 1);
         drop(table);
         assert_eq!(checked(&snap, &web), *s, "the node the index never covered");
@@ -883,7 +892,7 @@ mod tests {
             },
         );
         let snap = snapshot(nodes);
-        let refs: Vec<&NodeView> = snap.nodes.iter().collect();
+        let refs: Vec<&NodeView> = snap.nodes().iter().collect();
         let mut out = vec![0; 3];
         // Raw: a = 1 - 4 = -3, b = 10, c = 0; scaled from -3..10.
         ScorePlugin::score(
@@ -900,7 +909,7 @@ mod tests {
             zoned("a1", Some("a"), vec![]),
             zoned("b1", Some("b"), vec![]),
         ]);
-        let refs: Vec<&NodeView> = bare.nodes.iter().collect();
+        let refs: Vec<&NodeView> = bare.nodes().iter().collect();
         let mut out = vec![7; 2];
         ScorePlugin::score(
             &InterPodAffinity::default(),
@@ -970,7 +979,7 @@ mod tests {
                 .iter()
                 .map(|c| {
                     let victims = c.victims.iter().map(|v| v.uid.clone()).collect();
-                    (snap.nodes[c.index].name.to_string(), victims)
+                    (snap.nodes()[c.index].name.to_string(), victims)
                 })
                 .collect(),
             _ => Vec::new(),

@@ -147,11 +147,15 @@ mod tests {
         }
         let plain = ctx(&snap);
         assert_eq!(
-            NodeReady.filter(&plain, &pod_tolerating(&[NOT_READY_TAINT]), &snap.nodes[3]),
+            NodeReady.filter(
+                &plain,
+                &pod_tolerating(&[NOT_READY_TAINT]),
+                &snap.nodes()[3]
+            ),
             Err(REASON_UNSCHEDULABLE.into())
         );
         assert_eq!(
-            NodeReady.filter(&plain, &pod_tolerating(&[]), &snap.nodes[3]),
+            NodeReady.filter(&plain, &pod_tolerating(&[]), &snap.nodes()[3]),
             Err(REASON_NOT_READY.into())
         );
     }

@@ -131,14 +131,14 @@ impl FilterPlugin for NodeResourcesFit {
                 ctx.memo(0, || FitColumns {
                     cells: ctx
                         .snapshot
-                        .nodes
+                        .nodes()
                         .iter()
                         .map(|n| FitCell::of(&ctx.digest(n)))
                         .collect(),
                 })
             })
             .flatten();
-        let slow = |i: usize| self.verdict(pod, &ctx.snapshot.nodes[i], &ctx.digest_at(i));
+        let slow = |i: usize| self.verdict(pod, &ctx.snapshot.nodes()[i], &ctx.digest_at(i));
         match columns {
             Some(c) => retain_passing(NAME, nodes, filtered, |i| match c.cells.get(i) {
                 Some(cell) if cell.fits(req) => Ok(()),

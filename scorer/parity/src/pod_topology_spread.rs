@@ -348,7 +348,7 @@ impl FilterPlugin for PodTopologySpread {
         if hard_constraints(&cs).is_empty() {
             return None;
         }
-        Some(Box::new(prefilter_state(&ctx.snapshot.nodes, pod, &cs)))
+        Some(Box::new(prefilter_state(ctx.snapshot.nodes(), pod, &cs)))
     }
 
     fn filter_prepared(
@@ -390,7 +390,7 @@ impl FilterPlugin for PodTopologySpread {
             return Ok(());
         }
         check(
-            &prefilter_state(&ctx.snapshot.nodes, pod, &cs),
+            &prefilter_state(ctx.snapshot.nodes(), pod, &cs),
             pod,
             &cs,
             node,
@@ -466,7 +466,7 @@ impl ScorePlugin for PodTopologySpread {
                 ((sz + 2) as f64).ln()
             })
             .collect();
-        for node in &ctx.snapshot.nodes {
+        for node in ctx.snapshot.nodes() {
             let l = node.labels_or_empty();
             if !has_keys(l) || !pod_matches_node(pod, node) {
                 continue;
@@ -606,7 +606,7 @@ mod tests {
         );
         let snap = snapshot(nodes());
         assert_eq!(
-            PodTopologySpread::default().filter(&ctx(&snap), &spread(1, "zone"), &snap.nodes[3]),
+            PodTopologySpread::default().filter(&ctx(&snap), &spread(1, "zone"), &snap.nodes()[3]),
             Err(REASON_MISSING_LABEL.into())
         );
     }
@@ -632,7 +632,7 @@ mod tests {
         assert_eq!(feasible(nodes.clone(), &p), vec!["b1"]);
         let snap = snapshot(nodes.clone());
         assert_eq!(
-            PodTopologySpread::default().filter(&ctx(&snap), &p, &snap.nodes[0]),
+            PodTopologySpread::default().filter(&ctx(&snap), &p, &snap.nodes()[0]),
             Ok(()),
             "a node outside the eligible domains adds nothing and passes this filter"
         );
@@ -729,7 +729,7 @@ mod tests {
         .expect("ok");
         let snap = snapshot(nodes);
         let verdicts = |p: &PodInfo| -> Vec<Result<(), Reason>> {
-            snap.nodes
+            snap.nodes()
                 .iter()
                 .map(|n| plugin.filter(&ctx(&snap), p, n))
                 .collect()
@@ -769,7 +769,7 @@ mod tests {
         let mut p = spread(1, "zone");
         p.spread_constraints[0].when_unsatisfiable = WhenUnsatisfiable::ScheduleAnyway;
         let snap = snapshot(nodes);
-        let refs: Vec<&NodeView> = snap.nodes.iter().collect();
+        let refs: Vec<&NodeView> = snap.nodes().iter().collect();
         let mut out = vec![0; 4];
         ScorePlugin::score(
             &PodTopologySpread::default(),

@@ -31,7 +31,7 @@ impl<C: RowCode> Memo for RowCodes<C> {
         node: &NodeView,
         snapshot: &ClusterSnapshot,
     ) -> bool {
-        if self.codes.len() != snapshot.nodes.len() {
+        if self.codes.len() != snapshot.nodes().len() {
             return false;
         }
         match self.codes.get_mut(index) {
@@ -52,7 +52,7 @@ impl<C: RowCode> RowCodes<C> {
         ctx.memo(0, || {
             let codes: Vec<u8> = ctx
                 .snapshot
-                .nodes
+                .nodes()
                 .iter()
                 .map(|n| C::code(&ctx.digest(n), n))
                 .collect();
@@ -79,6 +79,6 @@ pub fn code_at<C: RowCode>(
 ) -> u8 {
     match codes.and_then(|c| c.codes.get(index)) {
         Some(&c) => c,
-        None => C::code(&ctx.digest_at(index), &ctx.snapshot.nodes[index]),
+        None => C::code(&ctx.digest_at(index), &ctx.snapshot.nodes()[index]),
     }
 }

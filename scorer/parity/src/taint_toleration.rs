@@ -93,7 +93,7 @@ impl FilterPlugin for TaintToleration {
             if code_at(codes.as_deref(), ctx, i) == 0 {
                 return Ok(());
             }
-            let Some(t) = first_untolerated(pod, &ctx.snapshot.nodes[i]) else {
+            let Some(t) = first_untolerated(pod, &ctx.snapshot.nodes()[i]) else {
                 return Ok(());
             };
             match &last {
@@ -322,7 +322,7 @@ mod tests {
         p.tolerations = vec![tol("dedicated", false, "infra", None)];
         assert_batch_agrees(&TaintToleration, &snap, &p, StalePolicy::Fallback);
         assert_eq!(
-            TaintToleration.filter(&ctx(&snap), &p, &snap.nodes[4]),
+            TaintToleration.filter(&ctx(&snap), &p, &snap.nodes()[4]),
             Err("node(s) had untolerated taint {dedicated: gpu}".into())
         );
     }

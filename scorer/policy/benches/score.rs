@@ -423,28 +423,54 @@ fn bench_evaluate(c: &mut Criterion) {
         }
     }
     if selected("5000-assume")
-        && let Some(us) = cpu_micros_with_assumptions(&profile, 5_000, 300)
+        && let Some(us) = cpu_micros_with_assumptions(&profile, 5_000, 300, None)
     {
         println!(
             "score_default_profile/5000-assume: {us:.0} µs on-CPU per evaluation and \
              assumption (mean of 300)"
         );
     }
+    if selected("5000-scheduler") {
+        // The scheduler's cycle at 5 000 nodes: sampled as `percentageOfNodesToScore: 0`
+        // (the cursor moving on), then the pod assumed on the best node.
+        let sampled = Profile {
+            sampling: NodeSampling::ADAPTIVE,
+            ..default_profile()
+        };
+        let evals = evaluations();
+        if let Some(us) =
+            cpu_micros_with_assumptions(&sampled, 5_000, evals, Some(SampleCursor::default()))
+        {
+            println!(
+                "score_default_profile/5000-scheduler: {us:.0} µs on-CPU per sampled \
+                 evaluation and assumption (mean of {evals})"
+            );
+        }
+    }
 }
 
 /// As the scheduler runs: each evaluation is followed by assuming the pod on the best node
 /// (`set_alloc`, which patches that node's digest row and the table's memos), so no two
-/// evaluations see the same table contents. Mean on-CPU µs per evaluation and assumption.
-fn cpu_micros_with_assumptions(profile: &Profile, nodes: usize, iters: u32) -> Option<f64> {
+/// evaluations see the same table contents; sampled from `cursor` on when given (as
+/// `Profile::evaluate_sampled`). Mean on-CPU µs per evaluation and assumption.
+fn cpu_micros_with_assumptions(
+    profile: &Profile,
+    nodes: usize,
+    iters: u32,
+    mut cursor: Option<SampleCursor>,
+) -> Option<f64> {
     let mut snap = cluster(nodes, 42);
     let pod = pod();
     let mut rng = StdRng::seed_from_u64(3);
     let start = thread_cpu_ns()?;
     for k in 0..iters {
-        let e = profile.evaluate(&snap, &pod, None, 10, &mut rng);
+        let e = match cursor.as_mut() {
+            Some(c) => profile.evaluate_sampled(&snap, &pod, None, 10, &mut rng, c),
+            None => profile.evaluate(&snap, &pod, None, 10, &mut rng),
+        };
         let Some(best) = e.best() else { break };
         let index = best.index;
-        let mut alloc = (*snap.nodes[index].alloc).clone();
+        let mut alloc = (*snap.nodes()[index].alloc).clone();
         alloc.admit(PodOnNode {
             uid: format!("assumed-{k}"),
             ..PodOnNode::of(&pod)
@@ -498,10 +524,10 @@ fn bench_plugins(c: &mut Criterion) {
     // As `Profile::evaluate` builds it: rows checked once, memos allowed.
     let ctx = CycleContext {
         digests: Some(&table),
-        current: Some(table.current_rows(&snap.nodes, &mut current)),
+        current: Some(table.current_rows(snap.nodes(), &mut current)),
         ..CycleContext::new(&snap, profile.window_seconds, profile.stale_policy)
     };
-    let nodes: Vec<&NodeView> = snap.nodes.iter().collect();
+    let nodes: Vec<&NodeView> = snap.nodes().iter().collect();
     let all: Vec<usize> = (0..nodes.len()).collect();
     let mut group = c.benchmark_group("plugin_5000");
     let (mut passing, mut filtered) = (Vec::new(), Vec::new());
@@ -538,7 +564,7 @@ fn bench_plugins(c: &mut Criterion) {
 /// about one victim per node.
 fn full_cluster(n: usize, seed: u64) -> ClusterSnapshot {
     let mut snap = cluster(n, seed);
-    for node in &mut snap.nodes {
+    for node in snap.nodes_mut() {
         let cpu = node.allocatable().cpu_millis;
         let alloc = Arc::make_mut(&mut node.alloc);
         let pods: Vec<PodOnNode> = alloc.pods.drain(..).map(Arc::unwrap_or_clone).collect();

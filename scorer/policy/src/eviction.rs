@@ -360,7 +360,7 @@ impl FilterPlugin for EvictionPressure {
             .memo(self.columns_key(ctx.stale_policy), || PressureColumns {
                 states: ctx
                     .snapshot
-                    .nodes
+                    .nodes()
                     .iter()
                     .map(|n| self.state(ctx.stale_policy, &ctx.digest(n)))
                     .collect(),
@@ -525,7 +525,7 @@ mod tests {
         // Under `fallback` the stale node passes; under `penalize` its pressure counts.
         let plain = CycleContext::new(&snap, 60, StalePolicy::Penalize);
         assert_eq!(
-            f.filter(&plain, &pod(1, 1), &snap.nodes[6]),
+            f.filter(&plain, &pod(1, 1), &snap.nodes()[6]),
             Err(REASON_MEMORY.into())
         );
         assert_eq!(snap.digests(60).memos(), 2, "one memo per stale policy");
@@ -598,7 +598,7 @@ mod tests {
         assert_eq!(filter_one(&filter(), stale.clone(), &p), Ok(()));
         let snap = snapshot(vec![stale]);
         let c = ctx_with(&snap, StalePolicy::Penalize);
-        assert!(filter().filter(&c, &p, &snap.nodes[0]).is_err());
+        assert!(filter().filter(&c, &p, &snap.nodes()[0]).is_err());
         // No agent at all.
         assert_eq!(filter_one(&filter(), kube_node("k", 1000, GIB), &p), Ok(()));
     }

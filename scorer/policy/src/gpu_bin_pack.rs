@@ -259,16 +259,16 @@ mod tests {
         let b = edit_agent(gpu_node("b", 0), |ag| ag.gpus = gpus(6));
         let snap = snapshot(vec![a, b]);
         let plugin = GpuBinPack::default();
-        assert_eq!(plugin.free_gpus(&ctx(&snap), &snap.nodes[1]), (2, 8));
+        assert_eq!(plugin.free_gpus(&ctx(&snap), &snap.nodes()[1]), (2, 8));
         assert_eq!(score_all(&plugin, &snap, &gpu_pod(2)), vec![0, 100]);
         assert_eq!(score_all(&plugin, &snap, &gpu_pod(4)), vec![100, 0]);
         // Stale under fallback: NVML ignored, Kubernetes' view only.
-        let mut stale = snap.nodes[1].clone();
+        let mut stale = snap.nodes()[1].clone();
         stale.stale = true;
         let snap2 = snapshot(vec![stale]);
-        assert_eq!(plugin.free_gpus(&ctx(&snap2), &snap2.nodes[0]), (8, 8));
+        assert_eq!(plugin.free_gpus(&ctx(&snap2), &snap2.nodes()[0]), (8, 8));
         let c = ctx_with(&snap2, StalePolicy::Penalize);
-        assert_eq!(plugin.free_gpus(&c, &snap2.nodes[0]), (2, 8));
+        assert_eq!(plugin.free_gpus(&c, &snap2.nodes()[0]), (2, 8));
     }
 
     #[test]

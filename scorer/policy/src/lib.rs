@@ -94,11 +94,11 @@ mod tests {
             };
             // As `Profile::evaluate` runs them: rows checked once, and memos allowed.
             let checked = CycleContext {
-                current: Some(table.current_rows(&snap.nodes, &mut buf)),
+                current: Some(table.current_rows(snap.nodes(), &mut buf)),
                 ..fast
             };
             assert!(checked.current.is_some_and(|c| c.all()));
-            let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes.iter().collect();
+            let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes().iter().collect();
             for n in &nodes {
                 assert!(matches!(fast.digest(n), Cow::Borrowed(_)));
                 assert!(matches!(checked.digest(n), Cow::Borrowed(_)));
@@ -149,10 +149,10 @@ mod tests {
         let score_with = |snap: &loadstar_framework::snapshot::ClusterSnapshot,
                           table: Option<&loadstar_framework::snapshot::DigestTable>,
                           buf: &mut Vec<bool>| {
-            let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes.iter().collect();
+            let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes().iter().collect();
             let ctx = CycleContext {
                 digests: table,
-                current: table.map(|t| t.current_rows(&snap.nodes, buf)),
+                current: table.map(|t| t.current_rows(snap.nodes(), buf)),
                 ..CycleContext::new(snap, 60, StalePolicy::Fallback)
             };
             let mut out = vec![0; nodes.len()];
@@ -170,11 +170,11 @@ mod tests {
         drop(table);
         let before = score_with(&snap, Some(&snap.digests(60)), &mut buf);
         let held = snap.digests(60).memos();
-        let edited = with_requested(snap.nodes[2].clone(), 3500, 0);
+        let edited = with_requested(snap.nodes()[2].clone(), 3500, 0);
         snap.set_alloc(2, edited.alloc.clone());
         let table = snap.digests(60);
         assert!(
-            table.current_rows(&snap.nodes, &mut buf).all(),
+            table.current_rows(snap.nodes(), &mut buf).all(),
             "the row was patched"
         );
         let kept = table.memos();
@@ -188,10 +188,10 @@ mod tests {
             let plain = CycleContext::new(&snap, 60, StalePolicy::Fallback);
             let checked = CycleContext {
                 digests: Some(&table),
-                current: Some(table.current_rows(&snap.nodes, &mut buf)),
+                current: Some(table.current_rows(snap.nodes(), &mut buf)),
                 ..plain
             };
-            let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes.iter().collect();
+            let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes().iter().collect();
             let all: Vec<usize> = (0..nodes.len()).collect();
             for name in SCORE_NAMES {
                 let plugin = build_score(name, &serde_norway::Value::Null).expect(name);
@@ -213,9 +213,9 @@ mod tests {
         drop(table);
         // An edit that leaves rows behind (node a's view replaced in place, load and all):
         // not every row is current, so nothing memoised is read.
-        snap.nodes[0] = loaded("a", 0.9, 0.4);
+        snap.nodes_mut()[0] = loaded("a", 0.9, 0.4);
         let table = snap.digests(60);
-        assert!(!table.current_rows(&snap.nodes, &mut buf).all());
+        assert!(!table.current_rows(snap.nodes(), &mut buf).all());
         assert_eq!(
             score_with(&snap, Some(&table), &mut buf),
             score_with(&snap, None, &mut buf)
@@ -225,16 +225,16 @@ mod tests {
         // row was computed stale, so it is not current, and every plugin reads the node's
         // load again under `fallback`.
         let table = snap.digests(60);
-        snap.nodes[3].stale = false;
+        snap.nodes_mut()[3].stale = false;
         let plain = CycleContext::new(&snap, 60, StalePolicy::Fallback);
         let checked = CycleContext {
             digests: Some(&table),
-            current: Some(table.current_rows(&snap.nodes, &mut buf)),
+            current: Some(table.current_rows(snap.nodes(), &mut buf)),
             ..plain
         };
         assert!(checked.row_at(3).is_none());
         assert!(!checked.current.is_some_and(|c| c.all()));
-        let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes.iter().collect();
+        let nodes: Vec<&loadstar_framework::snapshot::NodeView> = snap.nodes().iter().collect();
         assert!(plain.usage(nodes[3], ResourceKind::Cpu).is_some());
         for name in SCORE_NAMES {
             let plugin = build_score(name, &serde_norway::Value::Null).expect(name);
@@ -257,21 +257,21 @@ mod tests {
         }
         drop(nodes);
         drop(table);
-        snap.nodes[3].stale = true;
+        snap.nodes_mut()[3].stale = true;
         let table = snap.digests(60);
         // A node edited after the table was built (its allocation `Arc` replaced) is read
         // from the view, not from its stale row.
-        snap.nodes[0] = with_requested(snap.nodes[0].clone(), 7000, 0);
+        snap.nodes_mut()[0] = with_requested(snap.nodes()[0].clone(), 7000, 0);
         let fast = CycleContext {
             digests: Some(&table),
             ..CycleContext::new(&snap, 60, StalePolicy::Fallback)
         };
-        let d = fast.digest(&snap.nodes[0]);
+        let d = fast.digest(&snap.nodes()[0]);
         assert!(matches!(d, Cow::Owned(_)));
         assert_eq!(d.requested_cpu_millis, 7000);
         assert_eq!(
-            fast.usage(&snap.nodes[0], ResourceKind::Cpu),
-            raw_usage(&snap.nodes[0], ResourceKind::Cpu, 60)
+            fast.usage(&snap.nodes()[0], ResourceKind::Cpu),
+            raw_usage(&snap.nodes()[0], ResourceKind::Cpu, 60)
         );
         // A new generation gets a new table; the same one is shared.
         assert!(std::sync::Arc::ptr_eq(&table, &snap.digests(60)));

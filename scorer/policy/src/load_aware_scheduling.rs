@@ -320,7 +320,7 @@ mod tests {
 
     fn filter(n: NodeView, p: &PodInfo) -> Result<(), Reason> {
         let snap = snapshot(vec![n]);
-        plugin().filter(&ctx(&snap), p, &snap.nodes[0])
+        plugin().filter(&ctx(&snap), p, &snap.nodes()[0])
     }
 
     #[test]
@@ -406,7 +406,7 @@ mod tests {
         .expect("valid");
         let snap = snapshot(vec![node(30.0, 500.0)]);
         assert_eq!(
-            no_memory.filter(&ctx(&snap), &empty, &snap.nodes[0]),
+            no_memory.filter(&ctx(&snap), &empty, &snap.nodes()[0]),
             Ok(())
         );
         // The incoming pod's own estimate counts: 55 cores used + 13.6 estimated = 71.5 %.

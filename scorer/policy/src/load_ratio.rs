@@ -115,7 +115,7 @@ impl LoadRatio {
     fn score_nodes(&self, ctx: &CycleContext<'_>, nodes: &[&NodeView], out: &mut [i64]) {
         // Cluster pass: mean GHz per core of agent nodes, then the mean of every S term.
         let (mut ghz, mut cores) = (0.0, 0.0);
-        for n in &ctx.snapshot.nodes {
+        for n in ctx.snapshot.nodes() {
             if let Some(a) = &n.agent
                 && a.capacity.logical_cpus > 0
             {
@@ -126,12 +126,12 @@ impl LoadRatio {
         let ghz_per_core = if ghz > 0.0 { ghz / cores } else { 1.0 };
         let mut means = [0.0f64; 4];
         if self.args.normalization == Normalization::ClusterMean {
-            for n in &ctx.snapshot.nodes {
+            for n in ctx.snapshot.nodes() {
                 for (m, t) in means.iter_mut().zip(s_terms(n, ghz_per_core)) {
                     *m += util::finite_or_zero(t);
                 }
             }
-            let count = ctx.snapshot.nodes.len().max(1) as f64;
+            let count = ctx.snapshot.nodes().len().max(1) as f64;
             for m in &mut means {
                 *m /= count;
             }
@@ -174,7 +174,7 @@ impl ScorePlugin for LoadRatio {
             + self.args.statistic as u64 * 4
             + ctx.stale_policy as u64;
         if let Some(all) = ctx.memo(key, || {
-            let all: Vec<&NodeView> = ctx.snapshot.nodes.iter().collect();
+            let all: Vec<&NodeView> = ctx.snapshot.nodes().iter().collect();
             let mut scores = vec![0; all.len()];
             self.score_nodes(ctx, &all, &mut scores);
             NodeScores(scores)

@@ -355,7 +355,7 @@ impl ScorePlugin for LoadVariationRiskBalancing {
                 ctx.memo(self.columns_key(ctx.stale_policy), || RiskColumns {
                     cells: ctx
                         .snapshot
-                        .nodes
+                        .nodes()
                         .iter()
                         .map(|n| self.cells(&ctx.digest(n), ctx.stale_policy))
                         .collect(),

@@ -126,11 +126,30 @@ fn utilisation(
     util::finite_or_zero(util::utilisation(ctx, node, d, kind, statistic).unwrap_or(0.0))
 }
 
-/// The sum S and the sum of squares Q of `utils`, added in order.
+/// Nodes a partial sum of [`ClusterLoad`] covers.
+const BLOCK: usize = 64;
+
+/// The sum and the sum of squares of `utils`, added in order.
 fn sums(utils: &[f64]) -> (f64, f64) {
     utils
         .iter()
         .fold((0.0, 0.0), |(s, q), &u| (s + u, q + u * u))
+}
+
+/// The [`sums`] of each [`BLOCK`] of `utils` in order, then S and Q as the blocks' sums
+/// added in order: patching one node adds one block and the block sums again, not every
+/// node, and gives exactly what this gives for the patched utilisations.
+fn block_sums(utils: &[f64]) -> (Vec<(f64, f64)>, f64, f64) {
+    let blocks: Vec<(f64, f64)> = utils.chunks(BLOCK).map(sums).collect();
+    let (s, q) = total(&blocks);
+    (blocks, s, q)
+}
+
+/// S and Q from the blocks' sums, added in order.
+fn total(blocks: &[(f64, f64)]) -> (f64, f64) {
+    blocks
+        .iter()
+        .fold((0.0, 0.0), |(s, q), &(bs, bq)| (s + bs, q + bq))
 }
 
 /// One pass over the whole snapshot: each node's utilisation, in `nodes` order, with their
@@ -140,6 +159,8 @@ struct ClusterLoad {
     utils: Vec<f64>,
     /// Each node's capacity ([`util::capacity`]), the pod's demand's denominator.
     caps: Vec<f64>,
+    /// [`block_sums`]' partial sums.
+    blocks: Vec<(f64, f64)>,
     s: f64,
     q: f64,
     kind: ResourceKind,
@@ -152,17 +173,18 @@ impl MinVariance {
     fn cluster(&self, ctx: &CycleContext<'_>) -> ClusterLoad {
         let (utils, caps): (Vec<f64>, Vec<f64>) = ctx
             .snapshot
-            .nodes
+            .nodes()
             .iter()
             .map(|n| {
                 let d = ctx.digest(n);
                 (self.utilisation(ctx, n, &d), util::capacity(&d, self.kind))
             })
             .unzip();
-        let (s, q) = sums(&utils);
+        let (blocks, s, q) = block_sums(&utils);
         ClusterLoad {
             utils,
             caps,
+            blocks,
             s,
             q,
             kind: self.kind,
@@ -175,9 +197,8 @@ impl MinVariance {
 
 impl Memo for ClusterLoad {
     /// The scheduler assumed a pod on one node: its utilisation is computed again from its
-    /// new row, and S and Q are summed again in order over the kept utilisations (a few
-    /// microseconds at 5 000 nodes, against a pass over every row): exactly what a fresh
-    /// pass gives.
+    /// new row, then its block's sums and S and Q from the blocks' sums ([`block_sums`]):
+    /// exactly what a fresh pass gives, for a block and the block sums instead of every node.
     fn patch(
         &mut self,
         index: usize,
@@ -185,7 +206,7 @@ impl Memo for ClusterLoad {
         node: &NodeView,
         snapshot: &ClusterSnapshot,
     ) -> bool {
-        if self.utils.len() != snapshot.nodes.len() {
+        if self.utils.len() != snapshot.nodes().len() {
             return false;
         }
         let (Some(slot), Some(cap)) = (self.utils.get_mut(index), self.caps.get_mut(index)) else {
@@ -194,7 +215,16 @@ impl Memo for ClusterLoad {
         let ctx = CycleContext::new(snapshot, self.window_seconds, self.stale_policy);
         *slot = utilisation(&ctx, node, row, self.kind, self.statistic);
         *cap = util::capacity(row, self.kind);
-        (self.s, self.q) = sums(&self.utils);
+        let block = index / BLOCK;
+        let (Some(nodes), Some(sum)) = (
+            self.utils
+                .get(block * BLOCK..((block + 1) * BLOCK).min(self.utils.len())),
+            self.blocks.get_mut(block),
+        ) else {
+            return false;
+        };
+        *sum = sums(nodes);
+        (self.s, self.q) = total(&self.blocks);
         true
     }
 }
@@ -340,6 +370,42 @@ mod tests {
         assert_eq!(
             score_all(&MinVariance::default(), &snap, &pod(1000, GIB)),
             vec![100, 100]
+        );
+    }
+
+    #[test]
+    fn a_patched_cluster_load_is_exactly_a_fresh_one() {
+        // Three blocks, the last one short; the edited node in the middle one.
+        let nodes = |edited: f64| -> Vec<NodeView> {
+            (0..150)
+                .map(|i| {
+                    let ratio = if i == 100 {
+                        edited
+                    } else {
+                        (i as f64 * 0.37) % 1.0
+                    };
+                    cpu_node(&format!("n{i:03}"), 4 + i % 5, ratio)
+                })
+                .collect()
+        };
+        let plugin = MinVariance::default();
+        let old = snapshot(nodes(0.25));
+        let mut load = plugin.cluster(&ctx(&old));
+        let new = snapshot(nodes(0.9));
+        let row = NodeDigest::of(&new.nodes()[100], 60);
+        assert!(load.patch(100, &row, &new.nodes()[100], &new));
+        let fresh = plugin.cluster(&ctx(&new));
+        assert_eq!(load.utils, fresh.utils);
+        assert_eq!(load.blocks, fresh.blocks);
+        assert_eq!(
+            (load.s.to_bits(), load.q.to_bits()),
+            (fresh.s.to_bits(), fresh.q.to_bits())
+        );
+        // And the sums changed by the edit (not a patch that did nothing).
+        assert!(
+            (load.s - plugin.cluster(&ctx(&old)).s - 0.65).abs() < 1e-9,
+            "{}",
+            load.s
         );
     }
 

@@ -233,7 +233,7 @@ impl FilterPlugin for UsageThreshold {
                 // Most nodes pass: compare first, spell the reasons out only for the others.
                 Some(room) if !room.iter().zip(amounts).any(|(r, a)| a > *r) => Ok(()),
                 Some(room) => self.verdict(room.iter().copied().zip(amounts)),
-                None => self.check(ctx, &estimate, &ctx.snapshot.nodes[index]),
+                None => self.check(ctx, &estimate, &ctx.snapshot.nodes()[index]),
             }
         });
     }
@@ -314,7 +314,7 @@ impl Memo for UsageColumns {
         snapshot: &ClusterSnapshot,
     ) -> bool {
         let k = self.checks.len();
-        if self.headroom.len() != snapshot.nodes.len() * k {
+        if self.headroom.len() != snapshot.nodes().len() * k {
             return false;
         }
         let Some(room) = self.headroom.get_mut(index * k..index * k + k) else {
@@ -422,8 +422,8 @@ impl UsageThreshold {
             .iter()
             .map(|(kind, limit, _)| (*kind, *limit))
             .collect();
-        let mut headroom = Vec::with_capacity(ctx.snapshot.nodes.len() * checks.len());
-        for node in &ctx.snapshot.nodes {
+        let mut headroom = Vec::with_capacity(ctx.snapshot.nodes().len() * checks.len());
+        for node in ctx.snapshot.nodes() {
             let d = ctx.digest(node);
             headroom.extend(
                 checks
@@ -546,8 +546,8 @@ mod tests {
         }
         assert_eq!(snap.digests(60).memos(), 2, "one set of columns each");
         let plain = ctx(&snap);
-        assert!(high.filter(&plain, &p, &snap.nodes[0]).is_ok());
-        assert!(low.filter(&plain, &p, &snap.nodes[0]).is_err());
+        assert!(high.filter(&plain, &p, &snap.nodes()[0]).is_ok());
+        assert!(low.filter(&plain, &p, &snap.nodes()[0]).is_err());
     }
 
     #[test]
@@ -596,7 +596,7 @@ mod tests {
             let plain = CycleContext::new(snap, 60, StalePolicy::Fallback);
             let ctx = CycleContext {
                 digests: Some(&table),
-                current: Some(table.current_rows(&snap.nodes, &mut buf)),
+                current: Some(table.current_rows(snap.nodes(), &mut buf)),
                 ..plain
             };
             assert!(ctx.current.is_some_and(|c| c.all()));
@@ -604,7 +604,7 @@ mod tests {
             let mut rejected: Vec<FilteredNode> = Vec::new();
             let state = f.prefilter(&ctx, &p);
             f.filter_nodes(&ctx, state.as_ref(), &p, &mut kept, &mut rejected);
-            for (i, n) in snap.nodes.iter().enumerate() {
+            for (i, n) in snap.nodes().iter().enumerate() {
                 assert_eq!(
                     kept.contains(&i),
                     f.filter(&plain, &p, n).is_ok(),
@@ -617,7 +617,7 @@ mod tests {
         assert_eq!(run(&snap), (vec![0, 2], 1, 1));
         // The scheduler assumes a 4.5-core pod on a: its cells are computed again (the memo
         // is patched, not built anew) and a is now too hot for the pod.
-        let assumed = edit_alloc(snap.nodes[0].clone(), |a| {
+        let assumed = edit_alloc(snap.nodes()[0].clone(), |a| {
             a.inflight.push(Inflight::new(
                 "x".into(),
                 4500,

@@ -109,7 +109,7 @@ fn scores(
     pod: &PodInfo,
     indices: &[usize],
 ) -> Vec<i64> {
-    let views: Vec<&NodeView> = indices.iter().map(|&i| &ctx.snapshot.nodes[i]).collect();
+    let views: Vec<&NodeView> = indices.iter().map(|&i| &ctx.snapshot.nodes()[i]).collect();
     let mut out = vec![0; indices.len()];
     plugin.score_indexed(ctx, pod, &views, indices, &mut out);
     out.iter().map(|s| (*s).clamp(0, 100)).collect()
@@ -141,7 +141,7 @@ fn with_table(snap: &ClusterSnapshot, profile: &Profile, f: impl FnOnce(CycleCon
         window_seconds: profile.window_seconds,
         stale_policy: profile.stale_policy,
         digests: Some(&table),
-        current: Some(table.current_rows(&snap.nodes, &mut current)),
+        current: Some(table.current_rows(snap.nodes(), &mut current)),
     });
 }
 
@@ -150,7 +150,7 @@ fn with_table(snap: &ClusterSnapshot, profile: &Profile, f: impl FnOnce(CycleCon
 #[test]
 fn keyed_scores_depend_on_the_node_and_the_key_alone() {
     let snap = cluster(60, 1);
-    let all: Vec<usize> = (0..snap.nodes.len()).collect();
+    let all: Vec<usize> = (0..snap.nodes().len()).collect();
     let mut keyed = std::collections::BTreeSet::new();
     for profile in profiles() {
         with_table(&snap, &profile, |ctx| {
@@ -213,7 +213,7 @@ fn verdicts_on(
 #[test]
 fn keyed_verdicts_depend_on_the_node_and_the_key_alone() {
     let snap = cluster(60, 3);
-    let all: Vec<usize> = (0..snap.nodes.len()).collect();
+    let all: Vec<usize> = (0..snap.nodes().len()).collect();
     let mut keyed = std::collections::BTreeSet::new();
     let mut refusals = 0;
     for profile in profiles() {
@@ -376,7 +376,7 @@ fn replicas_placed_one_after_the_other_get_the_verdicts_of_plugins_scoring_each_
             let Some(best) = got.best().map(|b| b.index) else {
                 continue;
             };
-            let mut alloc = (*snap.nodes[best].alloc).clone();
+            let mut alloc = (*snap.nodes()[best].alloc).clone();
             alloc.put_pod(PodOnNode {
                 uid: format!("r{round}"),
                 requests: p.requests.clone(),
@@ -460,7 +460,7 @@ profiles:
             let Some(best) = got.best().map(|b| b.index) else {
                 continue;
             };
-            let mut alloc = (*snap.nodes[best].alloc).clone();
+            let mut alloc = (*snap.nodes()[best].alloc).clone();
             alloc.put_pod(PodOnNode {
                 uid: format!("{}-{round}", k.name),
                 requests: shape.requests.clone(),

@@ -72,7 +72,7 @@ fn skipped_filters_pass_every_node_and_needed_ones_run() {
                 continue;
             }
             skipped.insert(f.name());
-            for node in &snap.nodes {
+            for node in snap.nodes() {
                 assert_eq!(
                     f.filter_prepared(&ctx, state.as_ref(), &plain, node),
                     Ok(()),
@@ -108,7 +108,7 @@ fn skipped_filters_pass_every_node_and_needed_ones_run() {
         .find(|f| f.name() == "NodePorts")
         .expect("NodePorts in the default profiles");
     assert!(!ports.skips(None, &wants_80));
-    assert!(ports.filter(&ctx, &wants_80, &snap.nodes[1]).is_err());
+    assert!(ports.filter(&ctx, &wants_80, &snap.nodes()[1]).is_err());
     // A pod with a node selector: NodeAffinity runs, and refuses nodes without the label.
     let mut picky = pod(100, 64 << 20);
     picky.node_selector = BTreeMap::from([("disk".to_string(), "ssd".to_string())]);
@@ -118,7 +118,11 @@ fn skipped_filters_pass_every_node_and_needed_ones_run() {
         .find(|f| f.name() == "NodeAffinity")
         .expect("NodeAffinity in the default profiles");
     assert!(!node_affinity.skips(None, &picky));
-    assert!(node_affinity.filter(&ctx, &picky, &snap.nodes[0]).is_err());
+    assert!(
+        node_affinity
+            .filter(&ctx, &picky, &snap.nodes()[0])
+            .is_err()
+    );
     // A pod labelled `ha=web`: the existing replica's anti-affinity matches it, so
     // InterPodAffinity runs and refuses the replica's node.
     let mut replica = pod(100, 64 << 20);
@@ -132,7 +136,7 @@ fn skipped_filters_pass_every_node_and_needed_ones_run() {
     assert!(!affinity.skips(state.as_ref(), &replica));
     assert!(
         affinity
-            .filter_prepared(&ctx, state.as_ref(), &replica, &snap.nodes[1])
+            .filter_prepared(&ctx, state.as_ref(), &replica, &snap.nodes()[1])
             .is_err()
     );
 }

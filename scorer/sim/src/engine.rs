@@ -338,7 +338,7 @@ impl<'a> Simulation<'a> {
 
     fn release(&mut self, j: usize, node: usize) {
         let info = &self.infos[j];
-        let alloc = Arc::make_mut(&mut self.snapshot.nodes[node].alloc);
+        let alloc = Arc::make_mut(&mut self.snapshot.nodes_mut()[node].alloc);
         alloc.requested.sub(&info.requests);
         alloc.requested.pods -= 1;
         alloc.nonzero_cpu_millis -= info.nonzero_cpu_millis;
@@ -469,7 +469,7 @@ impl<'a> Simulation<'a> {
                 report.last_pressure_at = self.nodes[i].last_pressure_s.and_then(|p| {
                     (t - p < th.pressure_transition_period.as_secs_f64()).then(Instant::now)
                 });
-                let view = &mut self.snapshot.nodes[i];
+                let view = &mut self.snapshot.nodes_mut()[i];
                 // The store's own rule: measured pods fade their estimates over the window.
                 retire_inflight(&mut view.alloc, &report.pods, at, max_age, INFLIGHT_FADE);
                 view.agent = Some(Arc::new(report));
@@ -477,7 +477,7 @@ impl<'a> Simulation<'a> {
                 self.snapshot.generation += 1;
             }
             let age = t - self.nodes[i].last_report_s;
-            let view = &mut self.snapshot.nodes[i];
+            let view = &mut self.snapshot.nodes_mut()[i];
             view.report_age_seconds = age.is_finite().then_some(age);
             view.stale = !(age.is_finite()
                 && age <= STALE_INTERVALS * self.report_every as f64 * self.settings.step_s);
@@ -541,7 +541,7 @@ impl<'a> Simulation<'a> {
         let info = &self.infos[j];
         let (cpu, mem) = inflight::estimate(info, &self.settings.inflight);
         let added_at = self.instant(t);
-        let alloc = Arc::make_mut(&mut self.snapshot.nodes[node].alloc);
+        let alloc = Arc::make_mut(&mut self.snapshot.nodes_mut()[node].alloc);
         alloc.requested.add(&info.requests);
         alloc.requested.pods += 1;
         alloc.nonzero_cpu_millis += info.nonzero_cpu_millis;
@@ -583,7 +583,7 @@ impl<'a> Simulation<'a> {
             .cluster
             .nodes
             .iter()
-            .zip(&self.snapshot.nodes)
+            .zip(self.snapshot.nodes())
             .map(|(s, v)| (i64::from(s.gpus) - v.alloc.requested.gpus).max(0))
             .collect();
         let pending_gpus: Vec<i64> = self

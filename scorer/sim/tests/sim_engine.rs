@@ -360,7 +360,7 @@ fn the_simulator_samples_nodes_as_the_scheduler_does() {
     let seen: Rc<RefCell<Vec<(usize, usize)>>> = Rc::default();
     let log = seen.clone();
     sim.set_observer(Box::new(move |snap, _, eval| {
-        log.borrow_mut().push((eval.evaluated, snap.nodes.len()));
+        log.borrow_mut().push((eval.evaluated, snap.nodes().len()));
     }));
     while sim.step().expect("step") {}
     let seen = seen.borrow();

@@ -169,7 +169,7 @@ impl Decision {
         limits: DecisionLimits,
     ) -> Decision {
         let name_of = |i: usize| -> Arc<str> {
-            snap.nodes
+            snap.nodes()
                 .get(i)
                 .map(|n| n.name.clone())
                 .unwrap_or_else(|| Arc::from("?"))

@@ -953,7 +953,7 @@ mod tests {
             .expect("ok");
         let after = store.snapshot_owned(Some(&first));
         let names = |s: &ClusterSnapshot| {
-            s.nodes
+            s.nodes()
                 .iter()
                 .map(|n| n.name.to_string())
                 .collect::<Vec<_>>()
@@ -978,7 +978,7 @@ mod tests {
         );
         let table = after.digests(60);
         assert!(
-            (0..3).all(|i| table.row_matches(i, &after.nodes[i])),
+            (0..3).all(|i| table.row_matches(i, &after.nodes()[i])),
             "rows copied or computed for the new snapshot's nodes"
         );
         let published = store.cached().map(|(_, s)| s).expect("published");
@@ -1121,7 +1121,7 @@ mod tests {
             .expect("ok");
         let c = store.snapshot();
         assert!(!Arc::ptr_eq(&a, &c));
-        assert_eq!(c.nodes.len(), 1);
+        assert_eq!(c.nodes().len(), 1);
     }
 
     #[test]
@@ -1152,12 +1152,12 @@ mod tests {
         // The node goes first, as in a real cluster; its pod's requests stay, hidden.
         store.set_kube_node("n", None);
         assert!(store.is_empty());
-        assert!(store.snapshot_now().nodes.is_empty());
+        assert!(store.snapshot_now().nodes().is_empty());
         assert!(store.node_status("n").is_none());
         // Re-registered under the same name, the node still carries the pod.
         store.set_kube_node("n", Some(node.clone()));
         let snap = store.snapshot_now();
-        assert_eq!(snap.nodes[0].alloc.requested.cpu_millis, 1500);
+        assert_eq!(snap.nodes()[0].alloc.requested.cpu_millis, 1500);
         // Node deleted again, then the pod: nothing negative and nothing left behind.
         store.set_kube_node("n", None);
         store.update_allocation("n", |a| {
@@ -1166,8 +1166,8 @@ mod tests {
         });
         store.set_kube_node("n", Some(node));
         let snap = store.snapshot_now();
-        assert_eq!(snap.nodes[0].alloc.requested.cpu_millis, 0);
-        assert!(snap.nodes[0].alloc.pods.is_empty());
+        assert_eq!(snap.nodes()[0].alloc.requested.cpu_millis, 0);
+        assert!(snap.nodes()[0].alloc.pods.is_empty());
         // A pod bound to a node never seen is hidden too.
         store.update_allocation("ghost", |a| a.put_pod(pod("q")));
         assert_eq!(store.len(), 1);

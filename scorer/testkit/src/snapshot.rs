@@ -190,7 +190,7 @@ pub fn feasible_names(
     let mut names: Vec<String> = ev
         .ranked
         .iter()
-        .map(|r| snap.nodes[r.index].name.to_string())
+        .map(|r| snap.nodes()[r.index].name.to_string())
         .collect();
     names.sort();
     names
@@ -200,7 +200,7 @@ pub fn feasible_names(
 /// by index over the snapshot's digest table, as evaluation scores (twice: the second pass
 /// reads what the first memoised).
 pub fn score_all(plugin: &dyn ScorePlugin, snap: &ClusterSnapshot, pod: &PodInfo) -> Vec<i64> {
-    let nodes: Vec<&NodeView> = snap.nodes.iter().collect();
+    let nodes: Vec<&NodeView> = snap.nodes().iter().collect();
     let mut out = vec![-1; nodes.len()];
     let plain = ctx(snap);
     plugin.score(&plain, pod, &nodes, &mut out);
@@ -208,7 +208,7 @@ pub fn score_all(plugin: &dyn ScorePlugin, snap: &ClusterSnapshot, pod: &PodInfo
     let mut buf = Vec::new();
     let checked = CycleContext {
         digests: Some(&table),
-        current: Some(table.current_rows(&snap.nodes, &mut buf)),
+        current: Some(table.current_rows(snap.nodes(), &mut buf)),
         ..plain
     };
     let all: Vec<usize> = (0..nodes.len()).collect();
@@ -228,7 +228,7 @@ pub fn batch_verdicts(
     pod: &PodInfo,
 ) -> Vec<Result<(), Reason>> {
     let state = plugin.prefilter(ctx, pod);
-    let mut passing: Vec<usize> = (0..ctx.snapshot.nodes.len()).collect();
+    let mut passing: Vec<usize> = (0..ctx.snapshot.nodes().len()).collect();
     let mut filtered = Vec::new();
     plugin.filter_nodes(ctx, state.as_ref(), pod, &mut passing, &mut filtered);
     assert!(
@@ -237,10 +237,10 @@ pub fn batch_verdicts(
     );
     assert_eq!(
         passing.len() + filtered.len(),
-        ctx.snapshot.nodes.len(),
+        ctx.snapshot.nodes().len(),
         "each node kept or rejected"
     );
-    let mut out = vec![Ok(()); ctx.snapshot.nodes.len()];
+    let mut out = vec![Ok(()); ctx.snapshot.nodes().len()];
     for f in filtered {
         assert!(
             !passing.contains(&f.index),
@@ -264,7 +264,7 @@ pub fn assert_batch_agrees(
 ) {
     let plain = ctx_with(snap, policy);
     let want: Vec<_> = snap
-        .nodes
+        .nodes()
         .iter()
         .map(|n| plugin.filter(&plain, pod, n))
         .collect();
@@ -272,7 +272,7 @@ pub fn assert_batch_agrees(
     let mut buf = Vec::new();
     let checked = CycleContext {
         digests: Some(&table),
-        current: Some(table.current_rows(&snap.nodes, &mut buf)),
+        current: Some(table.current_rows(snap.nodes(), &mut buf)),
         ..plain
     };
     for _ in 0..2 {
@@ -295,5 +295,5 @@ pub fn assert_batch_agrees(
 pub fn filter_one(plugin: &dyn FilterPlugin, node: NodeView, pod: &PodInfo) -> Result<(), Reason> {
     let snap = snapshot(vec![node]);
     assert_batch_agrees(plugin, &snap, pod, StalePolicy::Fallback);
-    plugin.filter(&ctx(&snap), pod, &snap.nodes[0])
+    plugin.filter(&ctx(&snap), pod, &snap.nodes()[0])
 }

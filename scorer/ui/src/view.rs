@@ -55,7 +55,7 @@ pub fn nodes_frame(snap: &ClusterSnapshot) -> NodesFrame {
     NodesFrame {
         generation: snap.generation,
         resources: RESOURCES.iter().map(|r| r.name()).collect(),
-        nodes: snap.nodes.iter().map(row).collect(),
+        nodes: snap.nodes().iter().map(row).collect(),
     }
 }
 
@@ -149,7 +149,7 @@ pub struct NodeDetail {
 
 /// The node page of `name`, if the snapshot has it.
 pub fn node_detail(snap: &ClusterSnapshot, name: &str) -> Option<NodeDetail> {
-    let n = &snap.nodes[*snap.index.get(name)?];
+    let n = &snap.nodes()[*snap.index.get(name)?];
     let agent = n.agent.as_deref();
     let kube = n.kube.as_deref();
     Some(NodeDetail {

@@ -203,15 +203,15 @@ pub fn evaluate_and_check(profile: &Profile, pod: &PodInfo) {
     let ev = profile.evaluate(&snap, pod, None, usize::MAX, &mut rng);
     let _ = ev.summary();
     for f in &ev.filtered {
-        assert!(f.index < snap.nodes.len());
+        assert!(f.index < snap.nodes().len());
     }
     for r in &ev.ranked {
-        assert!(r.index < snap.nodes.len());
+        assert!(r.index < snap.nodes().len());
         assert!(
             r.total.is_finite() && (0.0..=MAX_NODE_SCORE as f64).contains(&r.total),
             "profile {}: node {} total {} out of 0..={MAX_NODE_SCORE} ({:?})",
             profile.name,
-            snap.nodes[r.index].name,
+            snap.nodes()[r.index].name,
             r.total,
             r.plugins
         );

@@ -104,7 +104,7 @@ pub fn fuzz(data: &[u8]) {
         return;
     }
     let snap = store.snapshot_now();
-    assert_eq!(snap.nodes.len(), 1);
+    assert_eq!(snap.nodes().len(), 1);
     let status = store.node_status(&name);
     assert!(status.is_some());
     let _ = status.map(|s| s.encode_to_vec());
