@@ -52,8 +52,9 @@ pub struct CycleContext<'a> {
     /// The snapshot's digest rows for this window, when built (see
     /// [`ClusterSnapshot::digests`]); without them rows are computed per call.
     pub digests: Option<&'a DigestTable>,
-    /// Which rows of `digests` are current for `snapshot` ([`DigestTable::current_rows`],
-    /// checked once per evaluation); `None`: each row is checked against its node when read.
+    /// Which rows of `digests` are current for `snapshot` ([`ClusterSnapshot::current_rows`],
+    /// checked at most once per evaluation); `None`: each row is checked against its node
+    /// when read.
     pub current: Option<CurrentRows<'a>>,
 }
 

@@ -706,6 +706,9 @@ struct RowKey {
     kube: usize,
 }
 
+// The staleness bit lives in the allocation's address: its alignment must leave it free.
+const _: () = assert!(std::mem::align_of::<NodeAllocation>() >= 2);
+
 impl RowKey {
     #[inline(always)]
     fn of(node: &NodeView) -> RowKey {
@@ -966,11 +969,11 @@ pub fn patch_entry<T>(
 }
 
 /// Which rows of a [`DigestTable`] are current for the snapshot being evaluated
-/// ([`DigestTable::current_rows`]): checked once per evaluation, so plugins read rows
-/// without opening the node views.
+/// ([`DigestTable::current_rows`], [`ClusterSnapshot::current_rows`]): checked at most once
+/// per evaluation, so plugins read rows without opening the node views.
 #[derive(Debug, Clone, Copy)]
 pub struct CurrentRows<'a> {
-    /// Each row's verdict; empty when `all` (then `len` rows are current).
+    /// Each row's verdict; may be empty when `all` (then the first `len` rows are current).
     rows: &'a [bool],
     all: bool,
     len: usize,
@@ -1318,9 +1321,9 @@ fn in_order_of(
 ///
 /// Code that edits nodes in place ([`ClusterSnapshot::nodes_mut`]) must replace the edited
 /// parts' `Arc`s (as `Arc::make_mut` does on a shared `Arc`) or bump `generation`: the
-/// digest tables behind [`ClusterSnapshot::digests`] are keyed by both. It must not rename
-/// nodes: `index` may be shared with other snapshots (nor add, remove or reorder them, which
-/// the slice it gets rules out).
+/// digest tables behind [`ClusterSnapshot::digests`] are keyed by both. It must not rename or
+/// reorder nodes (`index` may be shared with other snapshots); the slice it gets rules out
+/// adding and removing them.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterSnapshot {
     /// Nodes sorted by name ([`ClusterSnapshot::nodes`]).
@@ -1362,9 +1365,11 @@ impl ClusterSnapshot {
 
     /// [`DigestTable::current_rows`] of `table` for this snapshot's nodes, checked node by
     /// node only until every row is found current once: after that, until the nodes are
-    /// edited ([`ClusterSnapshot::nodes_mut`]), every row is known current without reading
-    /// them (a pass over every node, where a sampled cycle examines a tenth of them).
-    /// `table` must be one of this snapshot's own ([`ClusterSnapshot::digests`]).
+    /// edited, every row is known current without reading them (a pass over every node,
+    /// where a sampled cycle examines a tenth of them). [`ClusterSnapshot::nodes_mut`]
+    /// forgets that for every table; [`ClusterSnapshot::set_alloc`] keeps it for the tables
+    /// it patches and forgets it for those someone else holds. A table that is not one of
+    /// this snapshot's own ([`ClusterSnapshot::digests`]) is checked node by node every time.
     pub fn current_rows<'b>(&self, table: &DigestTable, buf: &'b mut Vec<bool>) -> CurrentRows<'b> {
         let ours = table.generation == self.generation
             && self
@@ -1922,7 +1927,10 @@ mod tests {
         let mut copy = original.clone();
         copy.nodes_mut()[0].stale = true;
         assert!(!copy.current_rows(&theirs, &mut buf).all());
-        assert!(original.current_rows(&theirs, &mut buf).all());
+        assert!(
+            theirs.verified.load(Ordering::Acquire),
+            "the copy's check leaves the original's table as it was"
+        );
     }
 
     fn names(snap: &ClusterSnapshot) -> Vec<&str> {

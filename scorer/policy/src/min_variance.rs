@@ -375,38 +375,40 @@ mod tests {
 
     #[test]
     fn a_patched_cluster_load_is_exactly_a_fresh_one() {
-        // Three blocks, the last one short; the edited node in the middle one.
-        let nodes = |edited: f64| -> Vec<NodeView> {
-            (0..150)
-                .map(|i| {
-                    let ratio = if i == 100 {
-                        edited
-                    } else {
-                        (i as f64 * 0.37) % 1.0
-                    };
-                    cpu_node(&format!("n{i:03}"), 4 + i % 5, ratio)
-                })
-                .collect()
-        };
-        let plugin = MinVariance::default();
-        let old = snapshot(nodes(0.25));
-        let mut load = plugin.cluster(&ctx(&old));
-        let new = snapshot(nodes(0.9));
-        let row = NodeDigest::of(&new.nodes()[100], 60);
-        assert!(load.patch(100, &row, &new.nodes()[100], &new));
-        let fresh = plugin.cluster(&ctx(&new));
-        assert_eq!(load.utils, fresh.utils);
-        assert_eq!(load.blocks, fresh.blocks);
-        assert_eq!(
-            (load.s.to_bits(), load.q.to_bits()),
-            (fresh.s.to_bits(), fresh.q.to_bits())
-        );
-        // And the sums changed by the edit (not a patch that did nothing).
-        assert!(
-            (load.s - plugin.cluster(&ctx(&old)).s - 0.65).abs() < 1e-9,
-            "{}",
-            load.s
-        );
+        // Three blocks, the last one short; the edited node in the middle one, then in the
+        // short one.
+        for at in [100, 149] {
+            let nodes = |edited: f64| -> Vec<NodeView> {
+                (0..150u32)
+                    .map(|i| {
+                        let ratio = if i as usize == at {
+                            edited
+                        } else {
+                            (f64::from(i) * 0.37) % 1.0
+                        };
+                        cpu_node(&format!("n{i:03}"), 4 + i % 5, ratio)
+                    })
+                    .collect()
+            };
+            let plugin = MinVariance::default();
+            let old = snapshot(nodes(0.25));
+            let mut load = plugin.cluster(&ctx(&old));
+            let new = snapshot(nodes(0.9));
+            let row = NodeDigest::of(&new.nodes()[at], 60);
+            assert!(load.patch(at, &row, &new.nodes()[at], &new));
+            let fresh = plugin.cluster(&ctx(&new));
+            assert_eq!(load.utils, fresh.utils);
+            assert_eq!(load.blocks, fresh.blocks);
+            assert_eq!(
+                (load.s.to_bits(), load.q.to_bits()),
+                (fresh.s.to_bits(), fresh.q.to_bits())
+            );
+            // And the sums changed by the edit (not a patch that did nothing).
+            let before = plugin.cluster(&ctx(&old)).s;
+            assert!((load.s - before - 0.65).abs() < 1e-9, "{at}: {}", load.s);
+            // A node past the end cannot be patched: the memo is dropped instead.
+            assert!(!load.patch(150, &row, &new.nodes()[at], &new));
+        }
     }
 
     #[test]
