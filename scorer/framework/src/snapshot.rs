@@ -1358,11 +1358,6 @@ impl ClusterSnapshot {
         &mut self.nodes
     }
 
-    /// The nodes, sorted by name, taken out of the snapshot.
-    pub fn into_nodes(self) -> Vec<NodeView> {
-        self.nodes
-    }
-
     /// [`DigestTable::current_rows`] of `table` for this snapshot's nodes, checked node by
     /// node only until every row is found current once: after that, until the nodes are
     /// edited, every row is known current without reading them (a pass over every node,
