@@ -1516,56 +1516,48 @@ impl ClusterSnapshot {
         );
         let node = &self.nodes[index];
         for table in tables.iter_mut() {
-            // A table whose row is not patched here no longer matches the node: its rows are
-            // checked again by the next evaluation.
-            if table.generation != self.generation || table.rows.len() <= index {
+            // A table whose row is not patched here (another generation's, or one someone
+            // else holds) no longer matches the node: its rows are checked again by the next
+            // evaluation.
+            let Some(t) = Arc::get_mut(table)
+                .filter(|t| t.generation == self.generation && index < t.rows.len())
+            else {
                 table.verified.store(false, Ordering::Release);
                 continue;
+            };
+            // `sources` and `keys` are built beside `rows`, one entry a node.
+            t.rows[index] = NodeDigest::of(node, t.window_seconds);
+            t.sources[index] = RowSource::of(node);
+            t.keys[index] = RowKey::of(node);
+            let row = &t.rows[index];
+            // The index's entries for the node are the old pods': read it directly.
+            if let Some(ix) = t.anti_affinity.get_mut() {
+                ix.uncover(index);
             }
-            match Arc::get_mut(table) {
-                None => table.verified.store(false, Ordering::Release),
-                Some(t) => {
-                    let Some(row) = t.rows.get_mut(index) else {
-                        continue;
-                    };
-                    *row = NodeDigest::of(node, t.window_seconds);
-                    let row = &*row;
-                    if let (Some(source), Some(key)) =
-                        (t.sources.get_mut(index), t.keys.get_mut(index))
-                    {
-                        *source = RowSource::of(node);
-                        *key = RowKey::of(node);
-                    }
-                    // The index's entries for the node are the old pods': read it directly.
-                    if let Some(ix) = t.anti_affinity.get_mut() {
-                        ix.uncover(index);
-                    }
-                    // A memo someone still holds, or one that cannot follow, is dropped.
-                    t.memo
-                        .get_mut()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .retain_mut(|(_, value)| {
-                            Arc::get_mut(value).is_some_and(|v| v.patch(index, row, node, self))
-                        });
-                    // A column notes the node for its next reader to score again; one held, or
-                    // with an eighth of its nodes to score again (building it afresh costs
-                    // about as much), is dropped.
-                    t.columns
-                        .get_mut()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .built
-                        .retain_mut(|(_, column)| {
-                            Arc::get_mut(column).is_some_and(|c| {
-                                let state = c
-                                    .state
-                                    .get_mut()
-                                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                                state.edited.push(index);
-                                state.edited.len().saturating_mul(8) <= state.entries.len()
-                            })
-                        });
-                }
-            }
+            // A memo someone still holds, or one that cannot follow, is dropped.
+            t.memo
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retain_mut(|(_, value)| {
+                    Arc::get_mut(value).is_some_and(|v| v.patch(index, row, node, self))
+                });
+            // A column notes the node for its next reader to score again; one held, or
+            // with an eighth of its nodes to score again (building it afresh costs
+            // about as much), is dropped.
+            t.columns
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .built
+                .retain_mut(|(_, column)| {
+                    Arc::get_mut(column).is_some_and(|c| {
+                        let state = c
+                            .state
+                            .get_mut()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        state.edited.push(index);
+                        state.edited.len().saturating_mul(8) <= state.entries.len()
+                    })
+                });
         }
         self.digests
             .0
