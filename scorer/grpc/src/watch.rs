@@ -1,6 +1,7 @@
-//! `WatchNodes` fan-out with bounded memory. One hub task turns each store change into one
-//! shared event (`Arc`, sized once) and queues a reference to it for every interested
-//! watcher; each watcher's queue is bounded in bytes, and a watcher whose client does not
+//! `WatchNodes` fan-out with bounded memory. While anyone watches, one hub task turns each
+//! store change into one shared event (`Arc`, sized once) and queues a reference to it for
+//! every interested watcher (with no watcher the hub does not subscribe to the store, so
+//! a change wakes nothing: every agent report and every scheduling assumption is one); each watcher's queue is bounded in bytes, and a watcher whose client does not
 //! keep up past that bound is cut off at once: its queue is dropped, its slot under the
 //! watcher cap is released (a client that never reads cannot hold slots), and its stream
 //! ends with `RESOURCE_EXHAUSTED` (re-watch to resync) whenever the client next reads it.
@@ -97,6 +98,17 @@ pub struct WatchStats {
     pub dropped_lagging: u64,
     /// Watches refused for the watcher cap since start.
     pub refused: u64,
+    /// The hub subscribes to the store's changes now (only while someone watches).
+    pub reading: bool,
+}
+
+/// The registered watchers, and whether a task reads the store's changes for them.
+#[derive(Debug, Default)]
+struct Watchers {
+    by_id: HashMap<u64, Arc<Watcher>>,
+    /// A task holds a subscription to the store's changes. It is started (subscribed) under
+    /// this lock by the first watcher and ends (unsubscribes) under it when it finds none.
+    reading: bool,
 }
 
 /// The hub: fans store changes out to watchers.
@@ -105,27 +117,41 @@ pub struct WatchHub {
     store: Arc<NodeStore>,
     metrics: Arc<Metrics>,
     limits: WatchLimits,
-    watchers: Mutex<HashMap<u64, Arc<Watcher>>>,
+    watchers: Mutex<Watchers>,
+    /// Where the task that reads the store's changes runs, started with the first watcher.
+    runtime: tokio::runtime::Handle,
     next_id: AtomicU64,
     dropped_lagging: AtomicU64,
     refused: AtomicU64,
 }
 
 impl WatchHub {
-    /// A hub over `store`; its task runs until the store's change channel closes.
+    /// A hub over `store`. Call within a tokio runtime: the task that reads the store's
+    /// changes, while anyone watches, runs on it.
     pub fn start(store: Arc<NodeStore>, metrics: Arc<Metrics>, limits: WatchLimits) -> Arc<Self> {
-        let hub = Arc::new(WatchHub {
-            store: store.clone(),
+        Arc::new(WatchHub {
+            store,
             metrics,
             limits,
-            watchers: Mutex::new(HashMap::new()),
+            watchers: Mutex::new(Watchers::default()),
+            runtime: tokio::runtime::Handle::current(),
             next_id: AtomicU64::new(1),
             dropped_lagging: AtomicU64::new(0),
             refused: AtomicU64::new(0),
-        });
-        let mut changes = store.subscribe();
-        let weak = Arc::downgrade(&hub);
-        tokio::spawn(async move {
+        })
+    }
+
+    /// Starts the task that reads the store's changes, unless one is reading; `watchers`
+    /// is the hub's lock, held, so the subscription precedes the snapshot a new watcher
+    /// reads next and no change between the two is missed.
+    fn start_reading(self: &Arc<Self>, watchers: &mut Watchers) {
+        if watchers.reading {
+            return;
+        }
+        watchers.reading = true;
+        let mut changes = self.store.subscribe();
+        let weak = Arc::downgrade(self);
+        self.runtime.spawn(async move {
             loop {
                 let change = changes.recv().await;
                 let Some(hub) = weak.upgrade() else { return };
@@ -137,14 +163,24 @@ impl WatchHub {
                             hub.publish(ChangeKind::Updated, &name);
                         }
                     }
-                    Err(RecvError::Closed) => return,
+                    Err(RecvError::Closed) => {
+                        hub.lock().reading = false;
+                        return;
+                    }
+                }
+                // The last watcher has gone: unsubscribe. A watcher registering meanwhile
+                // finds `reading` set and this task reading for it, so both happen under
+                // the lock.
+                let mut watchers = hub.lock();
+                if watchers.by_id.is_empty() {
+                    watchers.reading = false;
+                    return;
                 }
             }
         });
-        hub
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Watcher>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watchers> {
         self.watchers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -152,12 +188,13 @@ impl WatchHub {
     pub fn stats(&self) -> WatchStats {
         let watchers = self.lock();
         let mut stats = WatchStats {
-            watchers: watchers.len(),
+            watchers: watchers.by_id.len(),
             dropped_lagging: self.dropped_lagging.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
+            reading: watchers.reading,
             ..WatchStats::default()
         };
-        for w in watchers.values() {
+        for w in watchers.by_id.values() {
             let q = w.lock().bytes;
             stats.queued_bytes += q;
             stats.max_queued_bytes = stats.max_queued_bytes.max(q);
@@ -166,8 +203,12 @@ impl WatchHub {
     }
 
     fn publish(&self, kind: ChangeKind, node: &Arc<str>) {
-        let watchers: Vec<(u64, Arc<Watcher>)> =
-            self.lock().iter().map(|(id, w)| (*id, w.clone())).collect();
+        let watchers: Vec<(u64, Arc<Watcher>)> = self
+            .lock()
+            .by_id
+            .iter()
+            .map(|(id, w)| (*id, w.clone()))
+            .collect();
         if !watchers.iter().any(|(_, w)| w.wants(node)) {
             return;
         }
@@ -241,7 +282,7 @@ impl WatchHub {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         {
             let mut watchers = self.lock();
-            if watchers.len() >= self.limits.max_watchers {
+            if watchers.by_id.len() >= self.limits.max_watchers {
                 drop(watchers);
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 self.metrics
@@ -259,8 +300,9 @@ impl WatchHub {
                     self.limits.max_watchers
                 )));
             }
-            watchers.insert(id, watcher.clone());
-            self.metrics.watchers.set(watchers.len() as i64);
+            watchers.by_id.insert(id, watcher.clone());
+            self.metrics.watchers.set(watchers.by_id.len() as i64);
+            self.start_reading(&mut watchers);
         }
         // Registered before the snapshot is read, so no change between the two is missed.
         let names = self.store.node_names();
@@ -290,10 +332,10 @@ impl WatchHub {
     /// the overflow and the stream's drop both call this, and only the first one counts.
     fn release(&self, id: u64) -> bool {
         let mut watchers = self.lock();
-        let Some(w) = watchers.remove(&id) else {
+        let Some(w) = watchers.by_id.remove(&id) else {
             return false;
         };
-        self.metrics.watchers.set(watchers.len() as i64);
+        self.metrics.watchers.set(watchers.by_id.len() as i64);
         let mut q = w.lock();
         self.metrics.watch_queued_bytes.dec_by(q.bytes as i64);
         // Freed now, not when the client lets go of the stream.
@@ -450,5 +492,52 @@ mod tests {
         assert_eq!(hub.stats().watchers, 0);
         assert_eq!(metrics.watchers.get(), 0);
         assert_eq!(metrics.watch_queued_bytes.get(), 0);
+    }
+
+    /// The next event of `stream`, bounded in time.
+    async fn next_event(
+        stream: &mut (impl Stream<Item = Result<pb::NodeEvent, Status>> + Unpin),
+    ) -> pb::NodeEvent {
+        tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .expect("an event within 5 s")
+            .expect("the stream goes on")
+            .expect("an event, not a status")
+    }
+
+    #[tokio::test]
+    async fn the_hub_reads_the_stores_changes_only_while_someone_watches() {
+        let store = Arc::new(NodeStore::new(StoreConfig::default()));
+        let hub = WatchHub::start(store.clone(), Metrics::new(), WatchLimits::default());
+        store
+            .apply_report(report("a"), Instant::now())
+            .expect("stored");
+        assert!(!hub.stats().reading, "no watcher: nothing subscribed");
+        for round in 0..2 {
+            let mut stream = Box::pin(hub.watch(Vec::new()).expect("a watcher"));
+            assert!(
+                hub.stats().reading,
+                "round {round}: reading for the watcher"
+            );
+            // Every node so far first: "a", then two per earlier round.
+            for _ in 0..1 + 2 * round {
+                let added = next_event(&mut stream).await;
+                assert_eq!(added.kind, pb::node_event::Kind::Added as i32);
+            }
+            // A change after the watch started reaches it, in both rounds: the second
+            // subscribes anew after the first task ended.
+            let node = format!("new-{round}");
+            store
+                .apply_report(report(&node), Instant::now())
+                .expect("stored");
+            let ev = next_event(&mut stream).await;
+            assert_eq!(ev.node.expect("a node").node_name, node, "round {round}");
+            drop(stream);
+            // The next change finds no watcher: the task unsubscribes.
+            store
+                .apply_report(report(&format!("unwatched-{round}")), Instant::now())
+                .expect("stored");
+            until(&hub, "the hub stops reading", |s| !s.reading).await;
+        }
     }
 }
