@@ -1,8 +1,9 @@
-//! `WatchNodes` fan-out with bounded memory. While anyone watches, one hub task turns each
-//! store change into one shared event (`Arc`, sized once) and queues a reference to it for
-//! every interested watcher (with no watcher the hub does not subscribe to the store, so
-//! a change wakes nothing: every agent report and every scheduling assumption is one); each watcher's queue is bounded in bytes, and a watcher whose client does not
-//! keep up past that bound is cut off at once: its queue is dropped, its slot under the
+//! `WatchNodes` fan-out with bounded memory. One hub task turns each store change into one
+//! shared event (`Arc`, sized once) and queues a reference to it for every interested
+//! watcher. The task is subscribed from the first watcher until the first change after the
+//! last one leaves, so with nobody watching a change (an agent report, a scheduling
+//! assumption) wakes nothing. Each watcher's queue is bounded in bytes, and a watcher whose
+//! client does not keep up past that bound is cut off at once: its queue is dropped, its slot under the
 //! watcher cap is released (a client that never reads cannot hold slots), and its stream
 //! ends with `RESOURCE_EXHAUSTED` (re-watch to resync) whenever the client next reads it.
 //! Nothing is ever buffered per watcher without a limit, whether or not the client reads.
@@ -98,17 +99,26 @@ pub struct WatchStats {
     pub dropped_lagging: u64,
     /// Watches refused for the watcher cap since start.
     pub refused: u64,
-    /// The hub subscribes to the store's changes now (only while someone watches).
+    /// Whether the hub is subscribed to the store's changes now (only while someone
+    /// watches, and until the first change after the last one leaves).
     pub reading: bool,
 }
 
-/// The registered watchers, and whether a task reads the store's changes for them.
+/// The registered watchers, and the task that reads the store's changes for them.
 #[derive(Debug, Default)]
 struct Watchers {
     by_id: HashMap<u64, Arc<Watcher>>,
-    /// A task holds a subscription to the store's changes. It is started (subscribed) under
-    /// this lock by the first watcher and ends (unsubscribes) under it when it finds none.
-    reading: bool,
+    /// The task subscribed to the store's changes. The first watcher starts it; it clears
+    /// this and ends when a change finds no watcher, both under the hub's lock, so a
+    /// watcher registering meanwhile either finds it still reading or starts another. A
+    /// task that ended otherwise (a panic) is finished, and the next watcher replaces it.
+    reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Watchers {
+    fn reading(&self) -> bool {
+        self.reader.as_ref().is_some_and(|t| !t.is_finished())
+    }
 }
 
 /// The hub: fans store changes out to watchers.
@@ -142,16 +152,15 @@ impl WatchHub {
     }
 
     /// Starts the task that reads the store's changes, unless one is reading; `watchers`
-    /// is the hub's lock, held, so the subscription precedes the snapshot a new watcher
-    /// reads next and no change between the two is missed.
+    /// is the hub's locked state. Called when a watcher registers, before it reads its
+    /// snapshot: the subscription comes first, so no change between the two is missed.
     fn start_reading(self: &Arc<Self>, watchers: &mut Watchers) {
-        if watchers.reading {
+        if watchers.reading() {
             return;
         }
-        watchers.reading = true;
         let mut changes = self.store.subscribe();
         let weak = Arc::downgrade(self);
-        self.runtime.spawn(async move {
+        watchers.reader = Some(self.runtime.spawn(async move {
             loop {
                 let change = changes.recv().await;
                 let Some(hub) = weak.upgrade() else { return };
@@ -163,21 +172,17 @@ impl WatchHub {
                             hub.publish(ChangeKind::Updated, &name);
                         }
                     }
-                    Err(RecvError::Closed) => {
-                        hub.lock().reading = false;
-                        return;
-                    }
+                    // Not while the hub lives: it holds the store, the sender's owner.
+                    Err(RecvError::Closed) => return,
                 }
-                // The last watcher has gone: unsubscribe. A watcher registering meanwhile
-                // finds `reading` set and this task reading for it, so both happen under
-                // the lock.
+                // The last watcher has gone: unsubscribe.
                 let mut watchers = hub.lock();
                 if watchers.by_id.is_empty() {
-                    watchers.reading = false;
+                    watchers.reader = None;
                     return;
                 }
             }
-        });
+        }));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Watchers> {
@@ -191,7 +196,7 @@ impl WatchHub {
             watchers: watchers.by_id.len(),
             dropped_lagging: self.dropped_lagging.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
-            reading: watchers.reading,
+            reading: watchers.reading(),
             ..WatchStats::default()
         };
         for w in watchers.by_id.values() {
@@ -513,31 +518,48 @@ mod tests {
             .apply_report(report("a"), Instant::now())
             .expect("stored");
         assert!(!hub.stats().reading, "no watcher: nothing subscribed");
+        assert_eq!(store.subscribers(), 0);
         for round in 0..2 {
-            let mut stream = Box::pin(hub.watch(Vec::new()).expect("a watcher"));
+            // Two watchers at once share one subscription.
+            let mut first = Box::pin(hub.watch(Vec::new()).expect("a watcher"));
+            let mut second = Box::pin(hub.watch(Vec::new()).expect("another"));
             assert!(
                 hub.stats().reading,
-                "round {round}: reading for the watcher"
+                "round {round}: reading for the watchers"
             );
+            assert_eq!(store.subscribers(), 1, "round {round}");
             // Every node so far first: "a", then two per earlier round.
-            for _ in 0..1 + 2 * round {
-                let added = next_event(&mut stream).await;
-                assert_eq!(added.kind, pb::node_event::Kind::Added as i32);
+            for stream in [&mut first, &mut second] {
+                for _ in 0..1 + 2 * round {
+                    let added = next_event(stream).await;
+                    assert_eq!(added.kind, pb::node_event::Kind::Added as i32);
+                }
             }
-            // A change after the watch started reaches it, in both rounds: the second
-            // subscribes anew after the first task ended.
+            // A change after the watch started reaches each watcher once, in both rounds:
+            // the second subscribes anew after the first round's task ended.
             let node = format!("new-{round}");
             store
                 .apply_report(report(&node), Instant::now())
                 .expect("stored");
-            let ev = next_event(&mut stream).await;
-            assert_eq!(ev.node.expect("a node").node_name, node, "round {round}");
-            drop(stream);
+            for stream in [&mut first, &mut second] {
+                let ev = next_event(stream).await;
+                assert_eq!(ev.node.expect("a node").node_name, node, "round {round}");
+            }
+            let more = tokio::time::timeout(Duration::from_millis(100), first.next()).await;
+            assert!(
+                more.is_err(),
+                "round {round}: one change, one event: {more:?}"
+            );
+            drop((first, second));
             // The next change finds no watcher: the task unsubscribes.
             store
                 .apply_report(report(&format!("unwatched-{round}")), Instant::now())
                 .expect("stored");
-            until(&hub, "the hub stops reading", |s| !s.reading).await;
+            // (The flag clears under the lock; the subscription goes as the task ends.)
+            until(&hub, "the hub unsubscribes", |s| {
+                !s.reading && store.subscribers() == 0
+            })
+            .await;
         }
     }
 }

@@ -241,6 +241,11 @@ impl NodeStore {
         self.events.subscribe()
     }
 
+    /// How many subscriptions to node changes are held now: each change wakes every one.
+    pub fn subscribers(&self) -> usize {
+        self.events.receiver_count()
+    }
+
     /// Current generation (increases on every change).
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
