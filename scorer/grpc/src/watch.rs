@@ -3,10 +3,11 @@
 //! watcher. The task is subscribed from the first watcher until the first change after the
 //! last one leaves, so with nobody watching a change (an agent report, a scheduling
 //! assumption) wakes nothing. Each watcher's queue is bounded in bytes, and a watcher whose
-//! client does not keep up past that bound is cut off at once: its queue is dropped, its slot under the
-//! watcher cap is released (a client that never reads cannot hold slots), and its stream
-//! ends with `RESOURCE_EXHAUSTED` (re-watch to resync) whenever the client next reads it.
-//! Nothing is ever buffered per watcher without a limit, whether or not the client reads.
+//! client does not keep up past that bound is cut off at once: its queue is dropped, its
+//! slot under the watcher cap is released (a client that never reads cannot hold slots),
+//! and its stream ends with `RESOURCE_EXHAUSTED` (re-watch to resync) whenever the client
+//! next reads it. Nothing is ever buffered per watcher without a limit, whether or not the
+//! client reads.
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
