@@ -165,22 +165,29 @@ impl WatchHub {
             loop {
                 let change = changes.recv().await;
                 let Some(hub) = weak.upgrade() else { return };
+                // The watchers now; with none left, unsubscribe.
+                let watchers: Vec<(u64, Arc<Watcher>)> = {
+                    let mut watchers = hub.lock();
+                    if watchers.by_id.is_empty() {
+                        watchers.reader = None;
+                        return;
+                    }
+                    watchers
+                        .by_id
+                        .iter()
+                        .map(|(id, w)| (*id, w.clone()))
+                        .collect()
+                };
                 match change {
-                    Ok(change) => hub.publish(change.kind, &change.node),
+                    Ok(change) => hub.publish(&watchers, change.kind, &change.node),
                     // The hub itself fell behind the store: every node may have changed.
                     Err(RecvError::Lagged(_)) => {
                         for name in hub.store.node_names() {
-                            hub.publish(ChangeKind::Updated, &name);
+                            hub.publish(&watchers, ChangeKind::Updated, &name);
                         }
                     }
                     // Not while the hub lives: it holds the store, the sender's owner.
                     Err(RecvError::Closed) => return,
-                }
-                // The last watcher has gone: unsubscribe.
-                let mut watchers = hub.lock();
-                if watchers.by_id.is_empty() {
-                    watchers.reader = None;
-                    return;
                 }
             }
         }));
@@ -208,13 +215,9 @@ impl WatchHub {
         stats
     }
 
-    fn publish(&self, kind: ChangeKind, node: &Arc<str>) {
-        let watchers: Vec<(u64, Arc<Watcher>)> = self
-            .lock()
-            .by_id
-            .iter()
-            .map(|(id, w)| (*id, w.clone()))
-            .collect();
+    /// Queues the change of `node` for each of `watchers` that wants it (one cut off
+    /// meanwhile wants nothing).
+    fn publish(&self, watchers: &[(u64, Arc<Watcher>)], kind: ChangeKind, node: &Arc<str>) {
         if !watchers.iter().any(|(_, w)| w.wants(node)) {
             return;
         }
@@ -237,7 +240,7 @@ impl WatchHub {
             bytes: event.encoded_len(),
             event,
         });
-        for (id, w) in &watchers {
+        for (id, w) in watchers {
             let mut q = w.lock();
             if !q.wants(&shared.node) {
                 continue;
