@@ -238,6 +238,43 @@ async fn unschedulable_pod_gets_condition_and_event_then_binds_when_a_node_appea
             .unwrap_or("")
             .contains("Insufficient cpu")
     );
+    // Every field the scheduler writes (a protobuf body) reads back from the API server.
+    let pod = pods(&client, &ns).await?;
+    let uid = pod.first().and_then(|p| p.metadata.uid.clone());
+    let about = &ev.involved_object;
+    assert_eq!(
+        (about.kind.as_deref(), about.api_version.as_deref()),
+        (Some("Pod"), Some("v1"))
+    );
+    assert_eq!(
+        (about.namespace.as_deref(), about.name.as_deref()),
+        (Some(ns.as_str()), Some("big"))
+    );
+    assert!(
+        uid.is_some() && about.uid == uid,
+        "{:?} vs {uid:?}",
+        about.uid
+    );
+    assert_eq!(ev.count, Some(1));
+    assert!(ev.first_timestamp.is_some() && ev.first_timestamp == ev.last_timestamp);
+    let component = ev.reporting_component.as_deref().unwrap_or("");
+    assert!(!component.is_empty());
+    assert_eq!(
+        ev.source.as_ref().and_then(|s| s.component.as_deref()),
+        Some(component)
+    );
+    assert!(
+        !ev.reporting_instance.as_deref().unwrap_or("").is_empty(),
+        "{ev:?}"
+    );
+    assert!(
+        ev.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("big.")),
+        "{:?}",
+        ev.metadata.name
+    );
     // A node that fits appears: the pod is retried early and bound there.
     let big = "unsched-big".to_string();
     let created = Instant::now();

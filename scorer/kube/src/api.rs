@@ -1,10 +1,11 @@
 //! The scheduler's writes to the API server, each one small request whose reply is not
 //! decoded beyond its status (or the `resourceVersion` it wrote): the `pods/{name}/binding`
-//! subresource (the 1.20 API server answers with a `Status`, not a `Binding`), core/v1
-//! Events, the `PodScheduled` condition as a strategic-merge patch of `pods/{name}/status`,
-//! and the volume binding's writes — a PersistentVolume's `claimRef` and a claim's
-//! `selected-node` annotation, as merge patches that carry the `resourceVersion` they were
-//! decided on, so that a concurrent change makes them fail (409) instead of overwriting it.
+//! subresource (the 1.20 API server answers with a `Status`, not a `Binding`) and core/v1
+//! Events, these two per pod with protobuf bodies ([`crate::protobuf`]); the `PodScheduled`
+//! condition as a strategic-merge patch of `pods/{name}/status`; and the volume binding's
+//! writes — a PersistentVolume's `claimRef` and a claim's `selected-node` annotation, as
+//! merge patches that carry the `resourceVersion` they were decided on, so that a concurrent
+//! change makes them fail (409) instead of overwriting it.
 use ::kube::Client;
 use ::kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use ::kube::core::Request;
@@ -13,6 +14,9 @@ use serde::de::IgnoredAny;
 use serde_json::json;
 use thiserror::Error;
 
+use loadstar_common::text::truncate;
+
+use crate::protobuf as pb;
 use crate::reservations::{Provision, StaticBinding};
 
 /// Errors of API writes.
@@ -143,132 +147,95 @@ fn pods_path(namespace: &str) -> String {
     format!("/api/v1/namespaces/{namespace}/pods")
 }
 
-/// The body of a binding of `name` (UID `uid`, checked by the server) to `node`.
+/// The body of a binding of `name` (UID `uid`, checked by the server) to `node`, in
+/// protobuf ([`crate::protobuf`]).
 pub fn binding_body(namespace: &str, name: &str, uid: &str, node: &str) -> Vec<u8> {
-    body(&wire::Binding {
-        api_version: "v1",
-        kind: "Binding",
-        metadata: wire::Meta {
-            name: Some(name),
-            namespace,
-            uid: (!uid.is_empty()).then_some(uid),
-            generate_name: None,
+    pb::body(
+        "v1",
+        "Binding",
+        &pb::Binding {
+            metadata: Some(pb::ObjectMeta {
+                name: name.to_string(),
+                namespace: namespace.to_string(),
+                uid: uid.to_string(),
+                ..pb::ObjectMeta::default()
+            }),
+            target: Some(pb::ObjectReference {
+                kind: "Node".into(),
+                name: node.to_string(),
+                api_version: "v1".into(),
+                ..pb::ObjectReference::default()
+            }),
         },
-        target: wire::Object {
-            api_version: "v1",
-            kind: "Node",
-            namespace: None,
-            name: node,
-            uid: None,
-        },
-    })
+    )
 }
 
-/// The body of a core/v1 Event reported by `component` (instance `instance`) at `now`.
+/// The body of a core/v1 Event reported by `component` (instance `instance`) at `now`, in
+/// protobuf ([`crate::protobuf`]); its timestamps in whole seconds, as Kubernetes keeps them.
 pub fn event_body(ev: &PodEvent, component: &str, instance: &str, now: Timestamp) -> Vec<u8> {
-    let ts = Timestamp::from_second(now.as_second())
-        .unwrap_or(now)
-        .to_string();
-    body(&wire::Event {
-        api_version: "v1",
-        kind: "Event",
-        metadata: wire::Meta {
-            name: None,
-            namespace: &ev.namespace,
-            uid: None,
-            generate_name: Some(&format!("{}.", ev.name)),
+    let at = pb::Time {
+        seconds: now.as_second(),
+        nanos: 0,
+    };
+    pb::body(
+        "v1",
+        "Event",
+        &pb::Event {
+            metadata: Some(pb::ObjectMeta {
+                generate_name: format!("{}.", ev.name),
+                namespace: ev.namespace.clone(),
+                ..pb::ObjectMeta::default()
+            }),
+            involved_object: Some(pb::ObjectReference {
+                kind: "Pod".into(),
+                namespace: ev.namespace.clone(),
+                name: ev.name.clone(),
+                uid: ev.uid.clone(),
+                api_version: "v1".into(),
+            }),
+            reason: ev.reason.to_string(),
+            message: ev.message.clone(),
+            source: Some(pb::EventSource {
+                component: component.to_string(),
+            }),
+            first_timestamp: Some(at.clone()),
+            last_timestamp: Some(at),
+            count: 1,
+            type_: match ev.type_ {
+                EventType::Normal => "Normal",
+                EventType::Warning => "Warning",
+            }
+            .into(),
+            reporting_component: component.to_string(),
+            reporting_instance: instance.to_string(),
         },
-        involved_object: wire::Object {
-            api_version: "v1",
-            kind: "Pod",
-            namespace: Some(&ev.namespace),
-            name: &ev.name,
-            uid: Some(&ev.uid),
-        },
-        reason: ev.reason,
-        message: &ev.message,
-        type_: match ev.type_ {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        },
-        source: wire::Source { component },
-        reporting_component: component,
-        reporting_instance: instance,
-        first_timestamp: &ts,
-        last_timestamp: &ts,
-        count: 1,
-    })
+    )
 }
 
-/// A request body as JSON. Serialising plain structs of borrowed strings cannot fail (no map
-/// with non-string keys, no failing `Serialize`); an empty body would make the API server
-/// answer 400, which the caller reports.
-fn body(value: &impl serde::Serialize) -> Vec<u8> {
-    serde_json::to_vec(value).unwrap_or_default()
+/// Marks a request built with a protobuf body as such, and asks for protobuf in reply.
+fn as_protobuf(mut req: http::Request<Vec<u8>>) -> http::Request<Vec<u8>> {
+    let headers = req.headers_mut();
+    for name in [http::header::CONTENT_TYPE, http::header::ACCEPT] {
+        headers.insert(name, http::HeaderValue::from_static(pb::CONTENT_TYPE));
+    }
+    req
 }
 
-/// The scheduler's per-pod bodies as borrowed structs: one `to_vec` each, where a
-/// `serde_json::Value` tree cost an allocation per key and value on every binding and Event.
-mod wire {
-    use serde::Serialize;
-
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    pub(super) struct Meta<'a> {
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub name: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub generate_name: Option<&'a str>,
-        pub namespace: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub uid: Option<&'a str>,
-    }
-
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    pub(super) struct Binding<'a> {
-        pub api_version: &'a str,
-        pub kind: &'a str,
-        pub metadata: Meta<'a>,
-        pub target: Object<'a>,
-    }
-
-    /// A reference to an object: a binding's node (cluster-scoped, no UID) or an Event's pod.
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    pub(super) struct Object<'a> {
-        pub api_version: &'a str,
-        pub kind: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub namespace: Option<&'a str>,
-        pub name: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub uid: Option<&'a str>,
-    }
-
-    #[derive(Serialize)]
-    pub(super) struct Source<'a> {
-        pub component: &'a str,
-    }
-
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    pub(super) struct Event<'a> {
-        pub api_version: &'a str,
-        pub kind: &'a str,
-        pub metadata: Meta<'a>,
-        pub involved_object: Object<'a>,
-        pub reason: &'a str,
-        pub message: &'a str,
-        #[serde(rename = "type")]
-        pub type_: &'a str,
-        pub source: Source<'a>,
-        pub reporting_component: &'a str,
-        pub reporting_instance: &'a str,
-        pub first_timestamp: &'a str,
-        pub last_timestamp: &'a str,
-        pub count: u32,
-    }
+/// The error an unsuccessful protobuf reply stands for: its [`pb::Status`], or, from
+/// something in between that is not the API server (a proxy's text or HTML), its text.
+fn reply_error(code: http::StatusCode, body: &[u8]) -> ::kube::Error {
+    let (message, reason) = match pb::status(body) {
+        Ok(s) => (s.message, s.reason),
+        Err(_) => (
+            truncate(String::from_utf8_lossy(body).trim(), 512),
+            "Failed to parse error data".to_string(),
+        ),
+    };
+    ::kube::Error::Api(
+        ::kube::core::Status::failure(&message, &reason)
+            .with_code(code.as_u16())
+            .boxed(),
+    )
 }
 
 /// The strategic-merge patch that sets `PodScheduled=False, reason=Unschedulable`.
@@ -341,6 +308,37 @@ impl KubeApi {
             .map_err(|e| ApiError::from_kube(pod, what, e))
     }
 
+    /// [`Self::send`] for a write with a protobuf body that asks for a protobuf reply
+    /// ([`as_protobuf`]): the reply is read to its end, as the stream must be, and decoded
+    /// only when it is an error.
+    async fn send_protobuf(
+        client: &Client,
+        pod: String,
+        what: &'static str,
+        build: Result<http::Request<Vec<u8>>, ::kube::core::request::Error>,
+    ) -> Result<(), ApiError> {
+        let req = match build {
+            Ok(req) => as_protobuf(req),
+            Err(e) => {
+                return Err(ApiError::Request {
+                    pod,
+                    what,
+                    source: ::kube::Error::BuildRequest(e),
+                });
+            }
+        };
+        let replied = async {
+            let res = client.send(req.map(::kube::client::Body::from)).await?;
+            let code = res.status();
+            let body = res.into_body().collect_bytes().await?;
+            if code.is_client_error() || code.is_server_error() {
+                return Err(reply_error(code, &body));
+            }
+            Ok(())
+        };
+        replied.await.map_err(|e| ApiError::from_kube(pod, what, e))
+    }
+
     /// Binds the pod to `node`.
     pub async fn bind(
         &self,
@@ -355,7 +353,7 @@ impl KubeApi {
             &PostParams::default(),
             binding_body(namespace, name, uid, node),
         );
-        Self::send(&self.client, format!("{namespace}/{name}"), "binding", req).await
+        Self::send_protobuf(&self.client, format!("{namespace}/{name}"), "binding", req).await
     }
 
     /// Sends a merge patch of `path`/`name` about `pod`; returns the `resourceVersion` the
@@ -422,7 +420,7 @@ impl KubeApi {
             event_body(ev, &self.component, &self.instance, Timestamp::now()),
         );
         let pod = format!("{}/{}", ev.namespace, ev.name);
-        Self::send(&self.events, pod, "event", req).await
+        Self::send_protobuf(&self.events, pod, "event", req).await
     }
 
     /// Deletes a preemption victim gracefully (its own termination grace period), only if it
@@ -480,19 +478,42 @@ impl KubeApi {
 mod tests {
     use super::*;
 
+    /// The bytes of the same Binding and Event as the API server's own protobuf serializer
+    /// writes them (`tests/e2e/pbgold/main.go`, Kubernetes 1.20.2): it sets every
+    /// field, empty ones too, so the bytes differ from ours, but read with our field numbers
+    /// they must give the same objects. A wrong field number reads a value into the wrong
+    /// field, or drops it, and fails here.
+    const GO_BINDING: &str = "6b3873000a0d0a027631120742696e64696e6712310a170a017012001a026e7322002a0275313200380042007a0012160a044e6f646512001a026e3122002a02763132003a001a002200";
+    const GO_EVENT: &str = "6b3873000a0b0a02763112054576656e7412b1010a160a001202702e1a026e7322002a003200380042007a0012180a03506f6412026e731a0170220275312a02763132003a001a104661696c65645363686564756c696e67222c302f33206e6f6465732061726520617661696c61626c653a203320496e73756666696369656e74206370752e2a0c0a086c6f616473746172120032080880e2cfaa0610003a080880e2cfaa06100040014a075761726e696e675200620072086c6f6164737461727a0269311a002200";
+
+    const GO_STATUS: &str = "6b3873000a0c0a027631120653746174757312790a060a0012001a0012074661696c7572651a594f7065726174696f6e2063616e6e6f742062652066756c66696c6c6564206f6e20706f64732f62696e64696e67202270223a20706f64207020697320616c72656164792061737369676e656420746f206e6f646520226e31222208436f6e666c6963743099031a002200";
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
+    }
+
+    fn opened<M: prost::Message + Default>(body: &[u8], kind: &str) -> M {
+        let (tm, raw) = pb::open(body).expect("a protobuf body");
+        assert_eq!((tm.api_version.as_str(), tm.kind.as_str()), ("v1", kind));
+        M::decode(raw.as_slice()).expect("decodes")
+    }
+
     #[test]
-    fn bodies_are_what_the_api_expects() {
-        let b: serde_json::Value =
-            serde_json::from_slice(&binding_body("ns", "p", "u1", "n1")).expect("json");
-        assert_eq!(
-            b,
-            json!({"apiVersion": "v1", "kind": "Binding",
-                   "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-                   "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}})
-        );
-        let no_uid: serde_json::Value =
-            serde_json::from_slice(&binding_body("ns", "p", "", "n1")).expect("json");
-        assert_eq!(no_uid["metadata"], json!({"name": "p", "namespace": "ns"}));
+    fn bodies_read_as_the_api_servers_own_encoding_of_the_same_objects() {
+        let ours: pb::Binding = opened(&binding_body("ns", "p", "u1", "n1"), "Binding");
+        let go: pb::Binding = opened(&unhex(GO_BINDING), "Binding");
+        assert_eq!(ours, go);
+        let meta = ours.metadata.as_ref().expect("metadata");
+        assert_eq!((meta.name.as_str(), meta.namespace.as_str()), ("p", "ns"));
+        assert_eq!(meta.uid, "u1");
+        assert_eq!(ours.target.as_ref().expect("target").name, "n1");
+        // Without a UID the server checks none: the field is left out.
+        let no_uid: pb::Binding = opened(&binding_body("ns", "p", "", "n1"), "Binding");
+        assert_eq!(no_uid.metadata.expect("metadata").uid, "");
+
         let now = Timestamp::from_second(1_700_000_000).expect("ts");
         let ev = PodEvent {
             namespace: "ns".into(),
@@ -502,34 +523,84 @@ mod tests {
             reason: REASON_FAILED,
             message: "0/3 nodes are available: 3 Insufficient cpu.".into(),
         };
-        let e: serde_json::Value =
-            serde_json::from_slice(&event_body(&ev, "loadstar", "i1", now)).expect("json");
+        let ours: pb::Event = opened(&event_body(&ev, "loadstar", "i1", now), "Event");
+        let go: pb::Event = opened(&unhex(GO_EVENT), "Event");
+        assert_eq!(ours, go);
+        assert_eq!(ours.reason, REASON_FAILED);
+        assert_eq!(ours.type_, "Warning");
+        assert_eq!(ours.involved_object.as_ref().expect("pod").uid, "u1");
         assert_eq!(
-            e,
-            json!({
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": "p.", "namespace": "ns"},
-                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": "ns",
-                                   "name": "p", "uid": "u1"},
-                "reason": "FailedScheduling",
-                "message": "0/3 nodes are available: 3 Insufficient cpu.",
-                "type": "Warning",
-                "source": {"component": "loadstar"},
-                "reportingComponent": "loadstar",
-                "reportingInstance": "i1",
-                "firstTimestamp": "2023-11-14T22:13:20Z",
-                "lastTimestamp": "2023-11-14T22:13:20Z",
-                "count": 1
-            })
+            ours.first_timestamp.as_ref().expect("first").seconds,
+            1_700_000_000
         );
-        assert_eq!(e["involvedObject"]["uid"], "u1");
-        assert_eq!(e["type"], "Warning");
-        assert_eq!(e["firstTimestamp"], "2023-11-14T22:13:20Z");
-        // It parses as a k8s Event.
-        let parsed: k8s_openapi::api::core::v1::Event = serde_json::from_value(e).expect("event");
-        assert_eq!(parsed.reason.as_deref(), Some(REASON_FAILED));
+        // Sub-second parts are dropped, as Kubernetes keeps Event times.
+        let later = Timestamp::from_second(1_700_000_000)
+            .and_then(|t| t.checked_add(jiff_millis(750)))
+            .expect("ts");
+        let rounded: pb::Event = opened(&event_body(&ev, "loadstar", "i1", later), "Event");
+        assert_eq!(rounded, go);
         let p = unschedulable_patch("why", now);
         assert_eq!(p["status"]["conditions"][0]["reason"], "Unschedulable");
+    }
+
+    fn jiff_millis(ms: i64) -> k8s_openapi::jiff::SignedDuration {
+        k8s_openapi::jiff::SignedDuration::from_millis(ms)
+    }
+
+    #[test]
+    fn writes_say_their_body_is_protobuf_and_ask_for_protobuf() {
+        let req = Request::new(pods_path("ns"))
+            .create_subresource(
+                "binding",
+                "p",
+                &PostParams::default(),
+                binding_body("ns", "p", "u1", "n1"),
+            )
+            .map(as_protobuf)
+            .expect("request");
+        assert_eq!(req.headers()[http::header::CONTENT_TYPE], pb::CONTENT_TYPE);
+        assert_eq!(req.headers()[http::header::ACCEPT], pb::CONTENT_TYPE);
+        assert_eq!(req.uri().path(), "/api/v1/namespaces/ns/pods/p/binding");
+    }
+
+    #[test]
+    fn an_error_reply_in_protobuf_keeps_its_code_and_message() {
+        // The API server's own 409 for a pod bound already: a conflict, with its message.
+        let e = reply_error(http::StatusCode::CONFLICT, &unhex(GO_STATUS));
+        match ApiError::from_kube("ns/p".into(), "binding", e) {
+            ApiError::Conflict { pod, message } => {
+                assert_eq!(pod, "ns/p");
+                assert_eq!(
+                    message,
+                    r#"Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "n1""#
+                );
+            }
+            other => panic!("not a conflict: {other:?}"),
+        }
+        let status = pb::status(&unhex(GO_STATUS)).expect("status");
+        assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+        // A 503 page from something in between keeps its code and its text.
+        let e = reply_error(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            b"<html>upstream unavailable</html>\n",
+        );
+        match ApiError::from_kube("ns/p".into(), "event", e) {
+            ApiError::Status { code, message, .. } => {
+                assert_eq!(
+                    (code, message.as_str()),
+                    (503, "<html>upstream unavailable</html>")
+                );
+            }
+            other => panic!("not a status: {other:?}"),
+        }
+        assert!(matches!(
+            ApiError::from_kube(
+                "ns/p".into(),
+                "binding",
+                reply_error(http::StatusCode::NOT_FOUND, b"")
+            ),
+            ApiError::NotFound { .. }
+        ));
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod client;
 pub mod default_selector;
 pub mod disruption;
 pub mod leader;
+pub mod protobuf;
 pub mod queue;
 pub mod reservations;
 pub mod review;

@@ -1237,8 +1237,36 @@ mod tests {
 
     type Log = Arc<Mutex<Vec<(String, String, String)>>>;
 
+    /// A request body as the log shows it: JSON as sent, a protobuf Binding or Event as the
+    /// JSON of the fields the tests look at.
+    fn readable(content_type: &str, body: &[u8]) -> String {
+        use crate::protobuf as pb;
+        use prost::Message;
+        if content_type != pb::CONTENT_TYPE {
+            return String::from_utf8_lossy(body).to_string();
+        }
+        let (tm, raw) = pb::open(body).expect("a protobuf body");
+        match tm.kind.as_str() {
+            "Binding" => {
+                let b = pb::Binding::decode(raw.as_slice()).expect("binding");
+                let (meta, target) = (b.metadata.unwrap_or_default(), b.target.unwrap_or_default());
+                json!({"metadata": {"name": meta.name, "uid": meta.uid},
+                       "target": {"kind": target.kind, "name": target.name}})
+                .to_string()
+            }
+            "Event" => {
+                let e = pb::Event::decode(raw.as_slice()).expect("event");
+                let about = e.involved_object.unwrap_or_default();
+                json!({"involvedObject": {"name": about.name, "uid": about.uid},
+                       "reason": e.reason, "message": e.message, "type": e.type_})
+                .to_string()
+            }
+            other => panic!("unexpected protobuf kind {other}"),
+        }
+    }
+
     /// An API server stand-in: records every request and answers bindings of the pods in
-    /// `conflict` with 409, everything else with success.
+    /// `conflict` with 409, everything else with success, in protobuf when asked for it.
     #[derive(Clone)]
     struct MockApi {
         log: Log,
@@ -1257,6 +1285,17 @@ mod tests {
         fn call(&mut self, req: http::Request<Body>) -> Self::Future {
             let log = self.log.clone();
             let conflict = self.conflict.clone();
+            let header = |name| {
+                req.headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let (content_type, accept) = (
+                header(http::header::CONTENT_TYPE),
+                header(http::header::ACCEPT),
+            );
             Box::pin(async move {
                 let method = req.method().to_string();
                 let path = req.uri().path().to_string();
@@ -1264,7 +1303,7 @@ mod tests {
                     .into_body()
                     .collect_bytes()
                     .await
-                    .map(|b| String::from_utf8_lossy(&b).to_string())
+                    .map(|b| readable(&content_type, &b))
                     .unwrap_or_default();
                 let pod = path.split('/').nth(6).unwrap_or_default().to_string();
                 let (code, reply) =
@@ -1284,10 +1323,24 @@ mod tests {
                         )
                     };
                 log.lock().expect("log").push((method, path, body));
+                let (reply_type, reply) = if accept == crate::protobuf::CONTENT_TYPE {
+                    let status = crate::protobuf::Status {
+                        status: reply["status"].as_str().unwrap_or_default().into(),
+                        message: reply["message"].as_str().unwrap_or_default().into(),
+                        reason: reply["reason"].as_str().unwrap_or_default().into(),
+                        code,
+                    };
+                    (
+                        crate::protobuf::CONTENT_TYPE,
+                        crate::protobuf::body("v1", "Status", &status),
+                    )
+                } else {
+                    ("application/json", reply.to_string().into_bytes())
+                };
                 Ok(http::Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(Body::from(reply.to_string().into_bytes()))
+                    .status(u16::try_from(code).expect("an HTTP code"))
+                    .header("content-type", reply_type)
+                    .body(Body::from(reply))
                     .expect("response"))
             })
         }
