@@ -239,8 +239,8 @@ async fn unschedulable_pod_gets_condition_and_event_then_binds_when_a_node_appea
             .contains("Insufficient cpu")
     );
     // Every field the scheduler writes (a protobuf body) reads back from the API server.
-    let pod = pods(&client, &ns).await?;
-    let uid = pod.first().and_then(|p| p.metadata.uid.clone());
+    let listed = pods(&client, &ns).await?;
+    let uid = listed.first().and_then(|p| p.metadata.uid.clone());
     let about = &ev.involved_object;
     assert_eq!(
         (about.kind.as_deref(), about.api_version.as_deref()),
@@ -257,11 +257,10 @@ async fn unschedulable_pod_gets_condition_and_event_then_binds_when_a_node_appea
     );
     assert_eq!(ev.count, Some(1));
     assert!(ev.first_timestamp.is_some() && ev.first_timestamp == ev.last_timestamp);
-    let component = ev.reporting_component.as_deref().unwrap_or("");
-    assert!(!component.is_empty());
+    assert_eq!(ev.reporting_component.as_deref(), Some("loadstar-scorer"));
     assert_eq!(
         ev.source.as_ref().and_then(|s| s.component.as_deref()),
-        Some(component)
+        Some("loadstar-scorer")
     );
     assert!(
         !ev.reporting_instance.as_deref().unwrap_or("").is_empty(),

@@ -221,15 +221,33 @@ fn as_protobuf(mut req: http::Request<Vec<u8>>) -> http::Request<Vec<u8>> {
     req
 }
 
-/// The error an unsuccessful protobuf reply stands for: its [`pb::Status`], or, from
-/// something in between that is not the API server (a proxy's text or HTML), its text.
+/// A request as built, or the error of building it for `pod`'s `what`.
+fn built(
+    pod: &str,
+    what: &'static str,
+    build: Result<http::Request<Vec<u8>>, ::kube::core::request::Error>,
+) -> Result<http::Request<Vec<u8>>, ApiError> {
+    build.map_err(|e| ApiError::Request {
+        pod: pod.to_string(),
+        what,
+        source: ::kube::Error::BuildRequest(e),
+    })
+}
+
+/// The error an unsuccessful protobuf reply stands for: its [`pb::Status`]; or a JSON
+/// `Status`, which the API server writes whatever was asked for when a request times out,
+/// as a proxy in between may; or, from something that is not the API server (a proxy's
+/// text or HTML), its text.
 fn reply_error(code: http::StatusCode, body: &[u8]) -> ::kube::Error {
     let (message, reason) = match pb::status(body) {
         Ok(s) => (s.message, s.reason),
-        Err(_) => (
-            truncate(String::from_utf8_lossy(body).trim(), 512),
-            "Failed to parse error data".to_string(),
-        ),
+        Err(_) => match serde_json::from_slice::<::kube::core::Status>(body) {
+            Ok(s) => (s.message, s.reason),
+            Err(_) => (
+                truncate(String::from_utf8_lossy(body).trim(), 512),
+                "Failed to parse error data".to_string(),
+            ),
+        },
     };
     ::kube::Error::Api(
         ::kube::core::Status::failure(&message, &reason)
@@ -291,16 +309,7 @@ impl KubeApi {
         what: &'static str,
         build: Result<http::Request<Vec<u8>>, ::kube::core::request::Error>,
     ) -> Result<(), ApiError> {
-        let req = match build {
-            Ok(req) => req,
-            Err(e) => {
-                return Err(ApiError::Request {
-                    pod,
-                    what,
-                    source: ::kube::Error::BuildRequest(e),
-                });
-            }
-        };
+        let req = built(&pod, what, build)?;
         client
             .request::<IgnoredAny>(req)
             .await
@@ -317,16 +326,7 @@ impl KubeApi {
         what: &'static str,
         build: Result<http::Request<Vec<u8>>, ::kube::core::request::Error>,
     ) -> Result<(), ApiError> {
-        let req = match build {
-            Ok(req) => as_protobuf(req),
-            Err(e) => {
-                return Err(ApiError::Request {
-                    pod,
-                    what,
-                    source: ::kube::Error::BuildRequest(e),
-                });
-            }
-        };
+        let req = as_protobuf(built(&pod, what, build)?);
         let replied = async {
             let res = client.send(req.map(::kube::client::Body::from)).await?;
             let code = res.status();
@@ -579,6 +579,30 @@ mod tests {
         }
         let status = pb::status(&unhex(GO_STATUS)).expect("status");
         assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+        // The API server's own timeout answers in JSON whatever was asked for: its message
+        // is kept.
+        let e = reply_error(
+            http::StatusCode::GATEWAY_TIMEOUT,
+            br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Timeout: request did not complete within the allotted timeout","reason":"Timeout","code":504}"#,
+        );
+        match ApiError::from_kube("ns/p".into(), "binding", e) {
+            ApiError::Status { code, message, .. } => assert_eq!(
+                (code, message.as_str()),
+                (
+                    504,
+                    "Timeout: request did not complete within the allotted timeout"
+                )
+            ),
+            other => panic!("not a status: {other:?}"),
+        }
+        // Another kind of object than a Status is not read as one.
+        assert!(matches!(
+            pb::status(&unhex(GO_BINDING)),
+            Err(pb::DecodeError::Kind {
+                expected: "Status",
+                ..
+            })
+        ));
         // A 503 page from something in between keeps its code and its text.
         let e = reply_error(
             http::StatusCode::SERVICE_UNAVAILABLE,
