@@ -371,13 +371,11 @@ impl KubeApi {
             #[serde(default)]
             metadata: ::kube::api::ObjectMeta,
         }
-        let req = Request::new(path)
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-            .map_err(|e| ApiError::Request {
-                pod: pod.clone(),
-                what,
-                source: ::kube::Error::BuildRequest(e),
-            })?;
+        let req = built(
+            &pod,
+            what,
+            Request::new(path).patch(name, &PatchParams::default(), &Patch::Merge(patch)),
+        )?;
         let written: Written = self
             .client
             .request(req)
