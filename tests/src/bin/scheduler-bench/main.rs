@@ -69,7 +69,8 @@ enum Cmd {
         /// HTTP/2 connections the streams share.
         #[arg(long, default_value_t = 8)]
         connections: usize,
-        /// Threads the load generator runs on, each with its own single-threaded runtime.
+        /// Threads the load generator runs on, each with its own single-threaded runtime and
+        /// its share of the connections (at least 1, at most one per connection).
         #[arg(long, default_value_t = 2)]
         threads: usize,
     },
@@ -263,88 +264,108 @@ async fn create_pods(
 /// The load generator stands in for agents that run on other machines, so on this bench's
 /// shared cores it should cost as little as it can without changing what the scorer receives.
 /// Each of `threads` OS threads runs its own single-threaded runtime with its share of the
-/// connections and of the agents on them: the reports still leave from `threads` independent
-/// senders, as from the multi-threaded runtime this replaced, but a tick's reports and the
-/// connection task that writes them no longer wake each other across cores (cross-thread
-/// wakes and parking were ~15 % of the generator's CPU by `perf`).
+/// connections and of the agents on them: the reports leave from `threads` independent
+/// senders (two by default, as from the one-worker-per-core runtime this replaced on the
+/// 2-core bench host), but a tick's reports and the connection task that writes them no longer
+/// wake each other across cores (cross-thread wakes and parking were ~15 % of the generator's
+/// CPU by `perf`). Runs until killed; returns the first thread's error or panic.
 fn agents(scorer: &str, count: usize, connections: usize, threads: usize) -> Result<()> {
     let connections = simagent::connections_for(count, connections);
+    // Every thread needs a connection of its own to send on.
     let threads = threads.clamp(1, connections);
-    let workers: Vec<_> = (0..threads)
-        .map(|t| {
-            let scorer = scorer.to_string();
-            std::thread::Builder::new()
-                .name(format!("agents-{t}"))
-                .spawn(move || -> Result<()> {
-                    tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .context("building the Tokio runtime")?
-                        .block_on(agents_on(&scorer, count, connections, threads, t))
-                })
-                .context("starting a load generator thread")
+    // Set up before any thread starts, so that a bad URL or a runtime that cannot be built
+    // fails the command at once rather than one thread's share of the agents.
+    let endpoint = tonic::transport::Endpoint::from_shared(scorer.to_string())
+        .with_context(|| format!("scorer URL {scorer:?}"))?;
+    let runtimes = (0..threads)
+        .map(|_| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("building the Tokio runtime")
         })
-        .collect::<Result<_>>()?;
-    for w in workers {
-        w.join()
-            .map_err(|_| anyhow::anyhow!("a load generator thread panicked"))??;
+        .collect::<Result<Vec<_>>>()?;
+    let (done, ended) = std::sync::mpsc::channel::<Result<()>>();
+    for (thread, runtime) in runtimes.into_iter().enumerate() {
+        let (endpoint, done) = (endpoint.clone(), done.clone());
+        std::thread::Builder::new()
+            .name(format!("agents-{thread}"))
+            .spawn(move || {
+                let run =
+                    || runtime.block_on(agents_on(&endpoint, count, connections, threads, thread));
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
+                    .unwrap_or_else(|p| {
+                        let what = p
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| p.downcast_ref::<String>().cloned())
+                            .unwrap_or_default();
+                        Err(anyhow::anyhow!(
+                            "load generator thread {thread} panicked: {what}"
+                        ))
+                    });
+                let _ = done.send(result);
+            })
+            .context("starting a load generator thread")?;
     }
-    Ok(())
+    drop(done);
+    // The threads run until the process is killed; the first to end ends the command.
+    match ended.recv() {
+        Ok(result) => result,
+        Err(_) => bail!("every load generator thread ended without a result"),
+    }
 }
 
-/// The agents of one generator thread: those whose connection (`agent % connections`) is
-/// this thread's (`connection % threads == thread`).
+/// The agents of one generator thread: the connections `thread`, `thread + threads`, … and
+/// on each of them the agents `connection`, `connection + connections`, … (agent `i` always
+/// shares connection `i % connections`).
 async fn agents_on(
-    scorer: &str,
+    endpoint: &tonic::transport::Endpoint,
     count: usize,
     connections: usize,
     threads: usize,
     thread: usize,
 ) -> Result<()> {
-    let mut channels = HashMap::new();
-    for c in (thread..connections).step_by(threads) {
-        channels.insert(
-            c,
-            tonic::transport::Endpoint::from_shared(scorer.to_string())?.connect_lazy(),
-        );
-    }
     let capacity = simagent::capacity(8, 32);
     let mut tasks = Vec::new();
-    for i in (0..count).filter(|i| (i % connections) % threads == thread) {
-        let channel = channels[&(i % connections)].clone();
-        let capacity = capacity.clone();
-        // Loads spread from 10 % to 85 % CPU so real load matters.
-        let load = SyntheticLoad {
-            cpu: 0.10 + 0.75 * ((i * 37) % 100) as f64 / 100.0,
-            memory: 0.2 + 0.5 * ((i * 53) % 100) as f64 / 100.0,
-            ..SyntheticLoad::default()
-        };
-        tasks.push(tokio::spawn(async move {
-            let node = node_name(i);
-            let (tx, rx) = mpsc::channel::<pb::NodeReport>(4);
-            let mut client = IngestClient::new(channel);
-            let acks = tokio::spawn(async move {
-                if let Ok(resp) = client.report(ReceiverStream::new(rx)).await {
-                    let mut s = resp.into_inner();
-                    while let Ok(Some(_)) = s.message().await {}
+    for c in (thread..connections).step_by(threads) {
+        let channel = endpoint.connect_lazy();
+        for i in (c..count).step_by(connections) {
+            let channel = channel.clone();
+            let capacity = capacity.clone();
+            // Loads spread from 10 % to 85 % CPU so real load matters.
+            let load = SyntheticLoad {
+                cpu: 0.10 + 0.75 * ((i * 37) % 100) as f64 / 100.0,
+                memory: 0.2 + 0.5 * ((i * 53) % 100) as f64 / 100.0,
+                ..SyntheticLoad::default()
+            };
+            tasks.push(tokio::spawn(async move {
+                let node = node_name(i);
+                let (tx, rx) = mpsc::channel::<pb::NodeReport>(4);
+                let mut client = IngestClient::new(channel);
+                let acks = tokio::spawn(async move {
+                    if let Ok(resp) = client.report(ReceiverStream::new(rx)).await {
+                        let mut s = resp.into_inner();
+                        while let Ok(Some(_)) = s.message().await {}
+                    }
+                });
+                // Spread the streams over the second.
+                tokio::time::sleep(Duration::from_millis((i % 1000) as u64)).await;
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                let instance = format!("bench-{i}-{}", now_ms());
+                for seq in 1.. {
+                    tick.tick().await;
+                    let mut report = simagent::report(&node, &instance, seq, &capacity, load);
+                    // Acked as the real agent asks by default.
+                    report.ack_interval_seconds =
+                        loadstar_proto::limits::DEFAULT_ACK_INTERVAL_SECONDS as f64;
+                    if tx.send(report).await.is_err() {
+                        break;
+                    }
                 }
-            });
-            // Spread the streams over the second.
-            tokio::time::sleep(Duration::from_millis((i % 1000) as u64)).await;
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            let instance = format!("bench-{i}-{}", now_ms());
-            for seq in 1.. {
-                tick.tick().await;
-                let mut report = simagent::report(&node, &instance, seq, &capacity, load);
-                // Acked as the real agent asks by default.
-                report.ack_interval_seconds =
-                    loadstar_proto::limits::DEFAULT_ACK_INTERVAL_SECONDS as f64;
-                if tx.send(report).await.is_err() {
-                    break;
-                }
-            }
-            acks.abort();
-        }));
+                acks.abort();
+            }));
+        }
     }
     for t in tasks {
         let _ = t.await;
