@@ -6,6 +6,11 @@ use loadstar_common::model::{LoadSummary, NodeCapacity, ResourceKind, ResourceLo
 use loadstar_common::window::WindowSummary;
 use loadstar_proto::convert;
 use loadstar_proto::pb;
+use loadstar_proto::pb::ingest_client::IngestClient;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
 
 /// The load a synthetic node reports, as utilisation ratios.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -42,6 +47,21 @@ pub const STREAMS_PER_CONNECTION: usize = 60;
 /// more than [`STREAMS_PER_CONNECTION`].
 pub fn connections_for(agents: usize, wanted: usize) -> usize {
     wanted.max(agents.div_ceil(STREAMS_PER_CONNECTION)).max(1)
+}
+
+/// Opens an Ingest stream on `channel` for the reports sent into the returned sender, as a
+/// simulated agent's: a task of its own opens it and reads (and drops) its acks until the
+/// stream ends. Dropping the sender ends the stream; aborting the task drops it at once.
+pub fn open_stream(channel: Channel) -> (mpsc::Sender<pb::NodeReport>, JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel(4);
+    let mut client = IngestClient::new(channel);
+    let stream = tokio::spawn(async move {
+        if let Ok(resp) = client.report(ReceiverStream::new(rx)).await {
+            let mut acks = resp.into_inner();
+            while let Ok(Some(_)) = acks.message().await {}
+        }
+    });
+    (tx, stream)
 }
 
 /// The wall clock as Unix nanoseconds, as agents stamp their samples.

@@ -22,13 +22,10 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use loadstar_proto::pb;
-use loadstar_proto::pb::ingest_client::IngestClient;
 use loadstar_proto::pb::scorer_client::ScorerClient;
 use loadstar_testkit::agent::{self as simagent, SyntheticLoad};
 use serde_json::json;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
 
 /// Skips (returns early) unless run by `tests/e2e/run.sh`.
 pub fn env_or_skip() -> Option<E2eEnv> {
@@ -476,14 +473,7 @@ impl Agents {
                 tasks.push(tokio::spawn(async move {
                     let capacity = simagent::capacity(8, 32);
                     let instance = format!("e2e-{node}-{:x}", rand_u32());
-                    let (tx, rx) = mpsc::channel::<pb::NodeReport>(4);
-                    let mut client = IngestClient::new(channel);
-                    let stream = tokio::spawn(async move {
-                        if let Ok(resp) = client.report(ReceiverStream::new(rx)).await {
-                            let mut acks = resp.into_inner();
-                            while let Ok(Some(_)) = acks.message().await {}
-                        }
-                    });
+                    let (tx, stream) = simagent::open_stream(channel);
                     let mut seq = 0u64;
                     let mut tick = tokio::time::interval(interval);
                     loop {

@@ -19,12 +19,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::{Client, Config};
 use loadstar_proto::pb;
-use loadstar_proto::pb::ingest_client::IngestClient;
 use loadstar_proto::pb::scorer_client::ScorerClient;
 use loadstar_testkit::agent::{self as simagent, SyntheticLoad};
 use serde_json::json;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 /// Flags.
 #[derive(Debug, Parser)]
@@ -341,14 +338,7 @@ async fn agents_on(
             };
             tasks.push(tokio::spawn(async move {
                 let node = node_name(i);
-                let (tx, rx) = mpsc::channel::<pb::NodeReport>(4);
-                let mut client = IngestClient::new(channel);
-                let acks = tokio::spawn(async move {
-                    if let Ok(resp) = client.report(ReceiverStream::new(rx)).await {
-                        let mut s = resp.into_inner();
-                        while let Ok(Some(_)) = s.message().await {}
-                    }
-                });
+                let (tx, acks) = simagent::open_stream(channel);
                 // Spread the streams over the second.
                 tokio::time::sleep(Duration::from_millis((i % 1000) as u64)).await;
                 let mut tick = tokio::time::interval(Duration::from_secs(1));
