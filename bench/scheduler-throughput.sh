@@ -37,6 +37,11 @@
 #! with LOADSTAR_BENCH_PERF_OPTIONS (default `-F 999 -g`, frame pointers: a build with
 #! RUSTFLAGS="-C force-frame-pointers=yes"; `-F 199 --call-graph dwarf,16384` unwinds the
 #! plain release build, at ~16 KB per sample).
+#! LOADSTAR_BENCH_APISERVER_PPROF=FILE takes the API server's own CPU profile (Go's pprof at
+#! /debug/pprof/profile, symbolized by the API server: Debian's binary has no symbols for
+#! `perf`) over the first APISERVER_PPROF_SECONDS (default 5) of Loadstar's run into
+#! FILE.<round>, split by bench/apiserver-split.py (bindings, Events, watches, GC, …) when
+#! `go` is installed; read it further with `go tool pprof -top FILE.<round>`.
 #! AB_SCORERS="SCORER_A SCORER_B" compares two Loadstar builds instead (no kube-scheduler):
 #! each round runs both scorer binaries on fresh pods of the same cluster, in the order AB on
 #! odd rounds and BA on even ones, and prints each build's CPU ms/pod w/o ingest and pods/s
@@ -196,6 +201,13 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
     perf record ${LOADSTAR_BENCH_PERF_OPTIONS:--F 999 -g} -p "$ls" -o "$LOADSTAR_BENCH_PERF.$1" >/dev/null 2>&1 &
     perf=$!; PIDS+=("$perf")
   fi
+  local pprof=""
+  if [ -n "${LOADSTAR_BENCH_APISERVER_PPROF:-}" ]; then
+    "$K8S_BIN/kubectl" --kubeconfig "$KC" get --raw \
+      "/debug/pprof/profile?seconds=${APISERVER_PPROF_SECONDS:-5}" \
+      >"$LOADSTAR_BENCH_APISERVER_PPROF.$1" 2>"$WORK/pprof-$1.err" &
+    pprof=$!; PIDS+=("$pprof")
+  fi
   LS_JSON=$(H wait --namespace "$ns" --count "$PODS" --start-ms "$start" \
     --pids "scheduler=$ls,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
   local end; end=$(date +%s%3N)
@@ -203,6 +215,15 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
   GRPC_CORES=$(cores_between "$g0" "$(grpc_ticks "$ls")" "$start" "$end")
   log "ingest during the run (gRPC threads): $GRPC_CORES cores"
   log "loadstar: $LS_JSON"
+  if [ -n "$pprof" ]; then
+    if ! wait "$pprof"; then
+      log "the API server's profile failed: $(cat "$WORK/pprof-$1.err")"
+    elif command -v go >/dev/null; then
+      python3 bench/apiserver-split.py "$LOADSTAR_BENCH_APISERVER_PPROF.$1" >&2
+    else
+      log "no go command: split the API server's profile elsewhere with bench/apiserver-split.py"
+    fi
+  fi
   if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" 2>/dev/null || true; fi
   # Ingest alone again, after the run: the mean of both windows is what is subtracted.
   sleep 2
