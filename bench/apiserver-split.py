@@ -10,20 +10,30 @@ import re
 import subprocess
 import sys
 
+# Go records at most this many frames of a stack and drops the outermost: a stack this deep
+# may have lost the frames that name its request.
+MAX_FRAMES = 64
+CUT = f"stacks cut at Go's {MAX_FRAMES} frames, request not named"
+
 # (category, markers): a sample goes to the first category one of whose markers is a
-# substring of a frame of its stack.
+# substring of a frame of its stack. A binding is a create too: only its storage work is
+# told apart (`BindingREST`); its decoding, admission and reply count with the other creates.
 CATEGORIES = [
-    ("bindings (pods/binding creates)", ["storage.(*BindingREST)"]),
-    ("other creates (the run's Events)", ["handlers.createHandler"]),
+    ("bindings (their storage work)", ["storage.(*BindingREST)"]),
+    ("other creates (Events; bindings' decoding, admission, reply)", ["handlers.createHandler"]),
     ("watches served", ["handlers.serveWatch"]),
     ("patches and updates", ["handlers.PatchResource", "handlers.UpdateResource"]),
     ("reads (get, list)", ["handlers.GetResource", "handlers.ListResource", "handlers.getResourceHandler"]),
-    ("other requests (filters, routing)", ["filters.WithAuthentication"]),
+    (CUT, []),
+    ("request filters outside a handler (authn, fairness, routing)", ["filters.WithAuthentication"]),
     ("watch cache and etcd client", ["cacher.", "etcd3.", "clientv3", "grpc/internal/transport"]),
     ("garbage collection (background)", ["runtime.gcBgMarkWorker", "runtime.bgsweep", "runtime.bgscavenge"]),
     ("HTTP/2 and TLS below the handlers", ["x/net/http2.", "crypto/tls.", "net/http."]),
 ]
 OTHER = "other (scheduling of goroutines, timers, controllers)"
+
+
+SAMPLE = re.compile(r"\s*([\d.]+)(ns|us|µs|ms|s)\s+(.*)")
 
 
 def traces(path):
@@ -40,11 +50,13 @@ def traces(path):
         lines = [l for l in block.strip().splitlines() if l.strip()]
         if not lines:
             continue
-        m = re.match(r"\s*([\d.]+)(ns|us|µs|ms|s)\s+(.*)", lines[0])
-        if not m:
+        # Label lines (`key:value`) may come first; the sample's line starts with its time.
+        at = next((i for i, l in enumerate(lines) if SAMPLE.match(l)), None)
+        if at is None:
             continue
+        m = SAMPLE.match(lines[at])
         scale = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(2)]
-        frames = [m.group(3)] + [l.strip() for l in lines[1:]]
+        frames = [m.group(3)] + [l.strip() for l in lines[at + 1:]]
         yield float(m.group(1)) * scale, frames
 
 
@@ -52,7 +64,9 @@ def split(path):
     seconds = collections.Counter()
     for s, frames in traces(path):
         stack = "\n".join(frames)
-        name = next((c for c, marks in CATEGORIES if any(k in stack for k in marks)), OTHER)
+        cut = len(frames) >= MAX_FRAMES
+        name = next((c for c, marks in CATEGORIES
+                     if any(k in stack for k in marks) or (c == CUT and cut)), OTHER)
         seconds[name] += s
     return seconds
 

@@ -39,9 +39,11 @@
 #! plain release build, at ~16 KB per sample).
 #! LOADSTAR_BENCH_APISERVER_PPROF=FILE takes the API server's own CPU profile (Go's pprof at
 #! /debug/pprof/profile, symbolized by the API server: Debian's binary has no symbols for
-#! `perf`) over the first APISERVER_PPROF_SECONDS (default 5) of Loadstar's run into
-#! FILE.<round>, split by bench/apiserver-split.py (bindings, Events, watches, GC, …) when
-#! `go` is installed; read it further with `go tool pprof -top FILE.<round>`.
+#! `perf`) for APISERVER_PPROF_SECONDS (default 5; keep it shorter than the run and under
+#! the API server's 60 s request timeout) from just after Loadstar's start mark into
+#! FILE.<round> (a relative FILE is under the checkout), split by bench/apiserver-split.py
+#! (bindings, Events, watches, GC, …) when `go` is installed; read it further with
+#! `go tool pprof -top FILE.<round>`.
 #! AB_SCORERS="SCORER_A SCORER_B" compares two Loadstar builds instead (no kube-scheduler):
 #! each round runs both scorer binaries on fresh pods of the same cluster, in the order AB on
 #! odd rounds and BA on even ones, and prints each build's CPU ms/pod w/o ingest and pods/s
@@ -70,6 +72,11 @@ CONSTRAINED=${4:-0}
 if [ -n "${PERCENTAGE_OF_NODES_TO_SCORE:-}" ] &&
   ! [[ "$PERCENTAGE_OF_NODES_TO_SCORE" =~ ^([0-9]|[1-9][0-9]|100)$ ]]; then
   echo "PERCENTAGE_OF_NODES_TO_SCORE must be 0 (adaptive) to 100, got $PERCENTAGE_OF_NODES_TO_SCORE" >&2
+  exit 2
+fi
+if [ -n "${LOADSTAR_BENCH_APISERVER_PPROF:-}" ] &&
+  ! [[ "${APISERVER_PPROF_SECONDS:-5}" =~ ^[1-9]$|^[1-5][0-9]$ ]]; then
+  echo "APISERVER_PPROF_SECONDS must be 1 to 59 (the API server ends longer requests), got $APISERVER_PPROF_SECONDS" >&2
   exit 2
 fi
 # shellcheck source=bench/lib.sh
@@ -202,7 +209,7 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
     perf=$!; PIDS+=("$perf")
   fi
   local pprof=""
-  if [ -n "${LOADSTAR_BENCH_APISERVER_PPROF:-}" ]; then
+  if [ -n "${LOADSTAR_BENCH_APISERVER_PPROF:-}" ]; then  # optional profile of the API server
     "$K8S_BIN/kubectl" --kubeconfig "$KC" get --raw \
       "/debug/pprof/profile?seconds=${APISERVER_PPROF_SECONDS:-5}" \
       >"$LOADSTAR_BENCH_APISERVER_PPROF.$1" 2>"$WORK/pprof-$1.err" &
@@ -215,16 +222,17 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
   GRPC_CORES=$(cores_between "$g0" "$(grpc_ticks "$ls")" "$start" "$end")
   log "ingest during the run (gRPC threads): $GRPC_CORES cores"
   log "loadstar: $LS_JSON"
+  if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" 2>/dev/null || true; fi
   if [ -n "$pprof" ]; then
     if ! wait "$pprof"; then
       log "the API server's profile failed: $(cat "$WORK/pprof-$1.err")"
     elif command -v go >/dev/null; then
-      python3 bench/apiserver-split.py "$LOADSTAR_BENCH_APISERVER_PPROF.$1" >&2
+      python3 bench/apiserver-split.py "$LOADSTAR_BENCH_APISERVER_PPROF.$1" >&2 ||
+        log "could not split the API server's profile (above); the bench goes on"
     else
       log "no go command: split the API server's profile elsewhere with bench/apiserver-split.py"
     fi
   fi
-  if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" 2>/dev/null || true; fi
   # Ingest alone again, after the run: the mean of both windows is what is subtracted.
   sleep 2
   t0=$(cpu_ticks "$ls"); sleep "$INGEST_SECONDS"; t1=$(cpu_ticks "$ls")
