@@ -87,12 +87,14 @@ H nodes --count "$NODES"
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 grpc_ticks() {  # PID: CPU ticks of its gRPC runtime's threads (named loadstar-grpc): ingest
-  local t sum=0
+  local t sum=0 found=""
   for t in /proc/"$1"/task/*; do
     [ "$(cat "$t/comm" 2>/dev/null)" = loadstar-grpc ] || continue
+    found=1
     sum=$((sum + $(awk '{sub(/.*\) /, ""); print $12 + $13}' "$t/stat" 2>/dev/null || echo 0)))
   done
-  echo "$sum"
+  # Nothing for a scorer without such threads (a build before 2026-11-27); 0 is a measurement.
+  [ -z "$found" ] || echo "$sum"
 }
 cores_between() {  # TICKS0 TICKS1 MS0 MS1
   python3 -c "print(round(($2 - $1) / $(getconf CLK_TCK) / max(($4 - $3) / 1000, 1e-3), 3))"
@@ -219,8 +221,10 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
     --pids "scheduler=$ls,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
   local end; end=$(date +%s%3N)
   GEN_CORES=$(cores_between "$ag0" "$(cpu_ticks "$ag")" "$start" "$end")
-  GRPC_CORES=$(cores_between "$g0" "$(grpc_ticks "$ls")" "$start" "$end")
-  log "ingest during the run (gRPC threads): $GRPC_CORES cores"
+  GRPC_CORES=-1  # no gRPC runtime of its own: ingest is told by the idle windows instead
+  [ -z "$g0" ] || GRPC_CORES=$(cores_between "$g0" "$(grpc_ticks "$ls")" "$start" "$end")
+  if [ -n "$g0" ]; then log "ingest during the run (gRPC threads): $GRPC_CORES cores"
+  else log "this scorer has no loadstar-grpc threads: its ingest during the run is not measured"; fi
   log "loadstar: $LS_JSON"
   if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" 2>/dev/null || true; fi
   if [ -n "$pprof" ]; then
@@ -262,7 +266,7 @@ runs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 nodes, pods, a, b, sampling = sys.argv[2:7]
 print(f"\nLoadstar A/B: {nodes} nodes, {pods} pods per run; {sampling}\n A = {a}\n B = {b}")
 by = {}
-if any(r["grpc_cores"] <= 0 for r in runs):
+if any(r["grpc_cores"] < 0 for r in runs):
     sys.exit("a scorer without the loadstar-grpc threads (a build before 2026-11-27): its ingest "
              "cannot be told apart from scheduling, so CPU per pod would not compare")
 for r in runs:
@@ -328,7 +332,7 @@ def table(r):
         print(f"{'CPU ms/pod ' + proc:26}{k['cpu_ms_per_pod'][proc]:>16.3f}{l['cpu_ms_per_pod'][proc]:>16.3f}")
     windows_ms = r["ingest_cores"] * l["seconds"] * 1000 / int(pods)
     # A build with gRPC on its own runtime: its threads' CPU during the run is ingest.
-    measured = r.get("grpc_cores", 0) > 0
+    measured = r.get("grpc_cores", -1) >= 0
     ingest_cores = r["grpc_cores"] if measured else r["ingest_cores"]
     ingest_ms = ingest_cores * l["seconds"] * 1000 / int(pods)
     if measured:
