@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Splits a kube-apiserver CPU profile (Go's pprof, as bench/scheduler-throughput.sh takes it
 during Loadstar's run with LOADSTAR_BENCH_APISERVER_PPROF) into what a scheduler's run makes
-the API server do: bindings, the other creates (in that run, the scheduler's Events), watches
-served, garbage collection, HTTP/2 and TLS below the handlers, etc. Each sample counts once,
+the API server do: the bindings' storage work, the other create work (in that run, the
+scheduler's Events and the bindings' decoding and reply), watches served, request filters,
+garbage collection, HTTP/2 and TLS below the handlers, etc. Each sample counts once,
 in the first category (in the order listed) whose marker is in its stack. Needs `go`: its
 `go tool pprof -traces` reads the profile. Usage: apiserver-split.py PROFILE [PROFILE...]"""
 import collections
