@@ -22,6 +22,7 @@ WORK=$(mktemp -d -t loadstar-node.XXXXXX)
 UP_ONLY=0; [ "${1:-}" = "--up" ] && UP_ONLY=1
 cleanup() {
   local rc=$?
+  [ -z "${IDLE_PID:-}" ] || kill "$IDLE_PID" 2>/dev/null || true
   node_down
   cluster_down
   # --up ends with Ctrl-C or SIGTERM: that is its normal end.
@@ -78,7 +79,10 @@ if [ $UP_ONLY -eq 1 ]; then
   (images present on the node: the Loadstar images, $BURNER_IMAGE)
 [node] Ctrl-C tears it down.
 EOF
-  while true; do sleep 3600; done
+  # A background sleep and `wait`: bash runs the trap on SIGTERM only once its foreground
+  # command ends, which for a plain `sleep` would be up to its whole length.
+  sleep infinity & IDLE_PID=$!
+  wait "$IDLE_PID"
 fi
 
 export LOADSTAR_E2E_ADMIN_KUBECONFIG="$KUBE_ADMIN_KUBECONFIG"

@@ -13,6 +13,7 @@
 #! `node_up DIR IMAGE_TAR...`; `node_down` stops the node's processes (then cluster_down).
 #! After node_up: NODE_NAME, CONTAINERD_SOCK, NODE_POD_CIDR.
 
+NODE_SH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NODE_POD_CIDR=10.245.0.0/24
 NODE_CLUSTER_CIDR=10.245.0.0/16
 PAUSE_IMAGE=localhost/loadstar-e2e/pause:3.4
@@ -98,6 +99,8 @@ EOF
   ]
 }
 EOF
+  # What an earlier run that died before node_down left (no sandbox of it can be running).
+  python3 "$NODE_SH_DIR/cni-release.py" --network loadstar-e2e || true
   containerd --config "$nd/containerd/config.toml" >"$nd/logs/containerd.log" 2>&1 &
   CONTAINERD_PID=$!
   local deadline=$((SECONDS + 30))
@@ -214,6 +217,9 @@ node_down() {
   # Leftover shims of this node's containerd only (a shim's command line names the containerd
   # it serves: `-address SOCKET`), the bridge and kube-proxy's rules.
   [ -n "${CONTAINERD_SOCK:-}" ] && node_shims "$CONTAINERD_SOCK" | xargs -r kill 2>/dev/null || true
+  # The pods' sandboxes never went through CRI's StopPodSandbox: release their CNI
+  # attachments (namespaces, NAT rules, address leases), or each run leaks them.
+  python3 "$NODE_SH_DIR/cni-release.py" --network loadstar-e2e || true
   ip link delete cni-loadstar0 2>/dev/null || true
   [ -n "${KUBE_PROXY_PID:-}" ] && "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
   KUBE_PROXY_PID=""; KUBELET_PID=""; DEFAULT_SCHEDULER_PID=""; CONTROLLER_MANAGER_PID=""; CONTAINERD_PID=""
