@@ -22,6 +22,7 @@ WORK=$(mktemp -d -t loadstar-node.XXXXXX)
 UP_ONLY=0; [ "${1:-}" = "--up" ] && UP_ONLY=1
 cleanup() {
   local rc=$?
+  trap - EXIT  # its own `exit` would run it a second time
   [ -z "${IDLE_PID:-}" ] || kill "$IDLE_PID" 2>/dev/null || true
   node_down
   cluster_down

@@ -13,7 +13,7 @@
 #! `node_up DIR IMAGE_TAR...`; `node_down` stops the node's processes (then cluster_down).
 #! After node_up: NODE_NAME, CONTAINERD_SOCK, NODE_POD_CIDR.
 
-NODE_SH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+NODE_SH_DIR=$(cd -- "$(dirname "${BASH_SOURCE[0]}")" >/dev/null && pwd)
 NODE_POD_CIDR=10.245.0.0/24
 NODE_CLUSTER_CIDR=10.245.0.0/16
 PAUSE_IMAGE=localhost/loadstar-e2e/pause:3.4
@@ -29,7 +29,7 @@ node_ip() {
 # build of loadstar-burner at $1/../loadstar-burner or on the cargo target path.
 node_images() {
   local out="$1" root ctx
-  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  root=$(cd -- "$NODE_SH_DIR/../.." >/dev/null && pwd)
   mkdir -p "$out"
   ctx=$(mktemp -d -t loadstar-node-images.XXXXXX)
   local src
@@ -99,8 +99,13 @@ EOF
   ]
 }
 EOF
-  # What an earlier run that died before node_down left (no sandbox of it can be running).
-  python3 "$NODE_SH_DIR/cni-release.py" --network loadstar-e2e || true
+  # What an earlier run that died before node_down left, unless another run's node is up
+  # (its sandboxes would lose their network; concurrent runs share the bridge anyway).
+  if pgrep -f 'containerd --config .*/node/containerd/config.toml' >/dev/null; then
+    echo "another e2e node's containerd is running: its CNI leftovers are not released" >&2
+  else
+    python3 "$NODE_SH_DIR/cni-release.py" --network loadstar-e2e || true
+  fi
   containerd --config "$nd/containerd/config.toml" >"$nd/logs/containerd.log" 2>&1 &
   CONTAINERD_PID=$!
   local deadline=$((SECONDS + 30))
