@@ -99,13 +99,8 @@ EOF
   ]
 }
 EOF
-  # What an earlier run that died before node_down left, unless another run's node is up
-  # (its sandboxes would lose their network; concurrent runs share the bridge anyway).
-  if pgrep -f 'containerd --config .*/node/containerd/config.toml' >/dev/null; then
-    echo "another e2e node's containerd is running: its CNI leftovers are not released" >&2
-  else
-    python3 "$NODE_SH_DIR/cni-release.py" --network loadstar-e2e || true
-  fi
+  # What an earlier run that died before node_down left.
+  node_release_cni
   containerd --config "$nd/containerd/config.toml" >"$nd/logs/containerd.log" 2>&1 &
   CONTAINERD_PID=$!
   local deadline=$((SECONDS + 30))
@@ -202,6 +197,17 @@ node_shims() {
   return 0
 }
 
+# Releases the CNI attachments of e2e pods whose sandboxes were never stopped through CRI
+# (cni-release.py), unless an e2e node's containerd is running: its sandboxes would lose
+# their network (concurrent runs share the bridge and are not supported anyway).
+node_release_cni() {
+  if pgrep -f 'containerd --config .*/node/containerd/config.toml' >/dev/null; then
+    echo "an e2e node's containerd is running: CNI leftovers not released" >&2
+  else
+    python3 "$NODE_SH_DIR/cni-release.py" --network loadstar-e2e || true
+  fi
+}
+
 node_down() {
   local pid
   for pid in "${KUBE_PROXY_PID:-}" "${KUBELET_PID:-}" "${DEFAULT_SCHEDULER_PID:-}" "${CONTROLLER_MANAGER_PID:-}"; do
@@ -224,7 +230,7 @@ node_down() {
   [ -n "${CONTAINERD_SOCK:-}" ] && node_shims "$CONTAINERD_SOCK" | xargs -r kill 2>/dev/null || true
   # The pods' sandboxes never went through CRI's StopPodSandbox: release their CNI
   # attachments (namespaces, NAT rules, address leases), or each run leaks them.
-  python3 "$NODE_SH_DIR/cni-release.py" --network loadstar-e2e || true
+  node_release_cni
   ip link delete cni-loadstar0 2>/dev/null || true
   [ -n "${KUBE_PROXY_PID:-}" ] && "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
   KUBE_PROXY_PID=""; KUBELET_PID=""; DEFAULT_SCHEDULER_PID=""; CONTROLLER_MANAGER_PID=""; CONTAINERD_PID=""
