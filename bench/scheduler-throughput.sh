@@ -222,9 +222,12 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
   local end; end=$(date +%s%3N)
   GEN_CORES=$(cores_between "$ag0" "$(cpu_ticks "$ag")" "$start" "$end")
   GRPC_CORES=-1  # no gRPC runtime of its own: ingest is told by the idle windows instead
-  [ -z "$g0" ] || GRPC_CORES=$(cores_between "$g0" "$(grpc_ticks "$ls")" "$start" "$end")
-  if [ -n "$g0" ]; then log "ingest during the run (gRPC threads): $GRPC_CORES cores"
-  else log "this scorer has no loadstar-grpc threads: its ingest during the run is not measured"; fi
+  if [ -n "$g0" ]; then
+    GRPC_CORES=$(cores_between "$g0" "$(grpc_ticks "$ls")" "$start" "$end")
+    log "ingest during the run (gRPC threads): $GRPC_CORES cores"
+  else
+    log "this scorer has no loadstar-grpc threads: its ingest during the run is not measured"
+  fi
   log "loadstar: $LS_JSON"
   if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" 2>/dev/null || true; fi
   if [ -n "$pprof" ]; then

@@ -121,7 +121,7 @@ def release_sandbox(container, attachments, cni_path):
                    for e in delete(entry, cni_path)]
     if errors:
         return 0, errors  # the namespace and cache stay for a later try
-    netns = next((netns_of(e) for _, e in attachments if netns_of(e)), "")
+    netns = next(filter(None, (netns_of(e) for _, e in attachments)), "")
     if os.path.dirname(netns) in ("/var/run/netns", "/run/netns"):
         done = subprocess.run(["ip", "netns", "delete", os.path.basename(netns)],
                               capture_output=True, text=True, check=False)

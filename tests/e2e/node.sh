@@ -15,6 +15,7 @@
 
 NODE_SH_DIR=$(cd -- "$(dirname "${BASH_SOURCE[0]}")" >/dev/null && pwd)
 NODE_POD_CIDR=10.245.0.0/24
+NODE_CNI_NETWORK=loadstar-e2e  # the conflist's name, which cni-release.py releases
 NODE_CLUSTER_CIDR=10.245.0.0/16
 PAUSE_IMAGE=localhost/loadstar-e2e/pause:3.4
 BURNER_IMAGE=localhost/loadstar-e2e/burner:latest
@@ -88,7 +89,7 @@ EOF
   cat >"$nd/cni/10-loadstar.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
-  "name": "loadstar-e2e",
+  "name": "$NODE_CNI_NETWORK",
   "plugins": [
     {"type": "bridge", "bridge": "cni-loadstar0", "isGateway": true, "ipMasq": true,
      "hairpinMode": true,
@@ -204,7 +205,7 @@ node_release_cni() {
   if pgrep -f 'containerd --config .*/node/containerd/config.toml' >/dev/null; then
     echo "an e2e node's containerd is running: CNI leftovers not released" >&2
   else
-    python3 "$NODE_SH_DIR/cni-release.py" --network loadstar-e2e || true
+    python3 "$NODE_SH_DIR/cni-release.py" --network "$NODE_CNI_NETWORK" || true
   fi
 }
 
