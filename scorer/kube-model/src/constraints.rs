@@ -411,7 +411,7 @@ pub const POD_SPEC_FIELDS: &[(&str, FieldHandling)] = &[
     ),
     (
         "preemptionPolicy",
-        FieldHandling::Irrelevant("Loadstar does not preempt yet, so Never is always honoured"),
+        FieldHandling::Implemented("DefaultPreemption (a pod with Never does not preempt)"),
     ),
     (
         "priority",
@@ -433,7 +433,10 @@ pub const POD_SPEC_FIELDS: &[(&str, FieldHandling)] = &[
         "schedulerName",
         FieldHandling::Implemented("which profile schedules the pod"),
     ),
-    ("schedulingGates", FieldHandling::Refused),
+    (
+        "schedulingGates",
+        FieldHandling::Implemented("the scheduling queue holds the pod until they are removed"),
+    ),
     ("securityContext", FieldHandling::Irrelevant("kubelet")),
     ("serviceAccount", FieldHandling::Irrelevant("kubelet")),
     ("serviceAccountName", FieldHandling::Irrelevant("kubelet")),
@@ -468,8 +471,8 @@ pub const POD_SPEC_FIELDS: &[(&str, FieldHandling)] = &[
 ];
 
 /// Fields of `spec` (and its containers) that constrain placement in ways Loadstar does not
-/// implement: dynamic resource claims, pod-level resources, scheduling gates (a gated pod
-/// must not be scheduled at all), plus the placement-bearing volumes.
+/// implement: dynamic resource claims, pod-level resources, plus the placement-bearing
+/// volumes. (Scheduling gates say when, not where: the queue holds a gated pod.)
 pub fn refused_fields(pod: &Pod) -> Vec<String> {
     let mut out = Vec::new();
     let Some(spec) = pod.spec.as_ref() else {
@@ -480,13 +483,6 @@ pub fn refused_fields(pod: &Pod) -> Vec<String> {
     }
     if spec.resources.is_some() {
         out.push("spec.resources (pod-level resources)".to_string());
-    }
-    if spec
-        .scheduling_gates
-        .as_ref()
-        .is_some_and(|g| !g.is_empty())
-    {
-        out.push("spec.schedulingGates".to_string());
     }
     for (kind, list) in [
         ("containers", Some(&spec.containers)),
@@ -661,7 +657,6 @@ mod tests {
                 json!([{"name": "gpu", "resourceClaimName": "x"}]),
             ),
             ("resources", json!({"requests": {"cpu": "1"}})),
-            ("schedulingGates", json!([{"name": "wait"}])),
             (
                 "volumes",
                 json!([{"name": "d", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]),
@@ -685,6 +680,8 @@ mod tests {
                 "{refused:?}"
             );
         }
+        // Gates say when, not where: the queue holds such a pod, the filters do not refuse it.
+        assert!(refused_fields(&set("schedulingGates", json!([{"name": "wait"}]))).is_empty());
         assert!(refused_fields(&pod(base)).is_empty());
         let claims = pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [
             {"name": "c", "resources": {"claims": [{"name": "gpu"}]}}]}}));

@@ -104,6 +104,8 @@ pub struct PodFacts {
     pub start_time: Option<i64>,
     /// status.nominatedNodeName.
     pub nominated_node: Option<String>,
+    /// The names in spec.schedulingGates: while any is left the pod is not scheduled.
+    pub scheduling_gates: Vec<String>,
     /// The scheduling view, or why the pod cannot be scheduled as written.
     pub info: Result<PodInfo, ConvertError>,
 }
@@ -246,6 +248,10 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
             .as_ref()
             .and_then(|s| s.nominated_node_name.clone())
             .filter(|n| !n.is_empty()),
+        scheduling_gates: spec
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .map(|g| g.iter().map(|g| g.name.clone()).collect())
+            .unwrap_or_default(),
         info: Ok(PodInfo::default()),
         namespace,
         name,
@@ -542,6 +548,7 @@ mod tests {
         assert_eq!(f.namespace, "default");
         assert_eq!(f.node_name.as_deref(), Some("n1"));
         assert!(f.terminal);
+        assert!(f.scheduling_gates.is_empty());
         let info = f.info.expect("valid");
         assert_eq!(info.requests, ResourceList::default());
         assert_eq!(info.nonzero_cpu_millis, 2 * DEFAULT_NONZERO_CPU_MILLIS);
@@ -554,6 +561,7 @@ mod tests {
             "metadata": {"name": "p", "namespace": "x"},
             "spec": {
                 "containers": [{"name": "a"}],
+                "schedulingGates": [{"name": "example.com/quota"}, {"name": "b"}],
                 "nodeSelector": {"disk": "ssd"},
                 "tolerations": [
                     {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
@@ -572,6 +580,7 @@ mod tests {
                     ]}}}
             }
         })));
+        assert_eq!(f.scheduling_gates, ["example.com/quota", "b"]);
         let info = f.info.expect("valid");
         assert_eq!(info.node_selector["disk"], "ssd");
         assert_eq!(info.tolerations.len(), 3);

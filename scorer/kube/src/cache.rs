@@ -681,6 +681,9 @@ impl ClusterCache {
             let now = tokio::time::Instant::now();
             if facts.node_name.is_some() || facts.deleting {
                 self.queue.with(|q| q.done(&key));
+            } else if !facts.scheduling_gates.is_empty() {
+                self.queue
+                    .with(|q| q.gate(&key, facts.priority, facts.created_unix, now));
             } else {
                 self.queue
                     .with(|q| q.add(&key, facts.priority, facts.created_unix, now));

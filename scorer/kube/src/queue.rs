@@ -1,8 +1,10 @@
 //! The scheduling queue: pending pods ordered by priority (higher first), then creation time,
 //! then arrival; pods that could not be placed back off (1 s doubling to 10 s, as upstream)
 //! and are retried early when the cluster changes in a way that may help them (a node added
-//! or changed, a pod deleted). Pure and synchronous: the caller passes the time; the async
-//! wrapper [`SchedulingQueue`] adds waiting.
+//! or changed, a pod deleted). A pod with `spec.schedulingGates` is held apart, never popped,
+//! until an update shows its gates removed (kube-scheduler's SchedulingGates pre-enqueue
+//! plugin). Pure and synchronous: the caller passes the time; the async wrapper
+//! [`SchedulingQueue`] adds waiting.
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Mutex;
@@ -33,7 +35,8 @@ pub struct QueuedPod {
     pub created_unix: i64,
     /// Failed attempts so far.
     pub attempts: u32,
-    /// When it first entered the queue (for the scheduling latency metric).
+    /// When it first entered the queue, or its last scheduling gate was removed (for the
+    /// scheduling latency metric, which as upstream's does not count time spent gated).
     pub enqueued_at: Instant,
 }
 
@@ -70,6 +73,8 @@ enum State {
     /// Handed to the scheduler; not in any queue. Holds the queue's move count when it was
     /// handed out, so a failure that predates a later cluster change is recognised as stale.
     InFlight(u64),
+    /// Held by `spec.schedulingGates`: never popped until [`Queue::add`] ungates it.
+    Gated,
 }
 
 #[derive(Debug)]
@@ -90,6 +95,8 @@ pub struct QueueDepths {
     pub backoff: usize,
     /// Handed to the scheduler, not yet done.
     pub in_flight: usize,
+    /// Held by `spec.schedulingGates`.
+    pub gated: usize,
 }
 
 /// The queue's state. All methods take the current time where it matters.
@@ -126,23 +133,48 @@ impl Queue {
                 State::Active(_) => d.active += 1,
                 State::Backoff(..) => d.backoff += 1,
                 State::InFlight(_) => d.in_flight += 1,
+                State::Gated => d.gated += 1,
             }
         }
         d
     }
 
     /// Adds a pending pod, or updates its priority if it is already known (a pod being
-    /// scheduled or backing off keeps its state). Returns true when it was new.
+    /// scheduled or backing off keeps its state; a gated one, whose gates are now gone,
+    /// becomes active). Returns true when it was new or ungated.
     pub fn add(&mut self, key: &str, priority: i32, created_unix: i64, now: Instant) -> bool {
         if let Some(e) = self.pods.get_mut(key) {
-            if e.pod.priority != priority {
+            let ungated = e.state == State::Gated;
+            if ungated {
+                e.pod.enqueued_at = now;
+            }
+            if e.pod.priority != priority || ungated {
                 e.pod.priority = priority;
-                if let State::Active(_) = e.state {
+                if matches!(e.state, State::Active(_) | State::Gated) {
                     self.push_active(key);
                 }
             }
-            return false;
+            return ungated;
         }
+        self.insert(key, priority, created_unix, now);
+        self.push_active(key);
+        true
+    }
+
+    /// Holds a pending pod that has scheduling gates: known (its depth counts) but never
+    /// popped until [`Queue::add`] sees it again without them. A pod already known is held
+    /// too, whatever its state (a stale in-flight attempt's requeue leaves it gated).
+    pub fn gate(&mut self, key: &str, priority: i32, created_unix: i64, now: Instant) {
+        match self.pods.get_mut(key) {
+            Some(e) => {
+                e.pod.priority = priority;
+                e.state = State::Gated;
+            }
+            None => self.insert(key, priority, created_unix, now),
+        }
+    }
+
+    fn insert(&mut self, key: &str, priority: i32, created_unix: i64, now: Instant) {
         self.pods.insert(
             key.to_string(),
             Entry {
@@ -153,12 +185,10 @@ impl Queue {
                     attempts: 0,
                     enqueued_at: now,
                 },
-                state: State::Active(0),
+                state: State::Gated,
                 retried_stale: false,
             },
         );
-        self.push_active(key);
-        true
     }
 
     /// Forgets a pod (deleted, bound elsewhere, no longer ours).
@@ -241,7 +271,7 @@ impl Queue {
     /// priorities), once per failure streak, so a busy cluster cannot make it spin.
     pub fn requeue_backoff(&mut self, key: &str, now: Instant) {
         let moves = self.moves;
-        if let Some(e) = self.pods.get_mut(key) {
+        if let Some(e) = self.pods.get_mut(key).filter(|e| e.state != State::Gated) {
             e.pod.attempts = e.pod.attempts.saturating_add(1);
             let stale = matches!(e.state, State::InFlight(at) if at < moves);
             if stale && !e.retried_stale {
@@ -364,6 +394,49 @@ mod tests {
             ]
         );
         assert_eq!(q.pop(now), Err(None));
+    }
+
+    #[test]
+    fn gated_pods_wait_apart_until_their_gates_are_removed() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(30);
+        let mut q = Queue::default();
+        q.gate("ns/gated", 100, 1, now);
+        q.add("ns/open", 0, 2, now);
+        let d = q.depths();
+        assert_eq!((d.active, d.gated), (1, 1));
+        // Neither priority nor a cluster change lets a gated pod out.
+        assert_eq!(q.retry_all(), 0);
+        assert_eq!(q.pop(now).expect("the open pod").key, "ns/open");
+        assert_eq!(q.pop(now), Err(None));
+        // A watch update that still has gates keeps it held.
+        q.gate("ns/gated", 100, 1, now);
+        assert_eq!(q.pop(now), Err(None));
+        // The update without gates: it is queued, its latency counted from now.
+        assert!(q.add("ns/gated", 100, 1, later));
+        let p = q.pop(later).expect("ungated");
+        assert_eq!((p.key.as_str(), p.enqueued_at), ("ns/gated", later));
+        assert_eq!(q.depths().gated, 0);
+        // Seen again while in flight, it is not queued twice.
+        assert!(!q.add("ns/gated", 100, 1, later));
+        assert_eq!(q.pop(later), Err(None));
+    }
+
+    #[test]
+    fn a_stale_attempt_does_not_release_a_pod_gated_meanwhile() {
+        let now = Instant::now();
+        let mut q = Queue::default();
+        q.add("ns/p", 0, 1, now);
+        q.pop(now).expect("in flight");
+        // The pod was replaced by a gated one while its attempt ran.
+        q.gate("ns/p", 0, 1, now);
+        q.requeue_backoff("ns/p", now);
+        q.requeue_now("ns/p");
+        assert_eq!(q.retry_all(), 0);
+        assert_eq!(q.pop(now + MAX_BACKOFF), Err(None));
+        assert_eq!(q.depths().gated, 1);
+        assert!(q.remove("ns/p"));
+        assert!(q.is_empty());
     }
 
     #[test]

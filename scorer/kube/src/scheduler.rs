@@ -360,6 +360,7 @@ impl Scheduler {
                     ("active", d.active),
                     ("backoff", d.backoff),
                     ("in_flight", d.in_flight),
+                    ("gated", d.gated),
                 ] {
                     this.metrics
                         .pending_pods
@@ -1093,6 +1094,15 @@ impl Binder for Scheduler {
                     "pod {shown} is already bound to node {n}"
                 )));
             }
+            if !facts.scheduling_gates.is_empty() {
+                return Err(ClusterError::FailedPrecondition(format!(
+                    "pod {shown} is held by its scheduling gates ({}): it may be bound once \
+                     they are removed",
+                    loadstar_common::text::quote_list(
+                        facts.scheduling_gates.iter().map(String::as_str)
+                    )
+                )));
+            }
             let info = facts
                 .info
                 .as_ref()
@@ -1805,6 +1815,60 @@ mod tests {
                 .any(|e| e.1.ends_with("/pods/a/binding")),
             "the binding was written"
         );
+    }
+
+    #[tokio::test]
+    async fn a_gated_pod_waits_without_attempts_until_its_gates_are_removed() {
+        let (scheduler, cache, log) = setup(&[], always_leader("test-1"));
+        cache.nodes_relist_started();
+        cache.apply_node(&node("n1", "4"));
+        cache.nodes_relist_done();
+        let mut gated = pod("g", "1");
+        gated.spec.as_mut().expect("spec").scheduling_gates =
+            Some(vec![k8s_openapi::api::core::v1::PodSchedulingGate {
+                name: "example.com/quota".into(),
+            }]);
+        cache.pods_relist_started();
+        cache.apply_pod(&gated);
+        cache.apply_pod(&pod("open", "1"));
+        cache.pods_relist_done();
+        let running = Running::start(&scheduler);
+        wait_for(&log, "the open pod's binding", |l| {
+            l.iter().any(|e| e.1.ends_with("/pods/open/binding"))
+        })
+        .await;
+        // Time for the loop to try the gated pod, if it wrongly would.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !log.lock()
+                .expect("log")
+                .iter()
+                .any(|e| e.1.contains("/pods/g/") || e.2.contains("ns/g")),
+            "a gated pod is neither attempted, reported nor bound"
+        );
+        assert_eq!(scheduler.queue.with(|q| q.depths()).gated, 1);
+        assert!(scheduler.decisions.get("ns", "g").is_none());
+        // Nor can a client bind it through the scorer.
+        let e = Binder::bind(
+            &*scheduler,
+            BindRequest {
+                namespace: "ns".into(),
+                name: "g".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect_err("gated");
+        assert!(matches!(e, ClusterError::FailedPrecondition(_)), "{e:?}");
+        assert!(e.to_string().contains("\"example.com/quota\""), "{e}");
+        // Its gates removed (the only change the API server allows them), it is bound.
+        cache.apply_pod(&pod("g", "1"));
+        wait_for(&log, "the ungated pod's binding", |l| {
+            l.iter().any(|e| e.1.ends_with("/pods/g/binding"))
+        })
+        .await;
+        assert_eq!(scheduler.queue.with(|q| q.depths()).gated, 0);
+        running.stop().await;
     }
 
     #[tokio::test]

@@ -79,7 +79,7 @@ pub const SCHEDULE_ATTEMPTS: &str = "loadstar_scorer_schedule_attempts";
 /// Time one scheduling attempt spent in each extension point (`PreFilter`, `Filter`,
 /// `Score`), seconds, by profile.
 pub const EXTENSION_POINT_DURATION: &str = "loadstar_scorer_extension_point_duration_seconds";
-/// Pods waiting in the scheduling queue, by queue (`active`, `backoff`, `in_flight`).
+/// Pods waiting in the scheduling queue, by queue (`active`, `backoff`, `in_flight`, `gated`).
 pub const PENDING_PODS: &str = "loadstar_scorer_pending_pods";
 /// Time from assuming a pod to the API server's answer to its binding, seconds.
 pub const BIND_DURATION: &str = "loadstar_scorer_bind_duration_seconds";
@@ -122,7 +122,7 @@ pub struct ExtensionPointLabel {
 /// Label set of queue depths.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabel {
-    /// `active`, `backoff` or `in_flight`.
+    /// `active`, `backoff`, `in_flight` or `gated` (held by `spec.schedulingGates`).
     pub queue: String,
 }
 
