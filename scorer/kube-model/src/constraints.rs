@@ -3,6 +3,7 @@
 //! placement but that Loadstar does not implement, so the scheduler refuses such a pod by
 //! name instead of binding it in violation. Validation follows `LabelSelectorAsSelector`
 //! and kube-scheduler 1.20's `NewPodInfo`.
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
@@ -145,6 +146,46 @@ pub fn label_selector(
     Ok(Some(out))
 }
 
+/// `selector` ANDed with `key In (value)` for each of `match_keys` and `key NotIn (value)`
+/// for each of `mismatch_keys` that the incoming pod's `labels` carry (keys it lacks are
+/// ignored), as kube-scheduler merges `matchLabelKeys` and `mismatchLabelKeys`. An API
+/// server that already merged them (1.31+ for pod affinity) leaves the same requirement
+/// twice, which selects the same pods. Keys without a selector are invalid, as upstream's
+/// validation says.
+fn with_label_keys(
+    field: &str,
+    selector: Option<LabelSelector>,
+    labels: &BTreeMap<String, String>,
+    match_keys: Option<&Vec<String>>,
+    mismatch_keys: Option<&Vec<String>>,
+) -> Result<Option<LabelSelector>, ConstraintError> {
+    let keys = [
+        (match_keys, SelectorOp::In),
+        (mismatch_keys, SelectorOp::NotIn),
+    ];
+    if keys.iter().all(|(k, _)| k.is_none_or(|k| k.is_empty())) {
+        return Ok(selector);
+    }
+    let Some(mut selector) = selector else {
+        return Err(error(
+            field,
+            "matchLabelKeys and mismatchLabelKeys cannot be set when labelSelector isn't set",
+        ));
+    };
+    for (list, op) in keys {
+        for key in list.into_iter().flatten() {
+            if let Some(value) = labels.get(key) {
+                selector.match_expressions.push(SelectorRequirement {
+                    key: key.clone(),
+                    op,
+                    values: vec![value.clone()],
+                });
+            }
+        }
+    }
+    Ok(Some(selector))
+}
+
 /// The pod's node affinity: required terms (ORed) and preferred terms with weights.
 pub type NodeAffinityTerms = (Vec<NodeSelectorTerm>, Vec<(i32, NodeSelectorTerm)>);
 
@@ -182,9 +223,18 @@ pub fn node_affinity(spec: &PodSpec) -> Result<NodeAffinityTerms, ConstraintErro
     Ok((required, preferred))
 }
 
+/// The incoming pod's namespace and labels, which affinity terms are resolved against.
+#[derive(Debug, Clone, Copy)]
+pub struct IncomingPod<'a> {
+    /// Its namespace: a term without `namespaces` selects pods of this one.
+    pub namespace: &'a str,
+    /// Its labels: `matchLabelKeys` and `mismatchLabelKeys` take their values from them.
+    pub labels: &'a BTreeMap<String, String>,
+}
+
 fn affinity_term(
     field: &str,
-    namespace: &str,
+    pod: IncomingPod<'_>,
     t: &PodAffinityTerm,
     unsupported: &mut Vec<String>,
 ) -> Result<AffinityTerm, ConstraintError> {
@@ -192,39 +242,43 @@ fn affinity_term(
         // Added in Kubernetes 1.21; its semantics need namespace labels we do not watch.
         unsupported.push(format!("{field}.namespaceSelector"));
     }
-    if t.match_label_keys.is_some() || t.mismatch_label_keys.is_some() {
-        unsupported.push(format!("{field}.matchLabelKeys/mismatchLabelKeys"));
-    }
     if t.topology_key.is_empty() {
         return Err(error(field, "topologyKey must not be empty"));
     }
     let namespaces = match t.namespaces.as_deref() {
         Some(ns) if !ns.is_empty() => ns.to_vec(),
-        _ => vec![namespace.to_string()],
+        _ => vec![pod.namespace.to_string()],
     };
+    let selector = label_selector(&format!("{field}.labelSelector"), t.label_selector.as_ref())?;
     Ok(AffinityTerm {
         namespaces,
-        selector: label_selector(&format!("{field}.labelSelector"), t.label_selector.as_ref())?,
+        selector: with_label_keys(
+            field,
+            selector,
+            pod.labels,
+            t.match_label_keys.as_ref(),
+            t.mismatch_label_keys.as_ref(),
+        )?,
         topology_key: t.topology_key.clone(),
     })
 }
 
 fn terms(
     field: &str,
-    namespace: &str,
+    pod: IncomingPod<'_>,
     ts: Option<&Vec<PodAffinityTerm>>,
     unsupported: &mut Vec<String>,
 ) -> Result<Vec<AffinityTerm>, ConstraintError> {
     ts.into_iter()
         .flatten()
         .enumerate()
-        .map(|(i, t)| affinity_term(&format!("{field}[{i}]"), namespace, t, unsupported))
+        .map(|(i, t)| affinity_term(&format!("{field}[{i}]"), pod, t, unsupported))
         .collect()
 }
 
 fn weighted(
     field: &str,
-    namespace: &str,
+    pod: IncomingPod<'_>,
     ts: Option<&Vec<WeightedPodAffinityTerm>>,
     unsupported: &mut Vec<String>,
 ) -> Result<Vec<WeightedAffinityTerm>, ConstraintError> {
@@ -235,17 +289,17 @@ fn weighted(
             let f = format!("{field}[{i}].podAffinityTerm");
             Ok(WeightedAffinityTerm {
                 weight: w.weight,
-                term: affinity_term(&f, namespace, &w.pod_affinity_term, unsupported)?,
+                term: affinity_term(&f, pod, &w.pod_affinity_term, unsupported)?,
             })
         })
         .collect()
 }
 
-/// Converts `spec.affinity.podAffinity` and `podAntiAffinity` (namespaces resolved against
-/// the pod's own), adding fields it cannot honour to `unsupported`.
+/// Converts `spec.affinity.podAffinity` and `podAntiAffinity` (namespaces and label keys
+/// resolved against the incoming pod), adding fields it cannot honour to `unsupported`.
 pub fn pod_affinity(
     spec: &PodSpec,
-    namespace: &str,
+    pod: IncomingPod<'_>,
     unsupported: &mut Vec<String>,
 ) -> Result<Arc<PodAffinity>, ConstraintError> {
     let Some(a) = spec.affinity.as_ref() else {
@@ -256,14 +310,14 @@ pub fn pod_affinity(
         let base = "spec.affinity.podAffinity";
         out.required = terms(
             &format!("{base}.requiredDuringSchedulingIgnoredDuringExecution"),
-            namespace,
+            pod,
             pa.required_during_scheduling_ignored_during_execution
                 .as_ref(),
             unsupported,
         )?;
         out.preferred = weighted(
             &format!("{base}.preferredDuringSchedulingIgnoredDuringExecution"),
-            namespace,
+            pod,
             pa.preferred_during_scheduling_ignored_during_execution
                 .as_ref(),
             unsupported,
@@ -273,14 +327,14 @@ pub fn pod_affinity(
         let base = "spec.affinity.podAntiAffinity";
         out.required_anti = terms(
             &format!("{base}.requiredDuringSchedulingIgnoredDuringExecution"),
-            namespace,
+            pod,
             pa.required_during_scheduling_ignored_during_execution
                 .as_ref(),
             unsupported,
         )?;
         out.preferred_anti = weighted(
             &format!("{base}.preferredDuringSchedulingIgnoredDuringExecution"),
-            namespace,
+            pod,
             pa.preferred_during_scheduling_ignored_during_execution
                 .as_ref(),
             unsupported,
@@ -289,10 +343,13 @@ pub fn pod_affinity(
     Ok(Arc::new(out))
 }
 
-/// Converts `spec.topologySpreadConstraints`; fields added after 1.20 that change the
-/// counting (`minDomains`, node inclusion policies, `matchLabelKeys`) go to `unsupported`.
+/// Converts `spec.topologySpreadConstraints`, `matchLabelKeys` merged into the selector from
+/// the incoming pod's `labels`. Fields added after 1.20 that change the counting
+/// (`minDomains`, and the node inclusion policies other than their defaults, which are
+/// 1.20's counting) go to `unsupported`.
 pub fn spread_constraints(
     spec: &PodSpec,
+    labels: &BTreeMap<String, String>,
     unsupported: &mut Vec<String>,
 ) -> Result<Vec<SpreadConstraint>, ConstraintError> {
     let mut out = Vec::new();
@@ -303,15 +360,32 @@ pub fn spread_constraints(
         .enumerate()
     {
         let field = format!("spec.topologySpreadConstraints[{i}]");
-        for (set, name) in [
-            (c.min_domains.is_some(), "minDomains"),
-            (c.node_affinity_policy.is_some(), "nodeAffinityPolicy"),
-            (c.node_taints_policy.is_some(), "nodeTaintsPolicy"),
-            (c.match_label_keys.is_some(), "matchLabelKeys"),
+        for (set, default, name) in [
+            (
+                c.node_affinity_policy.as_deref(),
+                "Honor",
+                "nodeAffinityPolicy",
+            ),
+            (
+                c.node_taints_policy.as_deref(),
+                "Ignore",
+                "nodeTaintsPolicy",
+            ),
         ] {
-            if set {
-                unsupported.push(format!("{field}.{name}"));
+            match set {
+                None => {}
+                Some(v) if v == default => {}
+                Some(v @ ("Honor" | "Ignore")) => unsupported.push(format!("{field}.{name}: {v}")),
+                Some(other) => {
+                    return Err(error(
+                        &format!("{field}.{name}"),
+                        format!("must be Honor or Ignore, got {other:?}"),
+                    ));
+                }
             }
+        }
+        if c.min_domains.is_some() {
+            unsupported.push(format!("{field}.minDomains"));
         }
         if c.max_skew <= 0 {
             return Err(error(&field, "maxSkew must be greater than zero"));
@@ -333,7 +407,13 @@ pub fn spread_constraints(
             max_skew: c.max_skew,
             topology_key: c.topology_key.clone(),
             when_unsatisfiable,
-            selector: label_selector(&format!("{field}.labelSelector"), c.label_selector.as_ref())?,
+            selector: with_label_keys(
+                &field,
+                label_selector(&format!("{field}.labelSelector"), c.label_selector.as_ref())?,
+                labels,
+                c.match_label_keys.as_ref(),
+                None,
+            )?,
         });
     }
     Ok(out)
@@ -751,8 +831,12 @@ mod tests {
             }}
         }));
         let mut unsupported = Vec::new();
-        let a =
-            pod_affinity(p.spec.as_ref().expect("spec"), "ns", &mut unsupported).expect("converts");
+        let a = pod_affinity(
+            p.spec.as_ref().expect("spec"),
+            incoming("ns"),
+            &mut unsupported,
+        )
+        .expect("converts");
         assert!(unsupported.is_empty());
         assert_eq!(a.required[0].namespaces, vec!["ns".to_string()]);
         assert!(a.required[0].selector.is_some());
@@ -760,6 +844,118 @@ mod tests {
         assert_eq!(a.required[1].selector, None, "no selector matches nothing");
         assert_eq!(a.preferred_anti[0].weight, 5);
         assert_eq!(a.preferred_anti[0].term.topology_key, "host");
+    }
+
+    static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+    fn incoming(namespace: &str) -> IncomingPod<'_> {
+        IncomingPod {
+            namespace,
+            labels: &NO_LABELS,
+        }
+    }
+
+    fn requirements(s: &Option<LabelSelector>) -> Vec<(String, SelectorOp, Vec<String>)> {
+        s.as_ref()
+            .expect("a selector")
+            .match_expressions
+            .iter()
+            .map(|r| (r.key.clone(), r.op, r.values.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn label_keys_take_the_incoming_pods_values_into_the_selector() {
+        let p = pod(json!({
+            "metadata": {"name": "p", "namespace": "ns",
+                         "labels": {"app": "web", "pod-template-hash": "abc", "tenant": "t1"}},
+            "spec": {"containers": [],
+              "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchLabels": {"app": "web"}},
+                 "matchLabelKeys": ["pod-template-hash", "absent"],
+                 "nodeAffinityPolicy": "Honor", "nodeTaintsPolicy": "Ignore"}],
+              "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "host", "labelSelector": {"matchLabels": {"app": "web"}},
+                 "matchLabelKeys": ["pod-template-hash"], "mismatchLabelKeys": ["tenant"]}]}}}
+        }));
+        let spec = p.spec.as_ref().expect("spec");
+        let labels = p.metadata.labels.as_ref().expect("labels");
+        let mut unsupported = Vec::new();
+        let spread = spread_constraints(spec, labels, &mut unsupported).expect("converts");
+        // The explicit policies are the defaults, 1.20's counting: nothing refused.
+        assert!(unsupported.is_empty(), "{unsupported:?}");
+        // A key the pod does not carry is ignored.
+        assert_eq!(
+            requirements(&spread[0].selector),
+            [(
+                "pod-template-hash".into(),
+                SelectorOp::In,
+                vec!["abc".into()]
+            )]
+        );
+        let sel = spread[0].selector.as_ref().expect("selector");
+        let with = |hash: &str| -> BTreeMap<String, String> {
+            [("app", "web"), ("pod-template-hash", hash)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(sel.matches(&with("abc")));
+        assert!(
+            !sel.matches(&with("old")),
+            "another revision's pods do not count"
+        );
+        let incoming = IncomingPod {
+            namespace: "ns",
+            labels,
+        };
+        let a = pod_affinity(spec, incoming, &mut unsupported).expect("converts");
+        assert!(unsupported.is_empty(), "{unsupported:?}");
+        assert_eq!(
+            requirements(&a.required_anti[0].selector),
+            [
+                (
+                    "pod-template-hash".into(),
+                    SelectorOp::In,
+                    vec!["abc".into()]
+                ),
+                ("tenant".into(), SelectorOp::NotIn, vec!["t1".into()]),
+            ]
+        );
+        // Keys without a selector are invalid; policies other than the defaults are refused
+        // by name, and unknown ones are errors.
+        let bad = pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [],
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                 "matchLabelKeys": ["app"]}]}}));
+        let e = spread_constraints(bad.spec.as_ref().expect("spec"), labels, &mut Vec::new())
+            .expect_err("no selector");
+        assert_eq!(e.field, "spec.topologySpreadConstraints[0]");
+        let policies = |affinity: &str, taints: &str| {
+            pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [],
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                     "nodeAffinityPolicy": affinity, "nodeTaintsPolicy": taints}]}}))
+        };
+        let mut unsupported = Vec::new();
+        let p = policies("Ignore", "Honor");
+        spread_constraints(p.spec.as_ref().expect("spec"), labels, &mut unsupported)
+            .expect("converts");
+        assert_eq!(
+            unsupported,
+            [
+                "spec.topologySpreadConstraints[0].nodeAffinityPolicy: Ignore",
+                "spec.topologySpreadConstraints[0].nodeTaintsPolicy: Honor"
+            ]
+        );
+        let p = policies("Honor", "Sometimes");
+        let e = spread_constraints(p.spec.as_ref().expect("spec"), labels, &mut Vec::new())
+            .expect_err("unknown policy");
+        assert_eq!(
+            e.to_string(),
+            "spec.topologySpreadConstraints[0].nodeTaintsPolicy: must be Honor or Ignore, got \"Sometimes\""
+        );
     }
 
     #[test]
@@ -771,7 +967,7 @@ mod tests {
                  "labelSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}
             ]}
         }));
-        let err = spread_constraints(p.spec.as_ref().expect("spec"), &mut Vec::new())
+        let err = spread_constraints(p.spec.as_ref().expect("spec"), &NO_LABELS, &mut Vec::new())
             .expect_err("In without values");
         assert_eq!(
             err.field,
@@ -785,8 +981,8 @@ mod tests {
             ]}
         }));
         let mut unsupported = Vec::new();
-        let c =
-            spread_constraints(p.spec.as_ref().expect("spec"), &mut unsupported).expect("converts");
+        let c = spread_constraints(p.spec.as_ref().expect("spec"), &NO_LABELS, &mut unsupported)
+            .expect("converts");
         assert_eq!(c[0].when_unsatisfiable, WhenUnsatisfiable::ScheduleAnyway);
         assert_eq!(
             unsupported,
