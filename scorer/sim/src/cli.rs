@@ -125,7 +125,7 @@ pub struct SimArgs {
     /// Skip the plots.
     #[arg(long)]
     pub no_plots: bool,
-    /// Also write the cluster (nodes.csv) and trace (trace.csv) into --out.
+    /// Also write the cluster (cluster.csv) and trace (trace.csv) into --out.
     #[arg(long)]
     pub write_inputs: bool,
     /// Profiles run in parallel (default: available cores).
