@@ -47,13 +47,22 @@ pub fn quote_list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
     out
 }
 
+/// Kubernetes' longest namespace, bytes (a DNS label).
+pub const NAMESPACE_MAX: usize = 63;
+/// Kubernetes' longest pod name, bytes (a DNS subdomain).
+pub const NAME_MAX: usize = 253;
+
+/// Whether `namespace` and `name` fit Kubernetes' limits ([`NAMESPACE_MAX`], [`NAME_MAX`]):
+/// what any pod the API server stored has, and what a pod a client describes must have.
+pub fn fits_pod_name_limits(namespace: &str, name: &str) -> bool {
+    namespace.len() <= NAMESPACE_MAX && name.len() <= NAME_MAX
+}
+
 /// How error messages name a pod the client asked for, `namespace/name`: as Kubernetes
 /// writes it when both parts fit Kubernetes' own limits (a namespace is at most 63 bytes, a
 /// pod name 253) and hold no control characters, so every real pod reads naturally; anything
 /// else is [`quote`]d part by part, which keeps the message small whatever the input.
 pub fn pod_key(namespace: &str, name: &str) -> String {
-    const NAMESPACE_MAX: usize = 63;
-    const NAME_MAX: usize = 253;
     let plain = |s: &str, max: usize| s.len() <= max && !s.chars().any(char::is_control);
     if plain(namespace, NAMESPACE_MAX) && plain(name, NAME_MAX) {
         format!("{namespace}/{name}")

@@ -1,6 +1,7 @@
 //! The extender's HTTP side: `POST /extender/v1/{profile}/filter` and `/prioritize` (and
 //! `/bind`, answered with a clear refusal), over a request body read with a size cap and a
-//! deadline, a bound on calls in flight, and a `loadstar_scorer_extender_*` metric per call.
+//! deadline, a bound on the bytes of all bodies held at once (taken before a body is read),
+//! a bound on calls in flight, and a `loadstar_scorer_extender_*` metric per call.
 //! Bad input gets a 4xx with a one-line JSON error (kube-scheduler logs it); nothing panics.
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use loadstar_store::metrics::{Metrics, VerbLabel, VerbResultLabel};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::Serialize;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::{debug, warn};
 
 use crate::verdict::{self, load_view};
@@ -35,21 +36,44 @@ pub struct ExtenderLimits {
     pub body_timeout: Duration,
     /// Calls evaluated at once; more wait up to `queue_timeout`, then get 503.
     pub max_in_flight: usize,
-    /// How long a call waits for a slot.
+    /// How long a call waits for a slot (or for room in `max_buffered_bytes`).
     pub queue_timeout: Duration,
+    /// Bytes of request bodies held at once, from before the first byte is read until the
+    /// answer: each call reserves its `Content-Length` (the whole `max_body_bytes` when it
+    /// declares none) in MiB, waiting up to `queue_timeout` for room, then gets 503.
+    pub max_buffered_bytes: usize,
 }
 
 impl Default for ExtenderLimits {
     /// 64 MiB bodies (a names-only request for 100 000 nodes is ~3 MiB; whole Node objects
-    /// for 10 000 nodes fit), 10 s to send them, 16 calls evaluated at once, 5 s queueing.
+    /// for 10 000 nodes fit), 10 s to send them, 16 calls evaluated at once, 5 s queueing,
+    /// 256 MiB of bodies held at once (four of the largest; kube-scheduler sends one call at
+    /// a time per scheduling cycle).
     fn default() -> Self {
         ExtenderLimits {
             max_body_bytes: 64 << 20,
             body_timeout: Duration::from_secs(10),
             max_in_flight: 16,
             queue_timeout: Duration::from_secs(5),
+            max_buffered_bytes: 256 << 20,
         }
     }
+}
+
+/// The unit of the body budget, bytes.
+const BUDGET_UNIT: usize = 1 << 20;
+
+fn budget_units(bytes: usize) -> u32 {
+    u32::try_from(bytes.div_ceil(BUDGET_UNIT).max(1)).unwrap_or(u32::MAX)
+}
+
+/// A read and decoded call, holding its share of the body budget until it is dropped.
+struct Call<'a> {
+    profiles: &'a (Profile, Profile),
+    pod: PodInfo,
+    args: ExtenderArgs,
+    names: Vec<String>,
+    _budget: SemaphorePermit<'a>,
 }
 
 /// The extender: the node store, one load-only profile per configured profile
@@ -65,6 +89,8 @@ pub struct Extender {
     metrics: Arc<Metrics>,
     limits: ExtenderLimits,
     slots: Semaphore,
+    /// [`ExtenderLimits::max_buffered_bytes`] in [`BUDGET_UNIT`]s.
+    budget: Semaphore,
 }
 
 impl std::fmt::Debug for Extender {
@@ -112,6 +138,7 @@ impl Extender {
             decoder,
             metrics,
             slots: Semaphore::new(limits.max_in_flight.max(1)),
+            budget: Semaphore::new(budget_units(limits.max_buffered_bytes) as usize),
             limits,
         }
     }
@@ -144,12 +171,26 @@ impl Extender {
             .inc();
     }
 
+    /// Reserves room for a body of `bytes` in the budget, or refuses the call.
+    async fn reserve(&self, bytes: usize) -> Result<SemaphorePermit<'_>, Refusal> {
+        let units = budget_units(bytes).min(budget_units(self.limits.max_buffered_bytes));
+        match tokio::time::timeout(self.limits.queue_timeout, self.budget.acquire_many(units)).await
+        {
+            Ok(Ok(p)) => Ok(p),
+            _ => Err(Refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                format!(
+                    "{} bytes of request bodies are held already; no room for {bytes} more \
+                     within {:?}",
+                    self.limits.max_buffered_bytes, self.limits.queue_timeout
+                ),
+            )),
+        }
+    }
+
     /// Reads and decodes a request: the profile, the pod (load view) and the node names.
-    async fn read(
-        &self,
-        profile: &str,
-        req: Request,
-    ) -> Result<(&(Profile, Profile), PodInfo, ExtenderArgs, Vec<String>), Refusal> {
+    async fn read(&self, profile: &str, req: Request) -> Result<Call<'_>, Refusal> {
         let name = if profile == "default" {
             self.default_profile.as_str()
         } else {
@@ -168,35 +209,47 @@ impl Extender {
                 ),
             ));
         };
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if let Some(n) = declared.filter(|&n| n > self.limits.max_body_bytes) {
+            return Err(Refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!(
+                    "request body of {n} bytes is over {} bytes",
+                    self.limits.max_body_bytes
+                ),
+            ));
+        }
+        let budget = self
+            .reserve(declared.unwrap_or(self.limits.max_body_bytes))
+            .await?;
         let body = req.into_body();
-        let bytes = match tokio::time::timeout(
-            self.limits.body_timeout,
-            to_bytes(body, self.limits.max_body_bytes),
-        )
-        .await
-        {
-            Err(_) => {
-                return Err(Refusal(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "timeout",
-                    format!(
-                        "request body not received within {:?}",
-                        self.limits.body_timeout
-                    ),
-                ));
-            }
-            Ok(Err(e)) => {
-                return Err(Refusal(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "too_large",
-                    format!(
-                        "request body unreadable or over {} bytes: {e}",
-                        self.limits.max_body_bytes
-                    ),
-                ));
-            }
-            Ok(Ok(b)) => b,
-        };
+        let limit = declared.unwrap_or(self.limits.max_body_bytes);
+        let bytes =
+            match tokio::time::timeout(self.limits.body_timeout, to_bytes(body, limit)).await {
+                Err(_) => {
+                    return Err(Refusal(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "timeout",
+                        format!(
+                            "request body not received within {:?}",
+                            self.limits.body_timeout
+                        ),
+                    ));
+                }
+                Ok(Err(e)) => {
+                    return Err(Refusal(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "too_large",
+                        format!("request body unreadable or over {limit} bytes: {e}"),
+                    ));
+                }
+                Ok(Ok(b)) => b,
+            };
         let bad = |m: String| Refusal(StatusCode::BAD_REQUEST, "bad_request", m);
         let mut args: ExtenderArgs = serde_json::from_slice(&bytes)
             .map_err(|e| bad(format!("not ExtenderArgs JSON: {e}")))?;
@@ -213,7 +266,13 @@ impl Extender {
             .decoder
             .decode(&args.pod.to_string())
             .map_err(|e| bad(format!("Pod: {e}")))?;
-        Ok((p, load_view(pod), args, names))
+        Ok(Call {
+            profiles: p,
+            pod: load_view(pod),
+            args,
+            names,
+            _budget: budget,
+        })
     }
 
     /// Waits for an evaluation slot.
@@ -232,11 +291,12 @@ impl Extender {
     }
 
     async fn filter(&self, profile: &str, req: Request) -> Result<Response, Refusal> {
-        let (p, pod, args, names) = self.read(profile, req).await?;
+        let call = self.read(profile, req).await?;
+        let (p, pod, args, names) = (call.profiles, &call.pod, call.args, &call.names);
         let _slot = self.slot().await?;
         let snap = self.store.snapshot();
         let mut rng = SmallRng::from_rng(&mut rand::rng());
-        let v = verdict::filter(&p.0, &snap, &pod, &names, &mut rng);
+        let v = verdict::filter(&p.0, &snap, pod, names, &mut rng);
         let passed_names: Vec<&str> = v.passed.iter().map(|&i| names[i].as_str()).collect();
         let result = match args.nodes {
             Some(list) if args.node_names.is_none() => {
@@ -265,11 +325,12 @@ impl Extender {
     }
 
     async fn prioritize(&self, profile: &str, req: Request) -> Result<Response, Refusal> {
-        let (p, pod, _, names) = self.read(profile, req).await?;
+        let call = self.read(profile, req).await?;
+        let (p, pod, names) = (call.profiles, &call.pod, &call.names);
         let _slot = self.slot().await?;
         let snap = self.store.snapshot();
         let mut rng = SmallRng::from_rng(&mut rand::rng());
-        let list: Vec<HostPriority> = verdict::prioritize(&p.1, &snap, &pod, &names, &mut rng)
+        let list: Vec<HostPriority> = verdict::prioritize(&p.1, &snap, pod, names, &mut rng)
             .into_iter()
             .map(|(host, score)| HostPriority { host, score })
             .collect();
@@ -577,6 +638,55 @@ mod tests {
         });
         let (s, v) = call(a, "/extender/v1/loadstar/filter", stalled).await;
         assert_eq!(s, StatusCode::REQUEST_TIMEOUT, "{v}");
+    }
+
+    #[tokio::test]
+    async fn bodies_held_at_once_are_bounded_before_they_are_read() {
+        let a = app(ExtenderLimits {
+            max_body_bytes: 4 << 20,
+            max_buffered_bytes: 4 << 20,
+            body_timeout: std::time::Duration::from_secs(2),
+            queue_timeout: std::time::Duration::from_millis(200),
+            ..ExtenderLimits::default()
+        });
+        // A declared length over the cap is refused before a byte is read.
+        let req = http::Request::post("/extender/v1/loadstar/filter")
+            .header("content-length", (5u64 << 20).to_string())
+            .body(futures_stalled())
+            .expect("request");
+        let resp = a.clone().oneshot(req).await.expect("response");
+        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        // A stalled body of unknown length holds the whole budget while it is read...
+        let holder = tokio::spawn(call(
+            a.clone(),
+            "/extender/v1/loadstar/filter",
+            futures_stalled(),
+        ));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // ...so another call waits, then is told the scorer is busy, unread.
+        let (s, v) = call(
+            a.clone(),
+            "/extender/v1/loadstar/filter",
+            args_names(&["hot", "cool"]),
+        )
+        .await;
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+        assert!(
+            v["Error"]
+                .as_str()
+                .is_some_and(|e| e.contains("held already")),
+            "{v}"
+        );
+        // Once the stalled body times out, its room is free again.
+        let (s, _) = holder.await.expect("holder");
+        assert_eq!(s, StatusCode::REQUEST_TIMEOUT);
+        let (s, v) = call(
+            a,
+            "/extender/v1/loadstar/filter",
+            args_names(&["hot", "cool"]),
+        )
+        .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
     }
 
     /// A body that yields its first bytes, then nothing, forever.

@@ -1,7 +1,9 @@
 //! Converts a client's inline `PodDescription` into the [`PodInfo`] the plugins score, with
 //! clear errors for malformed quantities or tolerations.
 use loadstar_common::model::ResourceList;
-use loadstar_common::text::{quote, truncate};
+use loadstar_common::text::{
+    NAME_MAX, NAMESPACE_MAX, fits_pod_name_limits, pod_key, quote, truncate,
+};
 use loadstar_proto::pb;
 use thiserror::Error;
 
@@ -13,6 +15,12 @@ use loadstar_framework::snapshot::{
 /// Errors of the description conversion.
 #[derive(Debug, Error, PartialEq)]
 pub enum PodSpecError {
+    /// The namespace or name is longer than Kubernetes allows.
+    #[error(
+        "pod {0}: a namespace is at most {NAMESPACE_MAX} bytes and a name at most {NAME_MAX}, \
+         as in Kubernetes"
+    )]
+    NameTooLong(String),
     /// A request or limit did not parse.
     #[error("pod {pod}: {field}: {source}")]
     Quantity {
@@ -36,6 +44,16 @@ pub enum PodSpecError {
     },
 }
 
+/// Refuses a pod whose namespace or name no API server would store: the scorer keeps them
+/// (the decision log), so a client could otherwise park megabytes under each.
+pub fn check_names(namespace: &str, name: &str) -> Result<(), PodSpecError> {
+    if fits_pod_name_limits(namespace, name) {
+        Ok(())
+    } else {
+        Err(PodSpecError::NameTooLong(pod_key(namespace, name)))
+    }
+}
+
 /// Converts a description. The description is one container: requests default to upstream's
 /// non-zero scoring values when absent.
 pub fn from_description(d: &pb::PodDescription) -> Result<PodInfo, PodSpecError> {
@@ -44,6 +62,7 @@ pub fn from_description(d: &pb::PodDescription) -> Result<PodInfo, PodSpecError>
     } else {
         d.namespace.clone()
     };
+    check_names(&namespace, &d.name)?;
     let pod = format!("{namespace}/{}", d.name);
     // Errors quote the client's names: bounded, unlike the pod's identity below.
     let label = truncate(&pod, 128);
@@ -175,7 +194,7 @@ mod tests {
 
     #[test]
     fn long_names_are_cut_in_errors_but_not_in_the_identity() {
-        let name = "n".repeat(300);
+        let name = "n".repeat(NAME_MAX);
         let ok = from_description(&pb::PodDescription {
             name: name.clone(),
             ..Default::default()
@@ -183,12 +202,29 @@ mod tests {
         .expect("valid");
         assert_eq!(ok.uid, format!("described:default/{name}"));
         let bad = from_description(&pb::PodDescription {
-            name,
+            name: name.clone(),
             requests: [("cpu".to_string(), "lots".to_string())].into(),
             ..Default::default()
         })
         .expect_err("bad quantity")
         .to_string();
-        assert!(bad.len() < 300, "{bad}");
+        assert!(bad.len() < 250, "{bad}");
+    }
+
+    #[test]
+    fn names_longer_than_kubernetes_allows_are_refused_briefly() {
+        for (namespace, name) in [
+            ("ns".to_string(), "n".repeat(1 << 20)),
+            ("s".repeat(NAMESPACE_MAX + 1), "web".to_string()),
+        ] {
+            let e = from_description(&pb::PodDescription {
+                name,
+                namespace,
+                ..Default::default()
+            })
+            .expect_err("too long");
+            assert!(matches!(e, PodSpecError::NameTooLong(_)), "{e:?}");
+            assert!(e.to_string().len() < 400, "{e}");
+        }
     }
 }

@@ -339,7 +339,10 @@ impl ScorerService {
                 let decoder = self.decoder.as_ref().ok_or_else(|| {
                     Status::unimplemented("this server was built without a Kubernetes pod reader")
                 })?;
-                decoder.decode(json).map_err(status::from_cluster)
+                let pod = decoder.decode(json).map_err(status::from_cluster)?;
+                podspec::check_names(&pod.namespace, &pod.name)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                Ok(pod)
             }
             None => Err(Status::invalid_argument(
                 "set one of `description` (an inline pod), `reference` (a pod in the cluster) \

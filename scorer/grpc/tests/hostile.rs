@@ -951,3 +951,48 @@ async fn a_report_flood_is_paced() {
     assert!(server.metrics.ingest_throttled.get() > 0);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn megabyte_pod_names_are_refused_before_the_decision_log_keeps_them() {
+    let log = Arc::new(loadstar_store::decisions::DecisionLog::default());
+    let server = TestServer::start_custom(
+        ServerLimits::default(),
+        Metrics::new(),
+        Gate::open(),
+        None,
+        |parts| parts.decisions = log.clone(),
+    )
+    .await;
+    let acks = stream(server.channel().await, vec![report("known", "i", 1)]).await;
+    assert!(acks[0].accepted);
+    let mut client = ScorerClient::new(server.channel().await);
+    let described = |namespace: String, name: String| pb::ScoreRequest {
+        pod: Some(pb::score_request::Pod::Description(pb::PodDescription {
+            namespace,
+            name,
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    // ~1 MB names, distinct each time: each would have kept megabytes in the log.
+    for i in 0..5 {
+        let huge = format!("{i}{}", "n".repeat(1_000_000));
+        for request in [
+            described("ns".into(), huge.clone()),
+            described(huge.clone(), "web".into()),
+        ] {
+            let s = client.score(request).await.expect_err("too long");
+            assert_eq!(s.code(), Code::InvalidArgument, "{}", &s.message()[..200]);
+            assert!(s.message().len() < 1024, "{} bytes", s.message().len());
+        }
+    }
+    assert!(log.is_empty(), "nothing refused was recorded");
+    // A name at Kubernetes' limit is scored and recorded.
+    let longest = "l".repeat(loadstar_common::text::NAME_MAX);
+    client
+        .score(described("ns".into(), longest.clone()))
+        .await
+        .expect("scored");
+    assert!(log.get("ns", &longest).is_some());
+    server.stop().await;
+}

@@ -3,16 +3,25 @@
 //!
 //! The scheduler records every attempt (and later its binding's outcome); `Score` calls are
 //! recorded too, under their own source, so a standalone scorer shows what it was asked.
-//! The log is bounded twice: at most `capacity` pods (the least recently decided leave
-//! first), and per decision at most [`DecisionLimits::ranked`] ranked nodes with their
+//! The log is bounded twice: at most `capacity` pods per source (the least recently decided
+//! leave first, so no number of `Score` calls pushes out the scheduler's records), and per
+//! decision at most [`DecisionLimits::ranked`] ranked nodes with their
 //! per-plugin scores and [`DecisionLimits::named_filtered`] rejected nodes by name (the rest
 //! of each filter's rejections are counted, never dropped from the counts).
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use loadstar_common::text::{NAME_MAX, NAMESPACE_MAX, truncate};
 use loadstar_framework::Evaluation;
 use loadstar_framework::snapshot::{ClusterSnapshot, PodInfo};
+
+/// Longest filter reason a record keeps, bytes (reasons can quote a pod's own fields).
+const MAX_REASON_BYTES: usize = 512;
+/// Longest summary a record keeps, bytes.
+const MAX_SUMMARY_BYTES: usize = 4096;
+/// Longest pod UID a record keeps, bytes (a described pod's is `described:namespace/name`).
+const MAX_UID_BYTES: usize = 512;
 
 /// Who made a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,6 +33,15 @@ pub enum Source {
 }
 
 impl Source {
+    const ALL: usize = 2;
+
+    fn index(self) -> usize {
+        match self {
+            Source::Scheduler => 0,
+            Source::Score => 1,
+        }
+    }
+
     /// `scheduler` or `score`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -226,15 +244,22 @@ impl Decision {
                 .then(a.plugin.cmp(b.plugin))
                 .then_with(|| a.reason.cmp(&b.reason))
         });
+        // Bounded whatever the pod: a pod a client sent whole (`Score`'s `pod_json`) was
+        // never validated by an API server, and the log keeps thousands of records.
+        for g in &mut filtered {
+            if g.reason.len() > MAX_REASON_BYTES {
+                g.reason = truncate(&g.reason, MAX_REASON_BYTES);
+            }
+        }
         Decision {
             source,
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-            profile: profile.to_string(),
+            namespace: truncate(&pod.namespace, NAMESPACE_MAX),
+            name: truncate(&pod.name, NAME_MAX),
+            uid: truncate(&pod.uid, MAX_UID_BYTES),
+            profile: truncate(profile, NAME_MAX),
             decided_at_ms: now_ms(),
             attempt,
-            summary: ev.summary_of(&counted),
+            summary: truncate(&ev.summary_of(&counted), MAX_SUMMARY_BYTES),
             evaluated: ev.evaluated,
             feasible: ev.feasible(),
             ranked,
@@ -292,8 +317,11 @@ impl Default for DecisionLimits {
 #[derive(Debug, Default)]
 struct Inner {
     entries: HashMap<(Source, String), Recorded>,
-    /// (seq, key) in record order; stale pairs (superseded seq) are skipped on eviction.
-    order: VecDeque<(u64, (Source, String))>,
+    /// Per source ([`Source::index`]): (seq, key) in record order; stale pairs (superseded
+    /// seq) are skipped on eviction.
+    order: [VecDeque<(u64, String)>; Source::ALL],
+    /// Entries per source.
+    counts: [usize; Source::ALL],
     seq: u64,
 }
 
@@ -327,31 +355,50 @@ impl DecisionLog {
         if self.limits.capacity == 0 {
             return;
         }
-        let key = (decision.source, decision.key());
+        let source = decision.source;
+        let at = source.index();
+        let name = decision.key();
         let mut inner = self.lock();
         inner.seq += 1;
         let seq = inner.seq;
-        inner.entries.insert(
-            key.clone(),
-            Recorded {
-                decision: Arc::new(decision),
-                outcome,
-                seq,
-            },
-        );
-        inner.order.push_back((seq, key));
-        while inner.entries.len() > self.limits.capacity {
-            let Some((s, k)) = inner.order.pop_front() else {
+        let new = inner
+            .entries
+            .insert(
+                (source, name.clone()),
+                Recorded {
+                    decision: Arc::new(decision),
+                    outcome,
+                    seq,
+                },
+            )
+            .is_none();
+        if new {
+            inner.counts[at] += 1;
+        }
+        inner.order[at].push_back((seq, name));
+        let Inner {
+            entries,
+            order,
+            counts,
+            ..
+        } = &mut *inner;
+        while counts[at] > self.limits.capacity {
+            let Some((s, k)) = order[at].pop_front() else {
                 break;
             };
-            if inner.entries.get(&k).is_some_and(|r| r.seq == s) {
-                inner.entries.remove(&k);
+            let key = (source, k);
+            if entries.get(&key).is_some_and(|r| r.seq == s) {
+                entries.remove(&key);
+                counts[at] -= 1;
             }
         }
         // Superseded pairs are dropped once they dominate the queue.
-        if inner.order.len() > 2 * self.limits.capacity + 64 {
-            let Inner { entries, order, .. } = &mut *inner;
-            order.retain(|(s, k)| entries.get(k).is_some_and(|r| r.seq == *s));
+        if order[at].len() > 2 * self.limits.capacity + 64 {
+            order[at].retain(|(s, k)| {
+                entries
+                    .get(&(source, k.clone()))
+                    .is_some_and(|r| r.seq == *s)
+            });
         }
     }
 
@@ -367,7 +414,7 @@ impl DecisionLog {
         {
             r.outcome = outcome;
             r.seq = seq;
-            inner.order.push_back((seq, key));
+            inner.order[Source::Scheduler.index()].push_back((seq, key.1));
         }
     }
 
@@ -486,6 +533,67 @@ mod tests {
             d.summary,
             "2/11 nodes are available: 6 Insufficient cpu, 3 node(s) had taints."
         );
+    }
+
+    #[test]
+    fn score_calls_never_push_out_the_schedulers_records() {
+        let snap = snapshot_of_names(&(0..4).map(|i| format!("n{i}")).collect::<Vec<_>>());
+        let log = DecisionLog::new(DecisionLimits {
+            capacity: 3,
+            ..DecisionLimits::default()
+        });
+        let rec = |source: Source, name: &str| {
+            Decision::of(
+                source,
+                &pod("ns", name, name),
+                "default",
+                1,
+                &snap,
+                &evaluation(2),
+                DecisionLimits::default(),
+            )
+        };
+        for name in ["s0", "s1", "s2"] {
+            log.record(rec(Source::Scheduler, name), Outcome::Unschedulable);
+        }
+        // A client scoring many pods fills only the Score share.
+        for i in 0..50 {
+            let name = format!("flood-{i}");
+            log.record(rec(Source::Score, &name), Outcome::Scored { node: None });
+        }
+        assert_eq!(log.len(), 6);
+        for name in ["s0", "s1", "s2"] {
+            let r = log.get("ns", name).expect("the scheduler's record stays");
+            assert_eq!(r.decision.source, Source::Scheduler);
+        }
+        assert!(log.get("ns", "flood-46").is_none());
+        assert!(log.get("ns", "flood-47").is_some());
+        // The scheduler's own share still evicts its oldest.
+        log.record(rec(Source::Scheduler, "s3"), Outcome::Unschedulable);
+        assert!(log.get("ns", "s0").is_none());
+        assert_eq!(log.len(), 6);
+    }
+
+    #[test]
+    fn a_record_stays_small_whatever_the_pod_says() {
+        let snap = snapshot_of_names(&(0..3).map(|i| format!("n{i}")).collect::<Vec<_>>());
+        let huge = "x".repeat(1 << 20);
+        let mut ev = evaluation(1);
+        ev.filtered[0].reason = format!("spec.containers[{huge}].resources.claims").into();
+        let d = Decision::of(
+            Source::Score,
+            &pod(&huge, &huge, &huge),
+            "default",
+            0,
+            &snap,
+            &ev,
+            DecisionLimits::default(),
+        );
+        assert!(d.namespace.len() <= NAMESPACE_MAX && d.name.len() <= NAME_MAX);
+        assert!(d.uid.len() <= MAX_UID_BYTES);
+        assert!(d.filtered[0].reason.len() <= MAX_REASON_BYTES);
+        assert!(d.summary.len() <= MAX_SUMMARY_BYTES);
+        assert!(d.filtered[0].reason.starts_with("spec.containers[xxx"));
     }
 
     #[test]
