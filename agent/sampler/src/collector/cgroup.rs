@@ -175,9 +175,12 @@ impl CgroupCollector {
         }
     }
 
-    /// Takes one sample at `now`; `Ok(None)` when there is no cgroup filesystem or no
-    /// kubepods cgroup (not a Kubernetes node, or the cgroup root is not mounted).
-    pub fn collect(&mut self, now: Instant) -> Result<Option<CgroupSample>, FileError> {
+    /// Takes one sample; `Ok(None)` when there is no cgroup filesystem or no kubepods cgroup
+    /// (not a Kubernetes node, or the cgroup root is not mounted). Each pod's rate is over
+    /// the time between its own two reads, not the sample's start: the reads come after the
+    /// other collectors (NVML can take milliseconds) and after the pods before it, and a pod
+    /// using every core would otherwise read more cores than the node has.
+    pub fn collect(&mut self) -> Result<Option<CgroupSample>, FileError> {
         let Some(layout) = CgroupLayout::detect(&self.root) else {
             return Ok(None);
         };
@@ -214,6 +217,7 @@ impl CgroupCollector {
         for (uid, rel) in dirs {
             match read_pod(&layout, &rel) {
                 Ok(Some((cpu_ns, ws))) => {
+                    let now = Instant::now();
                     let prev = self.state.insert(
                         uid.clone(),
                         PodState {

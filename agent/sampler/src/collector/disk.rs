@@ -17,7 +17,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::{FileError, ParseError, counter_delta, parse_u64, read_into, truncate};
+use loadstar_proto::limits::{capacity::MAX_DISK_BYTES_PER_SECOND, rates::MAX_IOPS};
+
+use super::{FileError, ParseError, parse_u64, read_into, software_counter_delta, truncate};
 
 /// Bytes per diskstats sector.
 pub const SECTOR_BYTES: u64 = 512;
@@ -258,21 +260,32 @@ impl DiskCollector {
             if let Some((prev, then)) = st.prev {
                 let dt = now.saturating_duration_since(then).as_secs_f64();
                 let deltas = (
-                    counter_delta(prev.reads, cur.reads),
-                    counter_delta(prev.sectors_read, cur.sectors_read),
-                    counter_delta(prev.writes, cur.writes),
-                    counter_delta(prev.sectors_written, cur.sectors_written),
-                    counter_delta(prev.io_ticks_ms, cur.io_ticks_ms),
+                    software_counter_delta(prev.reads, cur.reads),
+                    software_counter_delta(prev.sectors_read, cur.sectors_read),
+                    software_counter_delta(prev.writes, cur.writes),
+                    software_counter_delta(prev.sectors_written, cur.sectors_written),
+                    software_counter_delta(prev.io_ticks_ms, cur.io_ticks_ms),
                 );
-                if let (Some(r), Some(sr), Some(w), Some(sw), Some(t)) = deltas
-                    && dt > 0.0
-                {
-                    let rb = sr as f64 * SECTOR_BYTES as f64 / dt;
-                    let wb = sw as f64 * SECTOR_BYTES as f64 / dt;
+                let rates = match deltas {
+                    (Some(r), Some(sr), Some(w), Some(sw), Some(t)) if dt > 0.0 => Some((
+                        r as f64 / dt,
+                        sr as f64 * SECTOR_BYTES as f64 / dt,
+                        w as f64 / dt,
+                        sw as f64 * SECTOR_BYTES as f64 / dt,
+                        t,
+                    )),
+                    _ => None,
+                };
+                // More than any disk can do (the scorer's bound) is a counter reset that
+                // looked like progress: no rate, and the observed maximum stays as it was.
+                let plausible = |&(r, rb, w, wb, _): &(f64, f64, f64, f64, u64)| {
+                    rb + wb <= MAX_DISK_BYTES_PER_SECOND as f64 && r + w <= MAX_IOPS
+                };
+                if let Some((r, rb, w, wb, t)) = rates.filter(plausible) {
                     rate.read_bytes_per_second = Some(rb);
                     rate.write_bytes_per_second = Some(wb);
-                    rate.read_iops = Some(r as f64 / dt);
-                    rate.write_iops = Some(w as f64 / dt);
+                    rate.read_iops = Some(r);
+                    rate.write_iops = Some(w);
                     rate.utilization = super::clamp_ratio(t as f64 / (dt * 1000.0));
                     st.observed_max = st.observed_max.max(rb + wb);
                 }
@@ -389,6 +402,45 @@ mod tests {
         assert_eq!(s.utilization, Some(0.75));
         assert_eq!(d.max_bytes_per_second, 3 * 1024 * 512);
         assert!(!d.configured);
+    }
+
+    #[test]
+    fn a_disk_recreated_between_samples_gives_no_rate_and_keeps_its_maximum() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut c = DiskCollector::new(dir.path(), &dir.path().join("nosys"), None);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + std::time::Duration::from_secs(s);
+        for (line, t) in [
+            (" 8 0 sda 10 0 100 0 20 0 200 0 0 1000 0\n", 0),
+            (" 8 0 sda 30 0 2148 0 60 0 4296 0 0 2500 0\n", 2),
+        ] {
+            c.process(line, at(t)).expect("valid");
+        }
+        // Re-created: every counter starts again from a smaller value.
+        let s = c
+            .process(" 8 0 sda 2 0 16 0 1 0 8 0 0 10 0\n", at(3))
+            .expect("valid");
+        let d = &s.disks[0];
+        assert_eq!(
+            d.read_bytes_per_second, None,
+            "a reset is not a 32-bit wrap"
+        );
+        assert_eq!(
+            d.max_bytes_per_second,
+            3 * 1024 * 512,
+            "the maximum is not poisoned"
+        );
+        // Rates resume from the new counters.
+        let s = c
+            .process(" 8 0 sda 4 0 32 0 1 0 8 0 0 20 0\n", at(4))
+            .expect("valid");
+        assert_eq!(s.disks[0].read_bytes_per_second, Some(16.0 * 512.0));
+        // A jump no disk could make is no rate either, and no new maximum.
+        let s = c
+            .process(" 8 0 sda 5 0 4000000000032 0 1 0 8 0 0 30 0\n", at(5))
+            .expect("valid");
+        assert_eq!(s.disks[0].read_bytes_per_second, None);
+        assert_eq!(s.disks[0].max_bytes_per_second, 3 * 1024 * 512);
     }
 
     proptest! {

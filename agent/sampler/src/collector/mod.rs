@@ -158,6 +158,19 @@ pub fn counter_delta(prev: u64, cur: u64) -> Option<u64> {
     }
 }
 
+/// Difference between two readings of a counter the kernel keeps as `unsigned long` in
+/// software (`/proc/diskstats`): 64 bits wide under a 64-bit agent, whose kernel is 64-bit
+/// too, so going backwards there is always a reset (the device was re-created) and has no
+/// delta. Taking it for a 32-bit wrap would read a delta of ~4 × 10⁹ from a reset. A 32-bit
+/// agent keeps [`counter_delta`]'s wrap rule.
+pub fn software_counter_delta(prev: u64, cur: u64) -> Option<u64> {
+    if cfg!(target_pointer_width = "64") {
+        cur.checked_sub(prev)
+    } else {
+        counter_delta(prev, cur)
+    }
+}
+
 /// A ratio fit for the wire: finite and clamped to [0, 1]; `None` for NaN or ±∞.
 pub fn clamp_ratio(x: f64) -> Option<f64> {
     if x.is_finite() {

@@ -16,10 +16,13 @@
 //! Unknown speed (`-1`, `0`, unreadable while the link is down) → `--default-nic-speed`, and
 //! the capacity says the speed was assumed. Counter wrap: see [`super::counter_delta`]; a
 //! delta implying more than twice a known link speed is taken to be a counter reset (the
-//! interface was re-created) and gives no rate for that sample.
+//! interface was re-created) and gives no rate for that sample, as does one over the
+//! scorer's bound on any rate (an assumed speed bounds nothing).
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+use loadstar_proto::limits::rates::MAX_BYTES_PER_SECOND;
 
 use super::{
     FileError, ParseError, counter_delta, glob_match, parse_u64, read_into, read_optional, truncate,
@@ -264,7 +267,8 @@ impl NetworkCollector {
                     if let (Some(drx), Some(dtx)) = (drx, dtx) {
                         let (r, t) = (drx as f64 / dt, dtx as f64 / dt);
                         let bound = 2.0 * st.speed_bits_per_second as f64;
-                        let plausible = st.speed_assumed || r.max(t) * 8.0 <= bound;
+                        let plausible = (st.speed_assumed || r.max(t) * 8.0 <= bound)
+                            && r.max(t) <= MAX_BYTES_PER_SECOND;
                         if plausible {
                             rx_rate = Some(r);
                             tx_rate = Some(t);

@@ -325,11 +325,11 @@ impl Collectors {
 
     /// Per-pod usage. Its errors: the collector's own, or those of single pods (at most
     /// [`MAX_POD_ERRORS`] and a count of the rest).
-    pub(super) fn pods(&mut self, now: Instant, report: &mut pb::NodeReport) -> Vec<String> {
+    pub(super) fn pods(&mut self, report: &mut pb::NodeReport) -> Vec<String> {
         let Some(cgroup) = self.pods.as_mut() else {
             return Vec::new();
         };
-        match cgroup.collect(now) {
+        match cgroup.collect() {
             Ok(Some(CgroupSample { pods, errors, .. })) => {
                 report.pods = pods
                     .into_iter()

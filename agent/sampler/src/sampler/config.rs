@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use loadstar_common::window::WindowError;
+use loadstar_proto::limits;
 use thiserror::Error;
 
 /// Default time between samples.
@@ -17,6 +18,10 @@ pub const DEFAULT_NIC_SPEED_BITS_PER_SECOND: u64 = 10_000_000_000;
 pub const DEFAULT_NET_NAMESPACE_PID: u32 = 1;
 /// Longest accepted sample interval.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+/// Shortest accepted sample interval (the scorer refuses reports sampled more often).
+pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+/// Most samples one window may hold (900 s at 10 ms is 90 000): each is kept in memory.
+pub const MAX_WINDOW_SAMPLES: u64 = 100_000;
 
 /// Errors of the sampler's construction.
 #[derive(Debug, Error)]
@@ -125,10 +130,17 @@ impl SamplerConfig {
         if self.node_name.trim().is_empty() {
             return invalid("node name is empty".into());
         }
-        if self.interval.is_zero() || self.interval > MAX_INTERVAL {
+        if self.interval < MIN_INTERVAL || self.interval > MAX_INTERVAL {
             return invalid(format!(
-                "interval {:?} must be in (0, {:?}]",
-                self.interval, MAX_INTERVAL
+                "interval {:?} must be in [{MIN_INTERVAL:?}, {MAX_INTERVAL:?}]",
+                self.interval
+            ));
+        }
+        if self.node_name.len() > limits::MAX_NAME_BYTES {
+            return invalid(format!(
+                "node name is {} bytes, over Kubernetes' {}",
+                self.node_name.len(),
+                limits::MAX_NAME_BYTES
             ));
         }
         let mut windows = self.windows.clone();
@@ -136,6 +148,20 @@ impl SamplerConfig {
         windows.dedup();
         if windows.is_empty() {
             return invalid("at least one window is needed".into());
+        }
+        if windows.len() > limits::MAX_WINDOWS {
+            return invalid(format!(
+                "{} windows, more than the {} a report may carry",
+                windows.len(),
+                limits::MAX_WINDOWS
+            ));
+        }
+        let longest = windows.last().copied().unwrap_or(0);
+        if u128::from(longest) * 1000 > u128::from(MAX_WINDOW_SAMPLES) * self.interval.as_millis() {
+            return invalid(format!(
+                "window {longest}s holds more than {MAX_WINDOW_SAMPLES} samples of {:?}",
+                self.interval
+            ));
         }
         if let Some(w) = windows
             .iter()
@@ -146,11 +172,22 @@ impl SamplerConfig {
                 self.interval
             ));
         }
-        if self.default_nic_speed_bits_per_second == 0 {
-            return invalid("default NIC speed must be positive".into());
+        if !(1..=limits::capacity::MAX_NIC_BITS_PER_SECOND)
+            .contains(&self.default_nic_speed_bits_per_second)
+        {
+            return invalid(format!(
+                "default NIC speed must be in [1, {}] bit/s",
+                limits::capacity::MAX_NIC_BITS_PER_SECOND
+            ));
         }
-        if self.disk_max_bytes_per_second == Some(0) {
-            return invalid("disk max rate must be positive".into());
+        if self
+            .disk_max_bytes_per_second
+            .is_some_and(|m| !(1..=limits::capacity::MAX_DISK_BYTES_PER_SECOND).contains(&m))
+        {
+            return invalid(format!(
+                "disk max rate must be in [1, {}] B/s",
+                limits::capacity::MAX_DISK_BYTES_PER_SECOND
+            ));
         }
         Ok(windows)
     }
@@ -199,6 +236,32 @@ mod tests {
             },
             SamplerConfig {
                 default_nic_speed_bits_per_second: 0,
+                ..config()
+            },
+            // What the scorer would refuse on every report, and a window too large to hold.
+            SamplerConfig {
+                interval: Duration::from_millis(5),
+                windows: vec![1],
+                ..config()
+            },
+            SamplerConfig {
+                windows: (1..=17).map(|i| i * 60).collect(),
+                ..config()
+            },
+            SamplerConfig {
+                windows: vec![4_000_000_000],
+                ..config()
+            },
+            SamplerConfig {
+                default_nic_speed_bits_per_second: u64::MAX,
+                ..config()
+            },
+            SamplerConfig {
+                disk_max_bytes_per_second: Some(2_000_000_000_000),
+                ..config()
+            },
+            SamplerConfig {
+                node_name: "n".repeat(254),
                 ..config()
             },
         ] {

@@ -17,6 +17,9 @@
 //!   sample. A NIC or disk that appears later contributes from its second sample.
 //! - A collector that fails is listed in `collector_errors`; its resources keep the windows
 //!   they had and `latest_ratio` is the last good sample, and nothing is pushed.
+//! - The report fits the scorer's wire limits ([`wire`]): lists over them are cut and
+//!   implausible readings sent as unknown, named under the `limits` collector, so one bad
+//!   reading never costs the node its whole report.
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use loadstar_proto::convert::{capacity_to_proto, load_to_proto};
@@ -26,6 +29,7 @@ use tracing::debug;
 mod collectors;
 mod config;
 mod error_log;
+mod wire;
 
 use collectors::{CGROUP, CPU, Collectors, DISK, FILESYSTEM, GPU, MEMORY, NETWORK, NodeState};
 pub use config::{
@@ -115,10 +119,12 @@ impl Sampler {
         log.note(DISK, c.disk(now, node, r), &mut errors);
         log.note(FILESYSTEM, c.filesystem(r), &mut errors);
         log.note(GPU, c.gpu(node, r), &mut errors);
-        log.note(CGROUP, c.pods(now, r), &mut errors);
+        log.note(CGROUP, c.pods(r), &mut errors);
 
         report.usage = load_to_proto(&node.load());
         report.capacity = Some(capacity_to_proto(node.capacity()));
+        let fitted = wire::fit(&mut report);
+        log.note(wire::LIMITS, fitted, &mut errors);
         report.collector_errors = errors;
         debug!(
             elapsed_us = now.elapsed().as_micros() as u64,
