@@ -58,7 +58,37 @@ const KEEP_FOUND: Duration = Duration::from_secs(300);
 /// Failures are kept this long (a CRD installed after the StepScaler is picked up soon).
 const KEEP_FAILED: Duration = Duration::from_secs(15);
 
+/// Most answers kept: the kinds StepScalers name are written by users, so the cache must not
+/// grow with every kind anyone ever typed.
+const MAX_CACHED: usize = 512;
+
 type Answer = (Result<ApiResource, TargetError>, Instant);
+
+/// How long `answer` is kept.
+fn keep(answer: &Result<ApiResource, TargetError>) -> Duration {
+    if answer.is_ok() {
+        KEEP_FOUND
+    } else {
+        KEEP_FAILED
+    }
+}
+
+/// Stores `answer` under `key`, first dropping expired answers and, when the cache is still
+/// full, the oldest one.
+fn remember(cache: &mut HashMap<(String, String), Answer>, key: (String, String), answer: Answer) {
+    if !cache.contains_key(&key) && cache.len() >= MAX_CACHED {
+        cache.retain(|_, (a, at)| at.elapsed() < keep(a));
+        if cache.len() >= MAX_CACHED
+            && let Some(oldest) = cache
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(k, _)| k.clone())
+        {
+            cache.remove(&oldest);
+        }
+    }
+    cache.insert(key, answer);
+}
 
 /// Discovery with a cache.
 pub struct Targets {
@@ -97,21 +127,16 @@ impl Targets {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
+            && at.elapsed() < keep(answer)
         {
-            let keep = if answer.is_ok() {
-                KEEP_FOUND
-            } else {
-                KEEP_FAILED
-            };
-            if at.elapsed() < keep {
-                return answer.clone();
-            }
+            return answer.clone();
         }
         let answer = self.discover(api_version, kind).await;
-        self.cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, (answer.clone(), Instant::now()));
+        remember(
+            &mut self.cache.lock().unwrap_or_else(|p| p.into_inner()),
+            key,
+            (answer.clone(), Instant::now()),
+        );
         answer
     }
 
@@ -161,6 +186,48 @@ mod tests {
             group_version("example.com/v1beta1"),
             ("example.com", "v1beta1")
         );
+    }
+
+    #[test]
+    fn the_cache_stays_bounded_whatever_kinds_are_written() {
+        let mut cache = HashMap::new();
+        let failed = |i: usize| {
+            Err(TargetError::UnknownKind {
+                api_version: "v1".into(),
+                kind: format!("K{i}"),
+            })
+        };
+        for i in 0..MAX_CACHED + 100 {
+            remember(
+                &mut cache,
+                ("v1".into(), format!("K{i}")),
+                (failed(i), Instant::now()),
+            );
+        }
+        assert_eq!(cache.len(), MAX_CACHED);
+        assert!(cache.contains_key(&("v1".to_string(), format!("K{}", MAX_CACHED + 99))));
+        assert!(
+            !cache.contains_key(&("v1".to_string(), "K0".to_string())),
+            "oldest left"
+        );
+        // Expired answers go first.
+        let mut cache = HashMap::new();
+        let long_ago = Instant::now()
+            .checked_sub(KEEP_FAILED + Duration::from_secs(1))
+            .expect("a clock that started over 16 s ago");
+        for i in 0..MAX_CACHED {
+            remember(
+                &mut cache,
+                ("v1".into(), format!("K{i}")),
+                (failed(i), long_ago),
+            );
+        }
+        remember(
+            &mut cache,
+            ("v1".into(), "new".into()),
+            (failed(0), Instant::now()),
+        );
+        assert_eq!(cache.len(), 1);
     }
 
     #[test]

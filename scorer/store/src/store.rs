@@ -646,6 +646,13 @@ impl NodeStore {
             .and_then(|e| e.agent.clone())
     }
 
+    /// The pods and requests placed on `name`, if anything is.
+    pub fn allocation(&self, name: &str) -> Option<Arc<NodeAllocation>> {
+        lock_read(self.shard(name))
+            .get(name)
+            .map(|e| e.alloc.clone())
+    }
+
     /// What Kubernetes says about `name` (labels, allocatable), if the node is known there.
     pub fn kube_node(&self, name: &str) -> Option<Arc<KubeNode>> {
         lock_read(self.shard(name))
