@@ -172,6 +172,67 @@ fn fake_nvml_devices_end_to_end() {
     assert_valid(&r);
 }
 
+/// What the scorer says of `r`: its own validation, as ingest runs it.
+fn scorer_accepts(r: &loadstar_proto::pb::NodeReport) {
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos(),
+    )
+    .expect("nanos");
+    loadstar_store::validate::validate(r, &loadstar_store::validate::ReportLimits::default(), now)
+        .expect("the scorer accepts the report");
+}
+
+#[test]
+fn a_device_leaving_renames_the_rest_and_garbage_sensors_cost_nothing_else() {
+    let node = FixtureNode::new("small", None);
+    let lib = build_fake_nvml(node.dir.path());
+    let devices = node.dir.path().join("devices");
+    std::fs::write(&devices, format!("{HEALTHY}\n{NO_SENSORS}\n")).expect("write");
+    let mut s = Sampler::new(gpu_config(&node, &lib)).expect("valid");
+    let r = s.sample();
+    assert_eq!(r.gpus.len(), 2);
+    scorer_accepts(&r);
+    // The first board is gone: index 0 is now the T4, and must be named as such.
+    std::fs::write(&devices, format!("{NO_SENSORS}\n")).expect("write");
+    let r = s.sample();
+    let cap = r.capacity.as_ref().expect("capacity");
+    assert_eq!(
+        (
+            cap.gpus.len(),
+            cap.gpus[0].uuid.as_str(),
+            cap.gpus[0].model.as_str()
+        ),
+        (1, "GPU-bbbbbbbb-1111-2222-3333-444444444444", "Tesla T4")
+    );
+    assert_eq!(r.gpus[0].uuid, "GPU-bbbbbbbb-1111-2222-3333-444444444444");
+    // A sensor reading 255 °C and 20 kW: sent as unknown, named, and the report still
+    // passes the scorer's checks (before, it refused every report of the node).
+    std::fs::write(
+        &devices,
+        format!("{}\n", HEALTHY.replace("|55|250000|", "|255|20000000|")),
+    )
+    .expect("write");
+    let r = s.sample();
+    assert_eq!(
+        (r.gpus[0].temperature_celsius, r.gpus[0].power_watts),
+        (0.0, 0.0)
+    );
+    let limits: Vec<&str> = r
+        .collector_errors
+        .iter()
+        .filter(|e| e.collector == "limits")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(limits.len(), 2, "{:?}", r.collector_errors);
+    assert!(limits[0].contains("temperature 255"), "{limits:?}");
+    assert!(limits[1].contains("power 20000 W"), "{limits:?}");
+    assert_valid(&r);
+    scorer_accepts(&r);
+}
+
 #[test]
 fn nvml_init_failures() {
     // No permission: an error in every report (retried later), other collectors fine.

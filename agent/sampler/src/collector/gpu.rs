@@ -149,7 +149,12 @@ impl GpuCollector {
             .nvml
             .device_count()
             .map_err(|source| GpuError::DeviceCount { source })?;
-        self.names.resize(count as usize, None);
+        if self.names.len() != count as usize {
+            // Devices came or went: indices may now name other boards, so read every
+            // identity again rather than keep one under an index that moved.
+            self.names.clear();
+            self.names.resize(count as usize, None);
+        }
         let mut devices = Vec::with_capacity(count as usize);
         for index in 0..count {
             let mut d = GpuDevice {
