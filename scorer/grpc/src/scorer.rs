@@ -511,8 +511,14 @@ impl pb::scorer_server::Scorer for ScorerService {
         &self,
         request: Request<pb::WatchNodesRequest>,
     ) -> Result<Response<Self::WatchNodesStream>, Status> {
-        self.gate.query(&request).await?;
-        let stream = self.hub.watch(request.into_inner().node_names)?;
+        let caller = self.gate.query(&request).await?;
+        // Authenticated: the user; open: the client's address (its port aside).
+        let who = match (&caller, peer(&request)) {
+            (Some(a), _) => format!("user {}", a.identity.username),
+            (None, Some(addr)) => format!("address {}", addr.ip()),
+            (None, None) => "unknown".to_string(),
+        };
+        let stream = self.hub.watch(request.into_inner().node_names, &who)?;
         // Ends with the server's shutdown, so a graceful drain is not held open by watchers.
         let stream = stream.take_until(self.closing.clone().cancelled_owned());
         Ok(Response::new(Box::pin(stream)))

@@ -27,17 +27,23 @@ use tracing::{debug, warn};
 pub struct WatchLimits {
     /// Most concurrent watchers; more are refused with `RESOURCE_EXHAUSTED`.
     pub max_watchers: usize,
+    /// Most concurrent watchers of one caller (an authenticated user, or without
+    /// authentication one client address): a watcher that matches no node never lags and
+    /// is never cut off, so without this one client could hold every slot for good.
+    pub max_watchers_per_caller: usize,
     /// Most bytes of events queued for one watcher (counted at their encoded size, though
     /// shared); past it the watcher is dropped.
     pub max_queued_bytes: usize,
 }
 
 impl Default for WatchLimits {
-    /// 256 watchers (operators' tools and other schedulers, not one per node), 4 MiB queued
-    /// each (about a thousand node updates: ~1 s of a 1 000-node cluster's changes).
+    /// 256 watchers (operators' tools and other schedulers, not one per node), 32 of them
+    /// per caller, 4 MiB queued each (about a thousand node updates: ~1 s of a 1 000-node
+    /// cluster's changes).
     fn default() -> Self {
         WatchLimits {
             max_watchers: 256,
+            max_watchers_per_caller: 32,
             max_queued_bytes: 4 << 20,
         }
     }
@@ -74,6 +80,8 @@ impl Queue {
 struct Watcher {
     queue: Mutex<Queue>,
     wake: Notify,
+    /// Who opened it (see [`WatchLimits::max_watchers_per_caller`]).
+    caller: Arc<str>,
 }
 
 impl Watcher {
@@ -109,6 +117,8 @@ pub struct WatchStats {
 #[derive(Debug, Default)]
 struct Watchers {
     by_id: HashMap<u64, Arc<Watcher>>,
+    /// Watchers registered per caller (callers with none are not kept).
+    per_caller: HashMap<Arc<str>, usize>,
     /// The task subscribed to the store's changes. The first watcher starts it; it clears
     /// this and ends when a change finds no watcher, both under the hub's lock, so a
     /// watcher registering meanwhile either finds it still reading or starts another. A
@@ -274,41 +284,65 @@ impl WatchHub {
         }
     }
 
-    /// A new watcher for `nodes` (empty: all), or `RESOURCE_EXHAUSTED` at the cap. The
-    /// stream starts with every wanted node (`ADDED`), read lazily one node at a time, then
-    /// carries changes.
+    /// A new watcher for `nodes` (empty: all) opened by `caller`, or `RESOURCE_EXHAUSTED` at
+    /// the cap or the caller's share of it. The stream starts with every wanted node
+    /// (`ADDED`), read lazily one node at a time, then carries changes.
     pub fn watch(
         self: &Arc<Self>,
         nodes: Vec<String>,
-    ) -> Result<impl Stream<Item = Result<pb::NodeEvent, Status>> + Send + 'static, Status> {
+        caller: &str,
+    ) -> Result<impl Stream<Item = Result<pb::NodeEvent, Status>> + Send + 'static + use<>, Status>
+    {
+        let caller: Arc<str> = Arc::from(caller);
         let watcher = Arc::new(Watcher {
             queue: Mutex::new(Queue {
                 filter: nodes.into_iter().collect(),
                 ..Queue::default()
             }),
             wake: Notify::new(),
+            caller: caller.clone(),
         });
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         {
             let mut watchers = self.lock();
-            if watchers.by_id.len() >= self.limits.max_watchers {
+            let held = watchers.per_caller.get(&caller).copied().unwrap_or(0);
+            let refusal = if watchers.by_id.len() >= self.limits.max_watchers {
+                Some((
+                    "limit",
+                    format!(
+                        "this scorer already serves {} watchers, its limit; retry later",
+                        self.limits.max_watchers
+                    ),
+                ))
+            } else if held >= self.limits.max_watchers_per_caller {
+                Some((
+                    "caller_limit",
+                    format!(
+                        "this caller already holds {held} watchers, the limit per caller; \
+                         close one first"
+                    ),
+                ))
+            } else {
+                None
+            };
+            if let Some((reason, message)) = refusal {
                 drop(watchers);
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 self.metrics
                     .watchers_dropped
                     .get_or_create(&ReasonLabel {
-                        reason: "limit".into(),
+                        reason: reason.into(),
                     })
                     .inc();
                 warn!(
                     max = self.limits.max_watchers,
-                    "WatchNodes refused: watcher limit reached"
+                    per_caller = self.limits.max_watchers_per_caller,
+                    reason,
+                    "WatchNodes refused"
                 );
-                return Err(Status::resource_exhausted(format!(
-                    "this scorer already serves {} watchers, its limit; retry later",
-                    self.limits.max_watchers
-                )));
+                return Err(Status::resource_exhausted(message));
             }
+            *watchers.per_caller.entry(caller).or_insert(0) += 1;
             watchers.by_id.insert(id, watcher.clone());
             self.metrics.watchers.set(watchers.by_id.len() as i64);
             self.start_reading(&mut watchers);
@@ -344,6 +378,12 @@ impl WatchHub {
         let Some(w) = watchers.by_id.remove(&id) else {
             return false;
         };
+        if let Some(n) = watchers.per_caller.get_mut(&w.caller) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                watchers.per_caller.remove(&w.caller);
+            }
+        }
         self.metrics.watchers.set(watchers.by_id.len() as i64);
         let mut q = w.lock();
         self.metrics.watch_queued_bytes.dec_by(q.bytes as i64);
@@ -450,18 +490,50 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn one_caller_cannot_hold_every_slot() {
+        let store = Arc::new(NodeStore::new(StoreConfig::default()));
+        let metrics = Metrics::new();
+        let limits = WatchLimits {
+            max_watchers: 4,
+            max_watchers_per_caller: 2,
+            ..WatchLimits::default()
+        };
+        let hub = WatchHub::start(store, metrics.clone(), limits);
+        // Watchers that match nothing never lag, so nothing would ever cut them off.
+        let idle = |who: &str| hub.watch(vec!["matches-nothing".into()], who);
+        let a1 = idle("user a").expect("a's first");
+        let _a2 = idle("user a").expect("a's second");
+        let status = idle("user a").map(|_| ()).expect_err("a's share is full");
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(status.message().contains("limit per caller"), "{status:?}");
+        let _b = idle("user b").expect("others still get slots");
+        assert_eq!(hub.stats().watchers, 3);
+        // Closing one gives the caller its slot back.
+        drop(a1);
+        let _a3 = idle("user a").expect("a's slot is back");
+        let text = metrics.encode();
+        assert!(
+            text.contains("loadstar_scorer_watchers_dropped_total{reason=\"caller_limit\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
     async fn an_overflowing_watcher_frees_its_slot_once_while_its_stream_is_held() {
         let store = Arc::new(NodeStore::new(StoreConfig::default()));
         let metrics = Metrics::new();
         let limits = WatchLimits {
             max_watchers: 2,
             max_queued_bytes: 8 * 1024,
+            ..WatchLimits::default()
         };
         let hub = WatchHub::start(store.clone(), metrics.clone(), limits);
         // Two watchers fill the cap; neither stream is ever polled here.
-        let lagging = hub.watch(Vec::new()).expect("first watcher");
-        let quiet = hub.watch(vec!["never-reports".into()]).expect("second");
-        assert!(hub.watch(Vec::new()).is_err(), "the cap is full");
+        let lagging = hub.watch(Vec::new(), "t").expect("first watcher");
+        let quiet = hub
+            .watch(vec!["never-reports".into()], "t")
+            .expect("second");
+        assert!(hub.watch(Vec::new(), "t").is_err(), "the cap is full");
         // Far more than 8 KiB of changes the first one wants.
         for n in 0..100 {
             store
@@ -478,9 +550,9 @@ mod tests {
         assert_eq!(metrics.watchers.get(), 1);
         assert_eq!(metrics.watch_queued_bytes.get(), 0);
         let third = hub
-            .watch(vec!["x".into()])
+            .watch(vec!["x".into()], "t")
             .expect("the freed slot is usable");
-        assert!(hub.watch(Vec::new()).is_err(), "the cap is full again");
+        assert!(hub.watch(Vec::new(), "t").is_err(), "the cap is full again");
         // Read at last, the stream says why it ended, then ends.
         let mut lagging = Box::pin(lagging);
         let status = lagging
@@ -525,8 +597,8 @@ mod tests {
         assert_eq!(store.subscribers(), 0);
         for round in 0..2 {
             // Two watchers at once share one subscription.
-            let mut first = Box::pin(hub.watch(Vec::new()).expect("a watcher"));
-            let mut second = Box::pin(hub.watch(Vec::new()).expect("another"));
+            let mut first = Box::pin(hub.watch(Vec::new(), "t").expect("a watcher"));
+            let mut second = Box::pin(hub.watch(Vec::new(), "t").expect("another"));
             assert!(
                 hub.stats().reading,
                 "round {round}: reading for the watchers"

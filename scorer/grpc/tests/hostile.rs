@@ -86,6 +86,8 @@ async fn unread_watchers_on_one_connection_stay_bounded() {
         ..ServerLimits::default()
     };
     limits.query.watch.max_watchers = 40;
+    // The scorer-wide cap is under test here, not one caller's share of it.
+    limits.query.watch.max_watchers_per_caller = 40;
     limits.query.watch.max_queued_bytes = 256 * 1024;
     let server = TestServer::start(limits).await;
     // 3 000 WatchNodes calls on one connection that never reads.

@@ -30,6 +30,10 @@ pub struct LimitArgs {
     /// Most concurrent WatchNodes streams.
     #[arg(long, default_value_t = ServerLimits::default().query.watch.max_watchers)]
     pub max_watchers: usize,
+    /// Most concurrent WatchNodes streams of one caller (an authenticated user; without
+    /// authentication, one client address).
+    #[arg(long, default_value_t = ServerLimits::default().query.watch.max_watchers_per_caller)]
+    pub max_watchers_per_caller: usize,
     /// Bytes of node events one watcher may fall behind before it is dropped.
     #[arg(long, default_value_t = ServerLimits::default().query.watch.max_queued_bytes)]
     pub watcher_queue_bytes: usize,
@@ -68,6 +72,7 @@ impl LimitArgs {
         l.ingest.reports_per_second = self.max_reports_per_second;
         l.ingest.burst = (self.max_reports_per_second * 2.0).ceil().clamp(1.0, 1e6) as u32;
         l.query.watch.max_watchers = self.max_watchers;
+        l.query.watch.max_watchers_per_caller = self.max_watchers_per_caller;
         l.query.watch.max_queued_bytes = self.watcher_queue_bytes;
         Ok(l)
     }
