@@ -42,7 +42,8 @@ pub const EXTENDER_DURATION: &str = "loadstar_scorer_extender_duration_seconds";
 pub const WATCHERS: &str = "loadstar_scorer_watchers";
 /// Bytes of node events queued for `WatchNodes` streams (shared events counted per queue).
 pub const WATCH_QUEUED: &str = "loadstar_scorer_watch_queued_bytes";
-/// `WatchNodes` streams ended by the server, by reason (`lagging`, `limit`).
+/// `WatchNodes` streams ended or refused by the server, by reason (`lagging`, `limit`,
+/// `caller_limit`).
 pub const WATCHERS_DROPPED: &str = "loadstar_scorer_watchers_dropped";
 /// Agent reports held back by the per-stream rate limit.
 pub const INGEST_THROTTLED: &str = "loadstar_scorer_ingest_throttled";
