@@ -217,7 +217,9 @@ fn small_node_without_cpufreq_or_memavailable_and_cgroup_v1_cgroupfs() {
 fn every_cgroup_layout_reports_every_pod() {
     for layout in ["v2-systemd", "v2-cgroupfs", "v1-systemd", "v1-cgroupfs"] {
         let node = FixtureNode::new("small", Some(layout));
-        let (r1, r2, dt) = two_samples(&node, node.config(), Duration::from_millis(200));
+        // The guaranteed pod uses 1.5 s of CPU between the samples: over 500 ms that is 3
+        // of the fixture's 4 cores (a pod never reads more than the node has).
+        let (r1, r2, dt) = two_samples(&node, node.config(), Duration::from_millis(500));
         assert!(
             r1.pods.is_empty(),
             "{layout}: first observation has no CPU delta"
