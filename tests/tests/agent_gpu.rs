@@ -186,7 +186,7 @@ fn scorer_accepts(r: &loadstar_proto::pb::NodeReport) {
 }
 
 #[test]
-fn a_device_leaving_renames_the_rest_and_garbage_sensors_cost_nothing_else() {
+fn a_board_gone_or_replaced_is_named_as_itself_and_garbage_sensors_cost_nothing_else() {
     let node = FixtureNode::new("small", None);
     let lib = build_fake_nvml(node.dir.path());
     let devices = node.dir.path().join("devices");
@@ -216,6 +216,15 @@ fn a_device_leaving_renames_the_rest_and_garbage_sensors_cost_nothing_else() {
     )
     .expect("write");
     let r = s.sample();
+    // Another board under the same index and count: named as itself.
+    let cap = r.capacity.as_ref().expect("capacity");
+    assert_eq!(
+        (cap.gpus[0].uuid.as_str(), cap.gpus[0].model.as_str()),
+        (
+            "GPU-00000000-1111-2222-3333-444444444444",
+            "NVIDIA A100-SXM4-40GB"
+        )
+    );
     assert_eq!(
         (r.gpus[0].temperature_celsius, r.gpus[0].power_watts),
         (0.0, 0.0)
@@ -227,8 +236,8 @@ fn a_device_leaving_renames_the_rest_and_garbage_sensors_cost_nothing_else() {
         .map(|e| e.message.as_str())
         .collect();
     assert_eq!(limits.len(), 2, "{:?}", r.collector_errors);
-    assert!(limits[0].contains("temperature 255"), "{limits:?}");
-    assert!(limits[1].contains("power 20000 W"), "{limits:?}");
+    assert!(limits[0].contains("GPU 0 255 °C"), "{limits:?}");
+    assert!(limits[1].contains("GPU 0 20000 W"), "{limits:?}");
     assert_valid(&r);
     scorer_accepts(&r);
 }

@@ -456,6 +456,10 @@ mod tests {
     }
 
     fn app(limits: ExtenderLimits) -> Router {
+        router(extender(limits))
+    }
+
+    fn extender(limits: ExtenderLimits) -> Arc<Extender> {
         let store = Arc::new(NodeStore::new(StoreConfig::default()));
         let now = std::time::Instant::now();
         store
@@ -470,14 +474,14 @@ mod tests {
         let again = ScorerConfig::embedded_default()
             .build_profiles()
             .expect("profiles");
-        router(Arc::new(Extender::new(
+        Arc::new(Extender::new(
             store,
             profiles,
             again,
             Arc::new(NameDecoder),
             Metrics::new(),
             limits,
-        )))
+        ))
     }
 
     async fn call(app: Router, path: &str, body: impl Into<Body>) -> (StatusCode, Value) {
@@ -642,13 +646,14 @@ mod tests {
 
     #[tokio::test]
     async fn bodies_held_at_once_are_bounded_before_they_are_read() {
-        let a = app(ExtenderLimits {
+        let e = extender(ExtenderLimits {
             max_body_bytes: 4 << 20,
             max_buffered_bytes: 4 << 20,
             body_timeout: std::time::Duration::from_secs(2),
             queue_timeout: std::time::Duration::from_millis(200),
             ..ExtenderLimits::default()
         });
+        let a = router(e.clone());
         // A declared length over the cap is refused before a byte is read.
         let req = http::Request::post("/extender/v1/loadstar/filter")
             .header("content-length", (5u64 << 20).to_string())
@@ -662,7 +667,17 @@ mod tests {
             "/extender/v1/loadstar/filter",
             futures_stalled(),
         ));
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        for _ in 0..500 {
+            if e.budget.available_permits() == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            e.budget.available_permits(),
+            0,
+            "the stalled call holds the budget"
+        );
         // ...so another call waits, then is told the scorer is busy, unread.
         let (s, v) = call(
             a.clone(),

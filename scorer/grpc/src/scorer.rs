@@ -512,11 +512,14 @@ impl pb::scorer_server::Scorer for ScorerService {
         request: Request<pb::WatchNodesRequest>,
     ) -> Result<Response<Self::WatchNodesStream>, Status> {
         let caller = self.gate.query(&request).await?;
-        // Authenticated: the user; open: the client's address (its port aside).
+        // Authenticated: the user; open (or a review that named no user): the client's
+        // address, its port aside.
         let who = match (&caller, peer(&request)) {
-            (Some(a), _) => format!("user {}", a.identity.username),
-            (None, Some(addr)) => format!("address {}", addr.ip()),
-            (None, None) => "unknown".to_string(),
+            (Some(a), _) if !a.identity.username.is_empty() => {
+                format!("user {}", a.identity.username)
+            }
+            (_, Some(addr)) => format!("address {}", addr.ip()),
+            (_, None) => "unknown".to_string(),
         };
         let stream = self.hub.watch(request.into_inner().node_names, &who)?;
         // Ends with the server's shutdown, so a graceful drain is not held open by watchers.

@@ -148,10 +148,11 @@ pub fn label_selector(
 
 /// `selector` ANDed with `key In (value)` for each of `match_keys` and `key NotIn (value)`
 /// for each of `mismatch_keys` that the incoming pod's `labels` carry (keys it lacks are
-/// ignored), as kube-scheduler merges `matchLabelKeys` and `mismatchLabelKeys`. An API
-/// server that already merged them (1.31+ for pod affinity) leaves the same requirement
-/// twice, which selects the same pods. Keys without a selector are invalid, as upstream's
-/// validation says.
+/// ignored). Since 1.31 (pod affinity) and 1.34 (spreading) the API server merges them into
+/// the stored selector when the pod is created; a key the selector already has a
+/// requirement on was merged so (upstream's validation forbids writing both) and is left
+/// as merged: the pod's labels may have changed since, and merging them again would AND two
+/// values. Keys without a selector are invalid, as upstream's validation says.
 fn with_label_keys(
     field: &str,
     selector: Option<LabelSelector>,
@@ -174,6 +175,11 @@ fn with_label_keys(
     };
     for (list, op) in keys {
         for key in list.into_iter().flatten() {
+            let merged = selector.match_labels.contains_key(key)
+                || selector.match_expressions.iter().any(|r| &r.key == key);
+            if merged {
+                continue;
+            }
             if let Some(value) = labels.get(key) {
                 selector.match_expressions.push(SelectorRequirement {
                     key: key.clone(),
@@ -922,6 +928,30 @@ mod tests {
                 ),
                 ("tenant".into(), SelectorOp::NotIn, vec!["t1".into()]),
             ]
+        );
+        // A selector the API server already merged a key into keeps it as merged, even
+        // after the pod's labels changed.
+        let merged = pod(
+            json!({"metadata": {"name": "p", "labels": {"pod-template-hash": "new"}},
+            "spec": {"containers": [], "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchExpressions": [
+                     {"key": "pod-template-hash", "operator": "In", "values": ["old"]}]},
+                 "matchLabelKeys": ["pod-template-hash"]}]}}),
+        );
+        let c = spread_constraints(
+            merged.spec.as_ref().expect("spec"),
+            merged.metadata.labels.as_ref().expect("labels"),
+            &mut Vec::new(),
+        )
+        .expect("converts");
+        assert_eq!(
+            requirements(&c[0].selector),
+            [(
+                "pod-template-hash".into(),
+                SelectorOp::In,
+                vec!["old".into()]
+            )]
         );
         // Keys without a selector are invalid; policies other than the defaults are refused
         // by name, and unknown ones are errors.

@@ -584,6 +584,11 @@ impl Scheduler {
             self.queue.with(|q| q.done(&pod.key));
             return;
         }
+        // Replaced meanwhile by a gated pod of the same name: the cache holds it in the
+        // queue as gated already; this attempt is stale.
+        if !facts.scheduling_gates.is_empty() {
+            return;
+        }
         // Already placed by this scheduler, its binding not yet seen in the watch: an older
         // update of the pod (e.g. an earlier Unschedulable condition) requeued it. Deciding
         // again would find its own requests in the way, report it unschedulable and could

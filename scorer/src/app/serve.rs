@@ -78,8 +78,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 30.0)]
     pub max_desired_interval_seconds: f64,
     /// Pods whose latest placement decision is kept for `kubectl loadstar explain`, the
-    /// `ExplainPod` call and the web view (each with its best 10 nodes' per-plugin scores and
-    /// every filter's rejections; 0 keeps none).
+    /// `ExplainPod` call and the web view, per source: this many of the scheduler's and as
+    /// many of `Score` calls', so no number of calls pushes out the scheduler's (each with its
+    /// best 10 nodes' per-plugin scores and every filter's rejections; 0 keeps none).
     #[arg(long, default_value_t = 2000)]
     pub decision_records: usize,
     /// Who may open the live web view `/ui` on the metrics port: `loopback` (this machine, or

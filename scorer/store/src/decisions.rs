@@ -662,6 +662,6 @@ mod tests {
             log.record(d, Outcome::Unschedulable);
         }
         assert_eq!(log.len(), 1);
-        assert!(log.lock().order.len() <= 2 * 3 + 64 + 1);
+        assert!(log.lock().order[Source::Scheduler.index()].len() <= 2 * 3 + 64 + 1);
     }
 }

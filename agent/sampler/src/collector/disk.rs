@@ -19,7 +19,9 @@ use std::time::Instant;
 
 use loadstar_proto::limits::{capacity::MAX_DISK_BYTES_PER_SECOND, rates::MAX_IOPS};
 
-use super::{FileError, ParseError, parse_u64, read_into, software_counter_delta, truncate};
+use super::{
+    FileError, ParseError, counter_delta, parse_u64, read_into, software_counter_delta, truncate,
+};
 
 /// Bytes per diskstats sector.
 pub const SECTOR_BYTES: u64 = 512;
@@ -264,7 +266,8 @@ impl DiskCollector {
                     software_counter_delta(prev.sectors_read, cur.sectors_read),
                     software_counter_delta(prev.writes, cur.writes),
                     software_counter_delta(prev.sectors_written, cur.sectors_written),
-                    software_counter_delta(prev.io_ticks_ms, cur.io_ticks_ms),
+                    // Printed as a 32-bit `%u` whatever the kernel: it really wraps.
+                    counter_delta(prev.io_ticks_ms, cur.io_ticks_ms),
                 );
                 let rates = match deltas {
                     (Some(r), Some(sr), Some(w), Some(sw), Some(t)) if dt > 0.0 => Some((

@@ -180,9 +180,11 @@ impl GpuCollector {
             .nvml
             .device_by_index(index)
             .map_err(ctx("device handle"))?;
+        // The UUID every sample (one cheap call): a board replaced under the same index is
+        // then named as itself; its model is read again only then.
+        let uuid = dev.uuid().map_err(ctx("uuid"))?;
         let slot = &mut self.names[index as usize];
-        if slot.is_none() {
-            let uuid = dev.uuid().map_err(ctx("uuid"))?;
+        if slot.as_ref().is_none_or(|(known, _)| *known != uuid) {
             let model = dev.name().map_err(ctx("name"))?;
             *slot = Some((uuid, model));
         }

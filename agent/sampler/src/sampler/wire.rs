@@ -74,32 +74,52 @@ pub(super) fn fit(report: &mut pb::NodeReport) -> Vec<String> {
         }
     }
     let (lo, hi) = rates::GPU_TEMPERATURE_CELSIUS;
+    let mut hot = Vec::new();
+    let mut power = Vec::new();
     for g in &mut report.gpus {
         if !within(g.temperature_celsius, lo, hi) {
-            notes.push(format!(
-                "GPU {}: temperature {} °C outside [{lo}, {hi}]: sent as 0",
-                g.index, g.temperature_celsius
-            ));
+            hot.push(format!("GPU {} {} °C", g.index, g.temperature_celsius));
             g.temperature_celsius = 0.0;
         }
         if !within(g.power_watts, 0.0, rates::MAX_GPU_POWER_WATTS) {
-            notes.push(format!(
-                "GPU {}: power {} W outside [0, {}]: sent as 0",
-                g.index,
-                g.power_watts,
-                rates::MAX_GPU_POWER_WATTS
-            ));
+            power.push(format!("GPU {} {} W", g.index, g.power_watts));
             g.power_watts = 0.0;
         }
     }
+    if !hot.is_empty() {
+        notes.push(format!(
+            "temperature outside [{lo}, {hi}] °C, sent as 0: {}",
+            listed(&hot)
+        ));
+    }
+    if !power.is_empty() {
+        notes.push(format!(
+            "power outside [0, {}] W, sent as 0: {}",
+            rates::MAX_GPU_POWER_WATTS,
+            listed(&power)
+        ));
+    }
     // A pod cannot use more cores than the node has: what reads more is timing jitter
-    // between two reads of its cgroup.
+    // between two reads of its cgroup (and what is not a number is no reading).
     if cpus > 0 {
         for p in &mut report.pods {
-            p.cpu_cores = p.cpu_cores.min(f64::from(cpus));
+            p.cpu_cores = if p.cpu_cores.is_finite() {
+                p.cpu_cores.clamp(0.0, f64::from(cpus))
+            } else {
+                0.0
+            };
         }
     }
     notes
+}
+
+/// The first three of `items`, then how many more.
+fn listed(items: &[String]) -> String {
+    let mut out = items.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > 3 {
+        out.push_str(&format!(" and {} more", items.len() - 3));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -175,7 +195,13 @@ mod tests {
             notes[0].starts_with("CPU frequency 1000000 MHz"),
             "{notes:?}"
         );
-        assert!(notes[1].contains("temperature 255 °C"), "{notes:?}");
+        assert_eq!(
+            notes[1..],
+            [
+                "temperature outside [-50, 200] °C, sent as 0: GPU 0 255 °C",
+                "power outside [0, 10000] W, sent as 0: GPU 0 NaN W"
+            ]
+        );
         assert_eq!(
             r.capacity.as_ref().map(|c| c.cpu_max_frequency_hz),
             Some(0.0)
@@ -184,6 +210,32 @@ mod tests {
             (r.gpus[0].temperature_celsius, r.gpus[0].power_watts),
             (0.0, 0.0)
         );
+    }
+
+    #[test]
+    fn many_bad_boards_make_one_note_per_kind() {
+        let mut r = report();
+        r.nics.clear();
+        if let Some(c) = r.capacity.as_mut() {
+            c.nics.clear();
+        }
+        r.gpus = (0..64)
+            .map(|index| pb::GpuUsage {
+                index,
+                temperature_celsius: 255.0,
+                ..Default::default()
+            })
+            .collect();
+        r.pods[0].cpu_cores = f64::NAN;
+        let notes = fit(&mut r);
+        assert_eq!(
+            notes,
+            [
+                "temperature outside [-50, 200] °C, sent as 0: GPU 0 255 °C, GPU 1 255 °C, \
+              GPU 2 255 °C and 61 more"
+            ]
+        );
+        assert_eq!(r.pods[0].cpu_cores, 0.0);
     }
 
     #[test]
