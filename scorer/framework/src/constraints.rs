@@ -194,6 +194,10 @@ pub struct SpreadConstraint {
     pub when_unsatisfiable: WhenUnsatisfiable,
     /// Which pods count (in the incoming pod's namespace); `None` counts none.
     pub selector: Option<LabelSelector>,
+    /// `minDomains` (hard constraints only): with fewer eligible domains than this, the
+    /// global minimum counts as 0, so pods spread into domains that do not exist yet (a
+    /// cluster autoscaler adds them). 1 or less changes nothing.
+    pub min_domains: i32,
 }
 
 #[cfg(test)]

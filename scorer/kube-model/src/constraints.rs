@@ -350,9 +350,9 @@ pub fn pod_affinity(
 }
 
 /// Converts `spec.topologySpreadConstraints`, `matchLabelKeys` merged into the selector from
-/// the incoming pod's `labels`. Fields added after 1.20 that change the counting
-/// (`minDomains`, and the node inclusion policies other than their defaults, which are
-/// 1.20's counting) go to `unsupported`.
+/// the incoming pod's `labels`, and `minDomains` (validated as upstream does). The node
+/// inclusion policies other than their defaults go to `unsupported`: Loadstar counts as
+/// 1.20 does, which is those defaults.
 pub fn spread_constraints(
     spec: &PodSpec,
     labels: &BTreeMap<String, String>,
@@ -390,9 +390,7 @@ pub fn spread_constraints(
                 }
             }
         }
-        if c.min_domains.is_some() {
-            unsupported.push(format!("{field}.minDomains"));
-        }
+
         if c.max_skew <= 0 {
             return Err(error(&field, "maxSkew must be greater than zero"));
         }
@@ -420,6 +418,22 @@ pub fn spread_constraints(
                 c.match_label_keys.as_ref(),
                 None,
             )?,
+            min_domains: match c.min_domains {
+                None => 0,
+                Some(m) if m <= 0 => {
+                    return Err(error(
+                        &format!("{field}.minDomains"),
+                        format!("must be greater than 0, got {m}"),
+                    ));
+                }
+                Some(_) if when_unsatisfiable != WhenUnsatisfiable::DoNotSchedule => {
+                    return Err(error(
+                        &format!("{field}.minDomains"),
+                        "can only be set when whenUnsatisfiable is DoNotSchedule",
+                    ));
+                }
+                Some(m) => m,
+            },
         });
     }
     Ok(out)
@@ -1003,21 +1017,37 @@ mod tests {
             err.field,
             "spec.topologySpreadConstraints[0].labelSelector.matchExpressions[0]"
         );
-        let p = pod(json!({
-            "metadata": {"name": "p"},
-            "spec": {"containers": [], "topologySpreadConstraints": [
-                {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
-                 "minDomains": 2}
-            ]}
-        }));
+        let with_min_domains = |when: &str, min: i32| {
+            pod(json!({
+                "metadata": {"name": "p"},
+                "spec": {"containers": [], "topologySpreadConstraints": [
+                    {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": when,
+                     "minDomains": min}
+                ]}
+            }))
+        };
         let mut unsupported = Vec::new();
+        let p = with_min_domains("DoNotSchedule", 3);
         let c = spread_constraints(p.spec.as_ref().expect("spec"), &NO_LABELS, &mut unsupported)
             .expect("converts");
-        assert_eq!(c[0].when_unsatisfiable, WhenUnsatisfiable::ScheduleAnyway);
-        assert_eq!(
-            unsupported,
-            vec!["spec.topologySpreadConstraints[0].minDomains".to_string()]
-        );
+        assert_eq!(c[0].min_domains, 3);
+        assert!(unsupported.is_empty(), "{unsupported:?}");
+        for (when, min, message) in [
+            (
+                "ScheduleAnyway",
+                2,
+                "can only be set when whenUnsatisfiable is DoNotSchedule",
+            ),
+            ("DoNotSchedule", 0, "must be greater than 0, got 0"),
+        ] {
+            let p = with_min_domains(when, min);
+            let e = spread_constraints(p.spec.as_ref().expect("spec"), &NO_LABELS, &mut Vec::new())
+                .expect_err("invalid minDomains");
+            assert_eq!(
+                e.to_string(),
+                format!("spec.topologySpreadConstraints[0].minDomains: {message}")
+            );
+        }
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //!
 //! Filter: a node without a constraint's key fails (`... (missing required label)`); else
 //! `count(domain) + (1 if the selector matches the pod itself) - min(key)` must not exceed
-//! `maxSkew`.
+//! `maxSkew`, where `min(key)` is 0 while there are fewer eligible domains than the
+//! constraint's `minDomains` (a field of 1.25+, as upstream's `minMatchNum`).
 //!
 //! As a score (upstream's `scoring.go`) it spreads by the soft (`ScheduleAnyway`)
 //! constraints: among the feasible nodes, those lacking a constraint's key are ignored
@@ -87,6 +88,7 @@ pub fn system_defaults() -> Vec<SpreadConstraint> {
             topology_key: key.into(),
             when_unsatisfiable: WhenUnsatisfiable::ScheduleAnyway,
             selector: None,
+            min_domains: 0,
         })
         .collect()
 }
@@ -155,6 +157,7 @@ fn default_constraints(a: &Args) -> Result<Vec<SpreadConstraint>, PluginError> {
             topology_key: c.topology_key.clone(),
             when_unsatisfiable: when,
             selector: None,
+            min_domains: 0,
         });
     }
     Ok(out)
@@ -288,7 +291,14 @@ pub fn check(
         };
         let self_match = i64::from(c.selector.as_ref().is_some_and(|s| s.matches(&pod.labels)));
         let matching = i64::from(counts.per_value.get(value).copied().unwrap_or(0));
-        let skew = matching + self_match - i64::from(counts.min);
+        // Upstream's `minMatchNum` with `minDomains` (1.25+): too few domains, minimum 0.
+        let domains = i64::try_from(counts.per_value.len()).unwrap_or(i64::MAX);
+        let min = if domains < i64::from(c.min_domains) {
+            0
+        } else {
+            i64::from(counts.min)
+        };
+        let skew = matching + self_match - min;
         if skew > i64::from(c.max_skew) {
             return Err(REASON_CONSTRAINTS.into());
         }
@@ -573,6 +583,7 @@ mod tests {
                 match_labels: l(&[("app", "web")]),
                 ..Default::default()
             }),
+            min_domains: 0,
         }];
         p
     }
@@ -609,6 +620,28 @@ mod tests {
             PodTopologySpread::default().filter(&ctx(&snap), &spread(1, "zone"), &snap.nodes()[3]),
             Err(REASON_MISSING_LABEL.into())
         );
+    }
+
+    #[test]
+    fn with_fewer_domains_than_min_domains_the_minimum_is_zero() {
+        // Zones a and b hold 1 web pod each. maxSkew 1: any zone would do (skew 1)...
+        let nodes = || vec![node("a1", Some("a"), 1), node("b1", Some("b"), 1)];
+        assert_eq!(feasible(nodes(), &spread(1, "zone")), vec!["a1", "b1"]);
+        // ...but with minDomains 3 only two domains exist, so the minimum counts as 0 and
+        // a second pod in either zone would be a skew of 2: none fits until a third zone
+        // appears (upstream's `minMatchNum`).
+        let mut p = spread(1, "zone");
+        p.spread_constraints[0].min_domains = 3;
+        assert!(feasible(nodes(), &p).is_empty());
+        let three = vec![
+            node("a1", Some("a"), 1),
+            node("b1", Some("b"), 1),
+            node("c1", Some("c"), 0),
+        ];
+        assert_eq!(feasible(three, &p), vec!["c1"]);
+        // minDomains 2 with two domains: as without it.
+        p.spread_constraints[0].min_domains = 2;
+        assert_eq!(feasible(nodes(), &p), vec!["a1", "b1"]);
     }
 
     #[test]
