@@ -21,6 +21,19 @@ fn cut<T>(v: &mut Vec<T>, max: usize, what: &str, notes: &mut Vec<String>) {
     }
 }
 
+/// Caps each of `values` at `max`, noting how many were over.
+fn cap_at<'a>(
+    values: impl Iterator<Item = &'a mut u64>,
+    max: u64,
+    what: &str,
+    notes: &mut Vec<String>,
+) {
+    let over = values.filter(|v| **v > max).map(|v| *v = max).count();
+    if over > 0 {
+        notes.push(format!("{over} {what} over {max}: sent as {max}"));
+    }
+}
+
 /// Whether `v` is finite and within `[lo, hi]`.
 fn within(v: f64, lo: f64, hi: f64) -> bool {
     v.is_finite() && (lo..=hi).contains(&v)
@@ -45,30 +58,18 @@ pub(super) fn fit(report: &mut pb::NodeReport) -> Vec<String> {
             ));
             c.cpu_max_frequency_hz = 0.0;
         }
-        let fast = c
-            .nics
-            .iter_mut()
-            .filter(|n| n.speed_bits_per_second > cap::MAX_NIC_BITS_PER_SECOND)
-            .map(|n| n.speed_bits_per_second = cap::MAX_NIC_BITS_PER_SECOND)
-            .count();
-        if fast > 0 {
-            notes.push(format!(
-                "{fast} NIC speed(s) over {} bit/s, sent as that",
-                cap::MAX_NIC_BITS_PER_SECOND
-            ));
-        }
-        let fast = c
-            .disks
-            .iter_mut()
-            .filter(|d| d.max_bytes_per_second > cap::MAX_DISK_BYTES_PER_SECOND)
-            .map(|d| d.max_bytes_per_second = cap::MAX_DISK_BYTES_PER_SECOND)
-            .count();
-        if fast > 0 {
-            notes.push(format!(
-                "{fast} disk maximum(s) over {} B/s, sent as that",
-                cap::MAX_DISK_BYTES_PER_SECOND
-            ));
-        }
+        cap_at(
+            c.nics.iter_mut().map(|n| &mut n.speed_bits_per_second),
+            cap::MAX_NIC_BITS_PER_SECOND,
+            "NIC speed(s), bit/s,",
+            &mut notes,
+        );
+        cap_at(
+            c.disks.iter_mut().map(|d| &mut d.max_bytes_per_second),
+            cap::MAX_DISK_BYTES_PER_SECOND,
+            "disk maximum(s), B/s,",
+            &mut notes,
+        );
         for g in &mut c.gpus {
             g.memory_bytes = g.memory_bytes.min(cap::MAX_GPU_MEMORY_BYTES);
         }
@@ -236,6 +237,39 @@ mod tests {
             ]
         );
         assert_eq!(r.pods[0].cpu_cores, 0.0);
+    }
+
+    #[test]
+    fn impossible_speeds_are_capped_at_the_bound() {
+        let mut r = report();
+        r.nics.truncate(2);
+        if let Some(c) = r.capacity.as_mut() {
+            c.nics.truncate(2);
+            c.nics[1].speed_bits_per_second = u64::MAX;
+            c.disks.push(pb::DiskCapacity {
+                name: "sda".into(),
+                max_bytes_per_second: 3_000_000_000_000,
+                ..Default::default()
+            });
+        }
+        let notes = fit(&mut r);
+        let c = r.capacity.as_ref().expect("capacity");
+        assert_eq!(c.nics[0].speed_bits_per_second, 25_000_000_000, "untouched");
+        assert_eq!(
+            c.nics[1].speed_bits_per_second,
+            cap::MAX_NIC_BITS_PER_SECOND
+        );
+        assert_eq!(
+            c.disks[0].max_bytes_per_second,
+            cap::MAX_DISK_BYTES_PER_SECOND
+        );
+        assert_eq!(
+            notes,
+            [
+                "1 NIC speed(s), bit/s, over 10000000000000: sent as 10000000000000",
+                "1 disk maximum(s), B/s, over 1000000000000: sent as 1000000000000"
+            ]
+        );
     }
 
     #[test]
