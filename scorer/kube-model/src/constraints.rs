@@ -423,7 +423,7 @@ pub fn spread_constraints(
                 Some(m) if m <= 0 => {
                     return Err(error(
                         &format!("{field}.minDomains"),
-                        format!("must be greater than 0, got {m}"),
+                        format!("must be greater than zero, got {m}"),
                     ));
                 }
                 Some(_) if when_unsatisfiable != WhenUnsatisfiable::DoNotSchedule => {
@@ -1038,7 +1038,7 @@ mod tests {
                 2,
                 "can only be set when whenUnsatisfiable is DoNotSchedule",
             ),
-            ("DoNotSchedule", 0, "must be greater than 0, got 0"),
+            ("DoNotSchedule", 0, "must be greater than zero, got 0"),
         ] {
             let p = with_min_domains(when, min);
             let e = spread_constraints(p.spec.as_ref().expect("spec"), &NO_LABELS, &mut Vec::new())

@@ -584,9 +584,13 @@ impl Scheduler {
             self.queue.with(|q| q.done(&pod.key));
             return;
         }
-        // Replaced meanwhile by a gated pod of the same name: the cache holds it in the
-        // queue as gated already; this attempt is stale.
+        // Replaced meanwhile by a gated pod of the same name: this attempt is stale. The
+        // cache holds a gated pod of ours in the queue already; another scheduler's is not
+        // ours to keep.
         if !facts.scheduling_gates.is_empty() {
+            if !self.profiles.contains(&facts.scheduler_name) {
+                self.queue.with(|q| q.done(&pod.key));
+            }
             return;
         }
         // Already placed by this scheduler, its binding not yet seen in the watch: an older

@@ -11,7 +11,8 @@
 //! Filter: a node without a constraint's key fails (`... (missing required label)`); else
 //! `count(domain) + (1 if the selector matches the pod itself) - min(key)` must not exceed
 //! `maxSkew`, where `min(key)` is 0 while there are fewer eligible domains than the
-//! constraint's `minDomains` (a field of 1.25+, as upstream's `minMatchNum`).
+//! constraint's `minDomains` (alpha in 1.24, on by default from 1.27; upstream's
+//! `minMatchNum`).
 //!
 //! As a score (upstream's `scoring.go`) it spreads by the soft (`ScheduleAnyway`)
 //! constraints: among the feasible nodes, those lacking a constraint's key are ignored
@@ -633,15 +634,35 @@ mod tests {
         let mut p = spread(1, "zone");
         p.spread_constraints[0].min_domains = 3;
         assert!(feasible(nodes(), &p).is_empty());
-        let three = vec![
-            node("a1", Some("a"), 1),
-            node("b1", Some("b"), 1),
-            node("c1", Some("c"), 0),
-        ];
-        assert_eq!(feasible(three, &p), vec!["c1"]);
+        // Three zones of one pod each: minDomains 3 is met (minimum 1, every zone fits);
+        // minDomains 4 is not (minimum 0, none fits).
+        let three = || {
+            vec![
+                node("a1", Some("a"), 1),
+                node("b1", Some("b"), 1),
+                node("c1", Some("c"), 1),
+            ]
+        };
+        assert_eq!(feasible(three(), &p), vec!["a1", "b1", "c1"]);
+        p.spread_constraints[0].min_domains = 4;
+        assert!(feasible(three(), &p).is_empty());
         // minDomains 2 with two domains: as without it.
         p.spread_constraints[0].min_domains = 2;
         assert_eq!(feasible(nodes(), &p), vec!["a1", "b1"]);
+        // Only eligible domains count: with the pod held to zones b and c, three zones
+        // exist but two are eligible, so minDomains 3 is not met.
+        p.spread_constraints[0].min_domains = 3;
+        p.required_affinity = vec![NodeSelectorTerm {
+            expressions: vec![SelectorRequirement {
+                key: "zone".into(),
+                op: SelectorOp::In,
+                values: vec!["b".into(), "c".into()],
+            }],
+            fields: vec![],
+        }];
+        assert!(feasible(three(), &p).is_empty());
+        p.spread_constraints[0].min_domains = 2;
+        assert_eq!(feasible(three(), &p), vec!["b1", "c1"]);
     }
 
     #[test]

@@ -161,8 +161,9 @@ pub fn counter_delta(prev: u64, cur: u64) -> Option<u64> {
 /// Difference between two readings of a counter the kernel keeps as `unsigned long` in
 /// software (`/proc/diskstats`' I/O and sector counts; not `io_ticks`, printed as a 32-bit
 /// `%u`): 64 bits wide under a 64-bit agent, whose kernel is 64-bit too, so going backwards
-/// there is always a reset (the device was re-created) and has no delta. Taking it for a 32-bit wrap would read a delta of ~4 × 10⁹ from a reset. A 32-bit
-/// agent keeps [`counter_delta`]'s wrap rule.
+/// there is always a reset (the device was re-created) and has no delta. Taking it for a
+/// 32-bit wrap would read a delta of ~4 × 10⁹ from a reset. A 32-bit agent keeps
+/// [`counter_delta`]'s wrap rule.
 pub fn software_counter_delta(prev: u64, cur: u64) -> Option<u64> {
     if cfg!(target_pointer_width = "64") {
         cur.checked_sub(prev)
