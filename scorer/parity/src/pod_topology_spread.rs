@@ -623,6 +623,18 @@ mod tests {
         );
     }
 
+    /// Required node affinity to zones b and c.
+    fn only_zones_b_and_c() -> Vec<NodeSelectorTerm> {
+        vec![NodeSelectorTerm {
+            expressions: vec![SelectorRequirement {
+                key: "zone".into(),
+                op: SelectorOp::In,
+                values: vec!["b".into(), "c".into()],
+            }],
+            fields: vec![],
+        }]
+    }
+
     #[test]
     fn with_fewer_domains_than_min_domains_the_minimum_is_zero() {
         // Zones a and b hold 1 web pod each. maxSkew 1: any zone would do (skew 1)...
@@ -652,14 +664,7 @@ mod tests {
         // Only eligible domains count: with the pod held to zones b and c, three zones
         // exist but two are eligible, so minDomains 3 is not met.
         p.spread_constraints[0].min_domains = 3;
-        p.required_affinity = vec![NodeSelectorTerm {
-            expressions: vec![SelectorRequirement {
-                key: "zone".into(),
-                op: SelectorOp::In,
-                values: vec!["b".into(), "c".into()],
-            }],
-            fields: vec![],
-        }];
+        p.required_affinity = only_zones_b_and_c();
         assert!(feasible(three(), &p).is_empty());
         p.spread_constraints[0].min_domains = 2;
         assert_eq!(feasible(three(), &p), vec!["b1", "c1"]);
@@ -675,14 +680,7 @@ mod tests {
             node("c1", Some("c"), 2),
         ];
         let mut p = spread(1, "zone");
-        p.required_affinity = vec![NodeSelectorTerm {
-            expressions: vec![SelectorRequirement {
-                key: "zone".into(),
-                op: SelectorOp::In,
-                values: vec!["b".into(), "c".into()],
-            }],
-            fields: vec![],
-        }];
+        p.required_affinity = only_zones_b_and_c();
         assert_eq!(feasible(nodes.clone(), &p), vec!["b1"]);
         let snap = snapshot(nodes.clone());
         assert_eq!(
