@@ -11,8 +11,39 @@
 CACHE="${LOADSTAR_CACHE:-$HOME/.cache/loadstar}"
 K8S_BIN="${K8S_BIN:-$CACHE/k8s-1.20.2/bin}"
 
+# free_port [AVOID...]: a port free on every address and not one of AVOID, drawn below the
+# kernel's ephemeral range. A port the kernel hands out for bind(0) comes from that range, so
+# an outgoing connection could take it between this check and the server's bind (CI saw
+# kube-apiserver fail with "bind: address already in use" so); below the range only another
+# server could.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  python3 - "$@" <<'EOF'
+import random
+import socket
+import sys
+
+avoid = {int(a) for a in sys.argv[1:]}
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+top = max(10_001, low - 1)
+for _ in range(500):
+    port = random.randint(10_000, top)
+    if port in avoid:
+        continue
+    s = socket.socket()
+    try:
+        s.bind(("", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    sys.exit(0)
+sys.exit("free_port: no free port found below the ephemeral range")
+EOF
 }
 
 # e2e_ca CN PREFIX: a two-day CA, PREFIX.key and PREFIX.crt.
@@ -78,7 +109,8 @@ cluster_up() {
   echo "$admin_token,admin,admin,\"system:masters\"" >"$pki/tokens.csv"
 
   local etcd_port etcd_peer api_port
-  etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port)
+  etcd_port=$(free_port); etcd_peer=$(free_port "$etcd_port")
+  api_port=$(free_port "$etcd_port" "$etcd_peer")
   local -a etcd_cmd api_cmd
   etcd_cmd=(etcd --name e2e --data-dir "$dir/etcd" \
     --listen-client-urls "http://127.0.0.1:$etcd_port" \

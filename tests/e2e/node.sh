@@ -129,7 +129,7 @@ EOF
   DEFAULT_SCHEDULER_PID=$!
 
   local kport hport
-  kport=$(free_port); hport=$(free_port)
+  kport=$(free_port); hport=$(free_port "$kport")
   cat >"$nd/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -162,9 +162,13 @@ EOF
     --logtostderr=true --v=1 >"$nd/logs/kubelet.log" 2>&1 &
   KUBELET_PID=$!
 
+  local proxy_health proxy_metrics
+  proxy_health=$(free_port "$kport" "$hport")
+  proxy_metrics=$(free_port "$kport" "$hport" "$proxy_health")
   "$K8S_BIN/kube-proxy" --kubeconfig="$KUBE_ADMIN_KUBECONFIG" --proxy-mode=iptables \
     --cluster-cidr="$NODE_CLUSTER_CIDR" --hostname-override="$NODE_NAME" \
-    --healthz-bind-address="127.0.0.1:$(free_port)" --metrics-bind-address="127.0.0.1:$(free_port)" \
+    --healthz-bind-address="127.0.0.1:$proxy_health" \
+    --metrics-bind-address="127.0.0.1:$proxy_metrics" \
     --conntrack-max-per-core=0 --logtostderr=true --v=1 >"$nd/logs/kube-proxy.log" 2>&1 &
   KUBE_PROXY_PID=$!
   export CONTAINERD_PID CONTROLLER_MANAGER_PID DEFAULT_SCHEDULER_PID KUBELET_PID KUBE_PROXY_PID
