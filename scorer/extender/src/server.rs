@@ -224,11 +224,9 @@ impl Extender {
                 ),
             ));
         }
-        let budget = self
-            .reserve(declared.unwrap_or(self.limits.max_body_bytes))
-            .await?;
-        let body = req.into_body();
         let limit = declared.unwrap_or(self.limits.max_body_bytes);
+        let budget = self.reserve(limit).await?;
+        let body = req.into_body();
         let bytes =
             match tokio::time::timeout(self.limits.body_timeout, to_bytes(body, limit)).await {
                 Err(_) => {

@@ -117,8 +117,6 @@ pub struct WatchStats {
 #[derive(Debug, Default)]
 struct Watchers {
     by_id: HashMap<u64, Arc<Watcher>>,
-    /// Watchers registered per caller (callers with none are not kept).
-    per_caller: HashMap<Arc<str>, usize>,
     /// The task subscribed to the store's changes. The first watcher starts it; it clears
     /// this and ends when a change finds no watcher, both under the hub's lock, so a
     /// watcher registering meanwhile either finds it still reading or starts another. A
@@ -305,7 +303,12 @@ impl WatchHub {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         {
             let mut watchers = self.lock();
-            let held = watchers.per_caller.get(&caller).copied().unwrap_or(0);
+            // Counted over the registered watchers (at most `max_watchers`), not kept apart.
+            let held = watchers
+                .by_id
+                .values()
+                .filter(|w| w.caller == caller)
+                .count();
             let refusal = if watchers.by_id.len() >= self.limits.max_watchers {
                 Some((
                     "limit",
@@ -342,7 +345,6 @@ impl WatchHub {
                 );
                 return Err(Status::resource_exhausted(message));
             }
-            *watchers.per_caller.entry(caller).or_insert(0) += 1;
             watchers.by_id.insert(id, watcher.clone());
             self.metrics.watchers.set(watchers.by_id.len() as i64);
             self.start_reading(&mut watchers);
@@ -378,12 +380,6 @@ impl WatchHub {
         let Some(w) = watchers.by_id.remove(&id) else {
             return false;
         };
-        if let Some(n) = watchers.per_caller.get_mut(&w.caller) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                watchers.per_caller.remove(&w.caller);
-            }
-        }
         self.metrics.watchers.set(watchers.by_id.len() as i64);
         let mut q = w.lock();
         self.metrics.watch_queued_bytes.dec_by(q.bytes as i64);

@@ -314,14 +314,19 @@ impl Default for DecisionLimits {
     }
 }
 
+/// One source's records.
+#[derive(Debug, Default)]
+struct Shelf {
+    /// By `namespace/name`.
+    entries: HashMap<String, Recorded>,
+    /// (seq, key) in record order; stale pairs (superseded seq) are skipped on eviction.
+    order: VecDeque<(u64, String)>,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    entries: HashMap<(Source, String), Recorded>,
-    /// Per source ([`Source::index`]): (seq, key) in record order; stale pairs (superseded
-    /// seq) are skipped on eviction.
-    order: [VecDeque<(u64, String)>; Source::ALL],
-    /// Entries per source.
-    counts: [usize; Source::ALL],
+    /// Per source ([`Source::index`]), each bounded on its own.
+    shelves: [Shelf; Source::ALL],
     seq: u64,
 }
 
@@ -355,66 +360,50 @@ impl DecisionLog {
         if self.limits.capacity == 0 {
             return;
         }
-        let source = decision.source;
-        let at = source.index();
+        let at = decision.source.index();
         let name = decision.key();
         let mut inner = self.lock();
         inner.seq += 1;
         let seq = inner.seq;
-        let new = inner
-            .entries
-            .insert(
-                (source, name.clone()),
-                Recorded {
-                    decision: Arc::new(decision),
-                    outcome,
-                    seq,
-                },
-            )
-            .is_none();
-        if new {
-            inner.counts[at] += 1;
-        }
-        inner.order[at].push_back((seq, name));
-        let Inner {
-            entries,
-            order,
-            counts,
-            ..
-        } = &mut *inner;
-        while counts[at] > self.limits.capacity {
-            let Some((s, k)) = order[at].pop_front() else {
+        let shelf = &mut inner.shelves[at];
+        shelf.entries.insert(
+            name.clone(),
+            Recorded {
+                decision: Arc::new(decision),
+                outcome,
+                seq,
+            },
+        );
+        shelf.order.push_back((seq, name));
+        while shelf.entries.len() > self.limits.capacity {
+            let Some((s, k)) = shelf.order.pop_front() else {
                 break;
             };
-            let key = (source, k);
-            if entries.get(&key).is_some_and(|r| r.seq == s) {
-                entries.remove(&key);
-                counts[at] -= 1;
+            if shelf.entries.get(&k).is_some_and(|r| r.seq == s) {
+                shelf.entries.remove(&k);
             }
         }
         // Superseded pairs are dropped once they dominate the queue.
-        if order[at].len() > 2 * self.limits.capacity + 64 {
-            order[at].retain(|(s, k)| {
-                entries
-                    .get(&(source, k.clone()))
-                    .is_some_and(|r| r.seq == *s)
-            });
+        if shelf.order.len() > 2 * self.limits.capacity + 64 {
+            let Shelf { entries, order } = shelf;
+            order.retain(|(s, k)| entries.get(k).is_some_and(|r| r.seq == *s));
         }
     }
 
     /// Sets the outcome of the scheduler's decision for `namespace/name` if it is still the
     /// one for `uid` (a later decision or another pod of that name is left alone).
     pub fn set_outcome(&self, namespace: &str, name: &str, uid: &str, outcome: Outcome) {
-        let key = (Source::Scheduler, format!("{namespace}/{name}"));
+        let key = format!("{namespace}/{name}");
         let mut inner = self.lock();
         inner.seq += 1;
         let seq = inner.seq;
-        if let Some(r) = inner.entries.get_mut(&key)
+        let shelf = &mut inner.shelves[Source::Scheduler.index()];
+        if let Some(r) = shelf.entries.get_mut(&key)
             && r.decision.uid == uid
         {
             r.outcome = outcome;
             r.seq = seq;
-            inner.order[Source::Scheduler.index()].push_back((seq, key.1));
+            shelf.order.push_back((seq, key));
         }
     }
 
@@ -423,24 +412,28 @@ impl DecisionLog {
     pub fn get(&self, namespace: &str, name: &str) -> Option<Recorded> {
         let inner = self.lock();
         let key = format!("{namespace}/{name}");
-        inner
-            .entries
-            .get(&(Source::Scheduler, key.clone()))
-            .or_else(|| inner.entries.get(&(Source::Score, key)))
+        [Source::Scheduler, Source::Score]
+            .iter()
+            .find_map(|s| inner.shelves[s.index()].entries.get(&key))
             .cloned()
     }
 
     /// Up to `limit` decisions newer than `after` (by `seq`), newest first.
     pub fn latest(&self, limit: usize, after: u64) -> Vec<Recorded> {
         let inner = self.lock();
-        let mut v: Vec<&Recorded> = inner.entries.values().filter(|r| r.seq > after).collect();
+        let mut v: Vec<&Recorded> = inner
+            .shelves
+            .iter()
+            .flat_map(|s| s.entries.values())
+            .filter(|r| r.seq > after)
+            .collect();
         v.sort_by_key(|r| std::cmp::Reverse(r.seq));
         v.into_iter().take(limit).cloned().collect()
     }
 
     /// Pods recorded.
     pub fn len(&self) -> usize {
-        self.lock().entries.len()
+        self.lock().shelves.iter().map(|s| s.entries.len()).sum()
     }
 
     /// Whether nothing is recorded.
@@ -662,6 +655,6 @@ mod tests {
             log.record(d, Outcome::Unschedulable);
         }
         assert_eq!(log.len(), 1);
-        assert!(log.lock().order[Source::Scheduler.index()].len() <= 2 * 3 + 64 + 1);
+        assert!(log.lock().shelves[Source::Scheduler.index()].order.len() <= 2 * 3 + 64 + 1);
     }
 }
