@@ -1116,3 +1116,127 @@ async fn preemption_evicts_the_fewest_lower_priority_pods_spares_budgets_and_bin
     delete_nodes(&client, &nodes).await;
     Ok(())
 }
+
+/// Affinity terms' `namespaceSelector` read the cluster's Namespace labels, and follow them
+/// as they change. The 1.20 API server drops the field from stored pods (it came in 1.21),
+/// so the pod carrying it is asked about through `Scorer.Score`'s `pod_json`; the pods it
+/// selects are real pods Loadstar bound, and the labels come from the scorer's Namespace
+/// watch (under the chart's RBAC).
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn namespace_selectors_follow_the_clusters_namespace_labels() -> Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Patch, PatchParams};
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let team = namespace(&client, "nsel-team").await?;
+    let other = namespace(&client, "nsel-other").await?;
+    let tag = format!("t{:06x}", rand_u32() & 0xff_ffff);
+    let label = |ns: String, value: Option<String>| {
+        let client = client.clone();
+        async move {
+            Api::<Namespace>::all(client)
+                .patch(
+                    &ns,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {"e2e-team": value}}})),
+                )
+                .await
+                .with_context(|| format!("labelling namespace {ns}"))
+        }
+    };
+    label(team.clone(), Some(tag.clone())).await?;
+    let nodes = vec![format!("nsel-{tag}-a"), format!("nsel-{tag}-b")];
+    for n in &nodes {
+        create_node(&client, n, "8", "32Gi").await?;
+    }
+    let scorer = Scorer::start(&env, "nsel-1", "lease-nsel", &[]).await?;
+    // One web pod per namespace: the team's on node a, the other's on node b.
+    for (ns, node) in [(&team, &nodes[0]), (&other, &nodes[1])] {
+        let mut p = pod("web", Some(SCHEDULER), "100m", MI);
+        p["metadata"]["labels"]["app"] = json!(tag);
+        p["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": node});
+        create_pod(&client, ns, p).await?;
+        wait_bound(&client, ns, 1, Duration::from_secs(30))
+            .await
+            .with_context(|| scorer.log_tail())?;
+    }
+    // A pod of a third namespace that keeps off hosts running the team's web pods.
+    let asking = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "asking", "namespace": "default", "uid": "nsel-u"},
+        "spec": {"schedulerName": "nsel-nobody",
+            "containers": [{"name": "c", "image": "registry.invalid/pause:3"}],
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname",
+                 "labelSelector": {"matchLabels": {"app": tag}},
+                 "namespaceSelector": {"matchLabels": {"e2e-team": tag}}}]}}}});
+    let request = pb::ScoreRequest {
+        pod: Some(pb::score_request::Pod::PodJson(asking.to_string())),
+        candidate_nodes: nodes.clone(),
+        ..Default::default()
+    };
+    let scorer_client = ScorerClient::connect(scorer.endpoint()).await?;
+    let ranked_is = |want: Vec<&'static str>| {
+        let request = request.clone();
+        let scorer_client = scorer_client.clone();
+        let nodes = nodes.clone();
+        async move {
+            let want: Vec<String> = want
+                .iter()
+                .map(|s| nodes[usize::from(*s == "b")].clone())
+                .collect();
+            eventually(
+                &format!("Score ranks {want:?}"),
+                Duration::from_secs(30),
+                || {
+                    let mut s = scorer_client.clone();
+                    let req = request.clone();
+                    let want = want.clone();
+                    async move {
+                        let r = match s.score(req).await {
+                            Ok(r) => r.into_inner(),
+                            Err(st) => return Ok(Err(format!("Score failed: {st}"))),
+                        };
+                        let mut ranked: Vec<String> =
+                            r.ranked.iter().map(|n| n.node_name.clone()).collect();
+                        ranked.sort();
+                        let filtered: Vec<String> = r
+                            .filtered
+                            .iter()
+                            .map(|f| format!("{}: {}: {}", f.node_name, f.plugin, f.reason))
+                            .collect();
+                        Ok(if ranked == want {
+                            Ok(filtered)
+                        } else {
+                            Err(format!("ranked {ranked:?}; filtered {filtered:?}"))
+                        })
+                    }
+                },
+            )
+            .await
+        }
+    };
+    let run = async {
+        // Only the team's namespace is labelled: node a is refused, by anti-affinity.
+        let filtered = ranked_is(vec!["b"]).await?;
+        ensure!(
+            filtered
+                .iter()
+                .any(|f| f.starts_with(&nodes[0]) && f.contains("anti-affinity")),
+            "{filtered:?}"
+        );
+        // The label moves to the other namespace: node b is refused instead.
+        label(team.clone(), None).await?;
+        label(other.clone(), Some(tag.clone())).await?;
+        ranked_is(vec!["a"]).await?;
+        // Both labelled: neither host.
+        label(team.clone(), Some(tag.clone())).await?;
+        ranked_is(vec![]).await?;
+        anyhow::Ok(())
+    };
+    let result = run.await.with_context(|| scorer.log_tail());
+    delete_nodes(&client, &nodes).await;
+    result
+}

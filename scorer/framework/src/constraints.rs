@@ -100,6 +100,11 @@ pub struct LabelSelector {
 }
 
 impl LabelSelector {
+    /// Whether the selector has no requirement (it matches everything).
+    pub fn is_empty(&self) -> bool {
+        self.match_labels.is_empty() && self.match_expressions.is_empty()
+    }
+
     /// Whether `labels` satisfy the selector.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.match_labels
@@ -117,12 +122,18 @@ pub fn selector_matches(
     selector.is_some_and(|s| s.matches(labels))
 }
 
-/// A pod (anti-)affinity term as kube-scheduler's `framework.AffinityTerm`: the namespaces
-/// are already resolved (an empty list in the spec means the owning pod's namespace).
+/// A pod (anti-)affinity term as kube-scheduler's `framework.AffinityTerm` (1.22+, with
+/// `namespaceSelector`): a pod matches when its namespace is one of `namespaces` or its
+/// namespace's labels match `namespace_selector`, and its labels match `selector`. The
+/// owning pod's namespace is already filled in where the spec names neither.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct AffinityTerm {
-    /// Namespaces whose pods the term looks at; never empty once converted.
+    /// Namespaces whose pods the term looks at (the spec's list; the owning pod's namespace
+    /// when the spec sets neither a list nor a namespace selector).
     pub namespaces: Vec<String>,
+    /// `namespaceSelector`: namespaces, by their labels, whose pods the term also looks at.
+    /// `None` (not set) adds none; the empty selector adds every namespace.
+    pub namespace_selector: Option<LabelSelector>,
     /// Which pods; `None` matches no pod.
     pub selector: Option<LabelSelector>,
     /// The node label that defines the topology domain.
@@ -130,11 +141,85 @@ pub struct AffinityTerm {
 }
 
 impl AffinityTerm {
-    /// Whether a pod in `namespace` with `labels` matches the term
-    /// (`PodMatchesTermsNamespaceAndSelector`).
-    pub fn matches_pod(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
-        self.namespaces.iter().any(|n| n == namespace)
-            && selector_matches(self.selector.as_ref(), labels)
+    /// Whether a pod in `namespace` with `labels` matches the term (upstream's
+    /// `AffinityTerm.Matches`). `namespace_labels` gives the labels of the pod's namespace,
+    /// called only when the term has a non-empty namespace selector; `None` when the
+    /// namespace is not known, which such a selector never matches (upstream resolves a
+    /// term's selector to the namespaces it lists; see [`NamespaceLabels::of_incoming`] for
+    /// the incoming pod's own namespace).
+    #[inline]
+    pub fn matches_pod<'l>(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+        namespace_labels: impl FnOnce() -> Option<&'l BTreeMap<String, String>>,
+    ) -> bool {
+        let in_namespace = self.namespaces.iter().any(|n| n == namespace)
+            || self
+                .namespace_selector
+                .as_ref()
+                .is_some_and(|s| s.is_empty() || namespace_labels().is_some_and(|l| s.matches(l)));
+        in_namespace && selector_matches(self.selector.as_ref(), labels)
+    }
+
+    /// Whether the term has a namespace selector that needs namespaces' labels (the empty
+    /// selector needs none: it takes every namespace).
+    pub fn selects_namespaces_by_label(&self) -> bool {
+        self.namespace_selector
+            .as_ref()
+            .is_some_and(|s| !s.is_empty())
+    }
+}
+
+/// The cluster's namespaces and their labels, for `namespaceSelector`s (the scorer's
+/// Namespace watch keeps it; see `NodeStore::set_namespaces`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceLabels {
+    by_name: std::collections::HashMap<String, BTreeMap<String, String>>,
+}
+
+/// No labels, for a namespace that has none or is not known.
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+impl NamespaceLabels {
+    /// The table of `(name, labels)` pairs.
+    pub fn new(namespaces: impl IntoIterator<Item = (String, BTreeMap<String, String>)>) -> Self {
+        NamespaceLabels {
+            by_name: namespaces.into_iter().collect(),
+        }
+    }
+
+    /// The labels of namespace `name`, if it is known.
+    pub fn get(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.by_name.get(name)
+    }
+
+    /// Number of namespaces.
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    /// Whether no namespace is known.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// The labels of an existing pod's namespace, for matching it against the incoming
+    /// pod's terms: `None` when the namespace (or the whole table) is not known.
+    pub fn of_existing<'a>(
+        table: Option<&'a NamespaceLabels>,
+        name: &str,
+    ) -> Option<&'a BTreeMap<String, String>> {
+        table.and_then(|t| t.get(name))
+    }
+
+    /// The labels of the incoming pod's namespace, for matching it against existing pods'
+    /// terms: no labels when it is not known (upstream's `GetNamespaceLabelsSnapshot`).
+    pub fn of_incoming<'a>(
+        table: Option<&'a NamespaceLabels>,
+        name: &str,
+    ) -> Option<&'a BTreeMap<String, String>> {
+        Some(table.and_then(|t| t.get(name)).unwrap_or(&NO_LABELS))
     }
 }
 
@@ -161,6 +246,15 @@ pub struct PodAffinity {
 }
 
 impl PodAffinity {
+    /// Every term, required and preferred, affinity and anti-affinity.
+    pub fn terms(&self) -> impl Iterator<Item = &AffinityTerm> {
+        self.required
+            .iter()
+            .chain(&self.required_anti)
+            .chain(self.preferred.iter().map(|w| &w.term))
+            .chain(self.preferred_anti.iter().map(|w| &w.term))
+    }
+
     /// True when the pod has no inter-pod affinity at all.
     pub fn is_empty(&self) -> bool {
         self.required.is_empty()
@@ -259,9 +353,58 @@ mod tests {
                 ..Default::default()
             }),
             topology_key: "zone".into(),
+            ..Default::default()
         };
-        assert!(t.matches_pod("ns", &labels(&[("app", "db")])));
-        assert!(!t.matches_pod("other", &labels(&[("app", "db")])));
-        assert!(!t.matches_pod("ns", &labels(&[("app", "web")])));
+        let db = labels(&[("app", "db")]);
+        assert!(t.matches_pod("ns", &db, || None));
+        assert!(!t.matches_pod("other", &db, || None));
+        assert!(!t.matches_pod("ns", &labels(&[("app", "web")]), || None));
+    }
+
+    #[test]
+    fn namespace_selectors_add_namespaces_by_label() {
+        let db = labels(&[("app", "db")]);
+        let team_a = labels(&[("team", "a")]);
+        let t = AffinityTerm {
+            namespaces: vec!["listed".into()],
+            namespace_selector: Some(LabelSelector {
+                match_labels: team_a.clone(),
+                ..Default::default()
+            }),
+            selector: Some(LabelSelector::default()),
+            topology_key: "zone".into(),
+        };
+        assert!(t.selects_namespaces_by_label());
+        // The list and the selector are ORed.
+        assert!(t.matches_pod("listed", &db, || None));
+        assert!(t.matches_pod("x", &db, || Some(&team_a)));
+        let team_b = labels(&[("team", "b")]);
+        assert!(!t.matches_pod("x", &db, || Some(&team_b)));
+        // A namespace not known matches no non-empty selector...
+        assert!(!t.matches_pod("x", &db, || None));
+        // ...and the incoming pod's unknown namespace is read as having no labels.
+        let not_a = AffinityTerm {
+            namespace_selector: Some(LabelSelector {
+                match_expressions: vec![req("team", SelectorOp::NotIn, &["a"])],
+                ..Default::default()
+            }),
+            ..t.clone()
+        };
+        let table = NamespaceLabels::new([("x".to_string(), team_a.clone())]);
+        let table = &table;
+        let incoming = |ns| move || NamespaceLabels::of_incoming(Some(table), ns);
+        assert!(!not_a.matches_pod("x", &db, incoming("x")));
+        assert!(not_a.matches_pod("y", &db, incoming("y")));
+        assert!(!not_a.matches_pod("y", &db, || {
+            NamespaceLabels::of_existing(Some(table), "y")
+        }));
+        // The empty selector takes every namespace, known or not.
+        let every = AffinityTerm {
+            namespaces: vec![],
+            namespace_selector: Some(LabelSelector::default()),
+            ..t
+        };
+        assert!(!every.selects_namespaces_by_label());
+        assert!(every.matches_pod("anywhere", &db, || None));
     }
 }

@@ -13,8 +13,9 @@ use std::borrow::Cow;
 
 use crate::sampling::{NodeSampling, SampleCursor};
 use crate::snapshot::{
-    AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, ColumnKey, ColumnState, ColumnWords,
-    CurrentRows, DigestTable, Memo, NodeDigest, NodeView, PodInfo, Usage, raw_usage,
+    AffinityTerm, AgentNode, AntiAffinityIndex, AttachKind, ClusterSnapshot, ColumnKey,
+    ColumnState, ColumnWords, CurrentRows, DigestTable, Memo, NodeDigest, NodeView, PodInfo, Usage,
+    raw_usage,
 };
 
 /// What a profile does with a node whose load is stale (or was never reported).
@@ -1047,6 +1048,18 @@ impl Profile {
         if !pod.claims.is_empty() && pod.volumes.is_none() {
             unchecked.push(
                 "spec.volumes[].persistentVolumeClaim (claims not resolved: no cluster state)"
+                    .to_string(),
+            );
+        }
+        if snapshot.namespaces.is_none()
+            && pod
+                .pod_affinity
+                .terms()
+                .any(AffinityTerm::selects_namespaces_by_label)
+        {
+            unchecked.push(
+                "spec.affinity namespaceSelector (namespaces' labels not known: no Namespace \
+                 watch)"
                     .to_string(),
             );
         }

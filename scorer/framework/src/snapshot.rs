@@ -70,8 +70,8 @@ pub struct Toleration {
 }
 
 pub use crate::constraints::{
-    AffinityTerm, LabelSelector, NodeSelectorTerm, PodAffinity, SelectorOp, SelectorRequirement,
-    SharedAffinity, SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
+    AffinityTerm, LabelSelector, NamespaceLabels, NodeSelectorTerm, PodAffinity, SelectorOp,
+    SelectorRequirement, SharedAffinity, SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
 };
 pub use crate::volumes::{
     AttachKind, AttachableVolume, CandidateVolume, ClaimToBind, InlineDisk, Provisioning,
@@ -1333,6 +1333,10 @@ pub struct ClusterSnapshot {
     pub index: Arc<HashMap<Arc<str>, usize>>,
     /// Store generation the snapshot reflects.
     pub generation: u64,
+    /// The cluster's namespaces and their labels, for affinity terms' namespace selectors;
+    /// `None` where no Namespace watch feeds the store (then a pod whose own terms select
+    /// namespaces by label is refused, see `Profile::evaluate`).
+    pub namespaces: Option<Arc<NamespaceLabels>>,
     digests: DigestCache,
 }
 
@@ -1400,6 +1404,7 @@ impl ClusterSnapshot {
             nodes,
             index: Arc::new(index),
             generation,
+            namespaces: None,
             digests: DigestCache::default(),
         }
     }
@@ -1419,6 +1424,7 @@ impl ClusterSnapshot {
                 nodes,
                 index: previous.index.clone(),
                 generation,
+                namespaces: None,
                 digests: DigestCache::default(),
             },
             Err(nodes) => ClusterSnapshot::new(nodes, generation),

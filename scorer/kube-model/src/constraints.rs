@@ -242,22 +242,25 @@ fn affinity_term(
     field: &str,
     pod: IncomingPod<'_>,
     t: &PodAffinityTerm,
-    unsupported: &mut Vec<String>,
 ) -> Result<AffinityTerm, ConstraintError> {
-    if t.namespace_selector.is_some() {
-        // Added in Kubernetes 1.21; its semantics need namespace labels we do not watch.
-        unsupported.push(format!("{field}.namespaceSelector"));
-    }
     if t.topology_key.is_empty() {
         return Err(error(field, "topologyKey must not be empty"));
     }
+    // Upstream (1.22+): the namespaces listed and those the selector picks by label; the
+    // owning pod's own namespace only when the term sets neither.
+    let namespace_selector = label_selector(
+        &format!("{field}.namespaceSelector"),
+        t.namespace_selector.as_ref(),
+    )?;
     let namespaces = match t.namespaces.as_deref() {
         Some(ns) if !ns.is_empty() => ns.to_vec(),
+        _ if namespace_selector.is_some() => Vec::new(),
         _ => vec![pod.namespace.to_string()],
     };
     let selector = label_selector(&format!("{field}.labelSelector"), t.label_selector.as_ref())?;
     Ok(AffinityTerm {
         namespaces,
+        namespace_selector,
         selector: with_label_keys(
             field,
             selector,
@@ -273,12 +276,11 @@ fn terms(
     field: &str,
     pod: IncomingPod<'_>,
     ts: Option<&Vec<PodAffinityTerm>>,
-    unsupported: &mut Vec<String>,
 ) -> Result<Vec<AffinityTerm>, ConstraintError> {
     ts.into_iter()
         .flatten()
         .enumerate()
-        .map(|(i, t)| affinity_term(&format!("{field}[{i}]"), pod, t, unsupported))
+        .map(|(i, t)| affinity_term(&format!("{field}[{i}]"), pod, t))
         .collect()
 }
 
@@ -286,7 +288,6 @@ fn weighted(
     field: &str,
     pod: IncomingPod<'_>,
     ts: Option<&Vec<WeightedPodAffinityTerm>>,
-    unsupported: &mut Vec<String>,
 ) -> Result<Vec<WeightedAffinityTerm>, ConstraintError> {
     ts.into_iter()
         .flatten()
@@ -295,18 +296,17 @@ fn weighted(
             let f = format!("{field}[{i}].podAffinityTerm");
             Ok(WeightedAffinityTerm {
                 weight: w.weight,
-                term: affinity_term(&f, pod, &w.pod_affinity_term, unsupported)?,
+                term: affinity_term(&f, pod, &w.pod_affinity_term)?,
             })
         })
         .collect()
 }
 
 /// Converts `spec.affinity.podAffinity` and `podAntiAffinity` (namespaces and label keys
-/// resolved against the incoming pod), adding fields it cannot honour to `unsupported`.
+/// resolved against the incoming pod; namespace selectors kept, resolved when matched).
 pub fn pod_affinity(
     spec: &PodSpec,
     pod: IncomingPod<'_>,
-    unsupported: &mut Vec<String>,
 ) -> Result<Arc<PodAffinity>, ConstraintError> {
     let Some(a) = spec.affinity.as_ref() else {
         return Ok(Arc::default());
@@ -319,14 +319,12 @@ pub fn pod_affinity(
             pod,
             pa.required_during_scheduling_ignored_during_execution
                 .as_ref(),
-            unsupported,
         )?;
         out.preferred = weighted(
             &format!("{base}.preferredDuringSchedulingIgnoredDuringExecution"),
             pod,
             pa.preferred_during_scheduling_ignored_during_execution
                 .as_ref(),
-            unsupported,
         )?;
     }
     if let Some(pa) = &a.pod_anti_affinity {
@@ -336,14 +334,12 @@ pub fn pod_affinity(
             pod,
             pa.required_during_scheduling_ignored_during_execution
                 .as_ref(),
-            unsupported,
         )?;
         out.preferred_anti = weighted(
             &format!("{base}.preferredDuringSchedulingIgnoredDuringExecution"),
             pod,
             pa.preferred_during_scheduling_ignored_during_execution
                 .as_ref(),
-            unsupported,
         )?;
     }
     Ok(Arc::new(out))
@@ -850,20 +846,63 @@ mod tests {
                 ]}
             }}
         }));
-        let mut unsupported = Vec::new();
-        let a = pod_affinity(
-            p.spec.as_ref().expect("spec"),
-            incoming("ns"),
-            &mut unsupported,
-        )
-        .expect("converts");
-        assert!(unsupported.is_empty());
+        let a = pod_affinity(p.spec.as_ref().expect("spec"), incoming("ns")).expect("converts");
         assert_eq!(a.required[0].namespaces, vec!["ns".to_string()]);
+        assert_eq!(a.required[0].namespace_selector, None);
         assert!(a.required[0].selector.is_some());
         assert_eq!(a.required[1].namespaces, vec!["a".to_string(), "b".into()]);
         assert_eq!(a.required[1].selector, None, "no selector matches nothing");
         assert_eq!(a.preferred_anti[0].weight, 5);
         assert_eq!(a.preferred_anti[0].term.topology_key, "host");
+    }
+
+    #[test]
+    fn namespace_selectors_are_kept_beside_the_listed_namespaces() {
+        let p = pod(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [], "affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "zone", "labelSelector": {},
+                     "namespaceSelector": {"matchLabels": {"team": "a"}}},
+                    {"topologyKey": "zone", "labelSelector": {},
+                     "namespaces": ["x"], "namespaceSelector": {}}
+                ]},
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "podAffinityTerm": {"topologyKey": "zone",
+                      "namespaceSelector": {"matchExpressions": [
+                        {"key": "team", "operator": "In", "values": []}]}}}
+                ]}
+            }}
+        }));
+        let spec = p.spec.as_ref().expect("spec");
+        // An operator without the values it needs is an error naming the field.
+        let err = pod_affinity(spec, incoming("ns")).expect_err("invalid selector");
+        assert!(
+            err.field
+                .ends_with("podAffinityTerm.namespaceSelector.matchExpressions[0]"),
+            "{err}"
+        );
+        let mut spec = spec.clone();
+        if let Some(a) = spec.affinity.as_mut() {
+            a.pod_affinity = None;
+        }
+        let a = pod_affinity(&spec, incoming("ns")).expect("converts");
+        // A selector alone: no namespace listed, not even the pod's own.
+        assert!(a.required_anti[0].namespaces.is_empty());
+        let team_a = a.required_anti[0]
+            .namespace_selector
+            .as_ref()
+            .expect("kept");
+        assert_eq!(
+            team_a.match_labels.get("team").map(String::as_str),
+            Some("a")
+        );
+        // The list stays beside the empty selector (every namespace).
+        assert_eq!(a.required_anti[1].namespaces, vec!["x".to_string()]);
+        assert_eq!(
+            a.required_anti[1].namespace_selector,
+            Some(LabelSelector::default())
+        );
     }
 
     static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
@@ -930,8 +969,7 @@ mod tests {
             namespace: "ns",
             labels,
         };
-        let a = pod_affinity(spec, incoming, &mut unsupported).expect("converts");
-        assert!(unsupported.is_empty(), "{unsupported:?}");
+        let a = pod_affinity(spec, incoming).expect("converts");
         assert_eq!(
             requirements(&a.required_anti[0].selector),
             [

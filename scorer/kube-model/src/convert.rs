@@ -341,8 +341,7 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         namespace: &facts.namespace,
         labels,
     };
-    let pod_affinity =
-        constraints::pod_affinity(spec, incoming, &mut unsupported).map_err(constraint)?;
+    let pod_affinity = constraints::pod_affinity(spec, incoming).map_err(constraint)?;
     let spread_constraints =
         constraints::spread_constraints(spec, labels, &mut unsupported).map_err(constraint)?;
 

@@ -24,7 +24,8 @@ use super::queue::SchedulingQueue;
 use super::reservations::Reservations;
 use super::volumes::{self, VolumeStores};
 use loadstar_framework::snapshot::{
-    AttachableVolume, Inflight, KubeNode, LabelSelector, NodeAllocation, PodInfo, PodOnNode,
+    AttachableVolume, Inflight, KubeNode, LabelSelector, NamespaceLabels, NodeAllocation, PodInfo,
+    PodOnNode,
 };
 use loadstar_policy::profiles::Profiles;
 use loadstar_store::NodeStore;
@@ -269,6 +270,18 @@ impl ClusterCache {
 
     /// A Service or controller changed: pending pods' default spreading may differ.
     pub fn controllers_changed(&self) {
+        self.queue.with(|q| q.retry_all());
+    }
+
+    /// The Namespace watch listed, or saw a change: the store's snapshots carry the
+    /// namespaces' labels from now on, and pending pods are tried again (a namespace selector
+    /// may select other pods now).
+    pub fn namespaces_changed(
+        &self,
+        namespaces: impl IntoIterator<Item = (String, BTreeMap<String, String>)>,
+    ) {
+        self.store
+            .set_namespaces(Arc::new(NamespaceLabels::new(namespaces)));
         self.queue.with(|q| q.retry_all());
     }
 
@@ -896,6 +909,35 @@ mod tests {
 
     fn alloc(store: &NodeStore, n: &str) -> Arc<NodeAllocation> {
         store.snapshot_now().get(n).expect("node").alloc.clone()
+    }
+
+    #[test]
+    fn namespace_labels_reach_the_stores_snapshots_and_retry_waiting_pods() {
+        let (store, queue, cache) = setup();
+        cache.apply_pod(&pod("waiting", "u1", "loadstar", None, "10m"));
+        let popped = queue
+            .with(|q| q.pop(tokio::time::Instant::now()))
+            .expect("the pending pod is queued");
+        queue.with(|q| q.requeue_backoff(&popped.key, tokio::time::Instant::now()));
+        assert_eq!(queue.with(|q| q.depths()).backoff, 1);
+        cache.namespaces_changed([(
+            "team-a".to_string(),
+            BTreeMap::from([("team".to_string(), "a".to_string())]),
+        )]);
+        assert_eq!(
+            queue.with(|q| q.depths()).active,
+            1,
+            "a namespace selector may match other pods now"
+        );
+        let table = store.snapshot_now().namespaces.clone().expect("a table");
+        assert_eq!(
+            table
+                .get("team-a")
+                .and_then(|l| l.get("team"))
+                .map(String::as_str),
+            Some("a")
+        );
+        assert!(table.get("team-b").is_none());
     }
 
     #[test]

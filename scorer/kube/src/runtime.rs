@@ -1,7 +1,8 @@
 //! Starts the Kubernetes side of the scorer: clients (main, events and leader election, each
 //! with its own rate limit as kube-scheduler), the reflectors feeding the [`ClusterCache`]
 //! (Nodes, Pods, CSINodes; claims, volumes and storage classes; Services and controllers
-//! for default spreading, trimmed to their selectors; PodDisruptionBudgets), leader
+//! for default spreading, trimmed to their selectors; Namespaces, trimmed to their labels,
+//! for namespace selectors; PodDisruptionBudgets), leader
 //! election, and the [`Scheduler`]; and stops it in order — stop taking pods, drain
 //! bindings, release the Lease.
 use std::future::Future;
@@ -294,6 +295,41 @@ fn reflect_controllers(
     ]
 }
 
+/// Keeps a Namespace's name and labels only: what namespace selectors read.
+fn trim_namespace(ns: &mut k8s_openapi::api::core::v1::Namespace) {
+    ns.spec = None;
+    ns.status = None;
+    ns.metadata.annotations = None;
+    ns.metadata.managed_fields = None;
+    ns.metadata.owner_references = None;
+    ns.metadata.finalizers = None;
+}
+
+/// Starts the Namespace reflector: after its first list and on every change, the cache
+/// hands the store every namespace's labels (for affinity terms' namespace selectors).
+fn reflect_namespaces(
+    client: Client,
+    cache: Arc<ClusterCache>,
+    health: &WatchHealth,
+) -> tokio::task::JoinHandle<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let (reader, writer) = ::kube::runtime::reflector::store::<Namespace>();
+    reflect_into(
+        Api::<Namespace>::all(client),
+        writer,
+        health.status("namespaces watch"),
+        trim_namespace,
+        move || {
+            cache.namespaces_changed(reader.state().iter().map(|ns| {
+                (
+                    ns.name_any(),
+                    ns.metadata.labels.clone().unwrap_or_default(),
+                )
+            }))
+        },
+    )
+}
+
 /// Connects and starts everything; the returned runtime stops when `shutdown` resolves.
 pub async fn start(
     options: KubeOptions,
@@ -339,6 +375,7 @@ pub async fn start(
     ));
     let mut volume_tasks = reflect_volumes(main.clone(), cache.clone(), health);
     volume_tasks.extend(reflect_controllers(main.clone(), cache.clone(), health));
+    volume_tasks.push(reflect_namespaces(main.clone(), cache.clone(), health));
     volume_tasks.push(tokio::spawn(reflect_csinodes(
         main.clone(),
         cache.clone(),

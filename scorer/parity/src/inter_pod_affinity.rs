@@ -27,9 +27,10 @@
 //! selector (an absent selector matches nothing). Nodes without Kubernetes facts have no
 //! labels.
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use loadstar_framework::snapshot::{
-    AffinityTerm, AntiAffinityIndex, NodeDigest, NodeView, PodInfo, PodOnNode,
+    AffinityTerm, AntiAffinityIndex, NamespaceLabels, NodeDigest, NodeView, PodInfo, PodOnNode,
 };
 use loadstar_framework::{
     CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, REASON_SEPARATOR, Reason,
@@ -64,6 +65,9 @@ pub struct AffinityState {
     pub affinity: PairCounts,
     /// Existing pods matching the incoming pod's anti-affinity terms.
     pub anti: PairCounts,
+    /// The cluster's namespace labels the counts were made with (for namespace selectors;
+    /// kept so updates during preemption match as the PreFilter did).
+    pub namespaces: Option<Arc<NamespaceLabels>>,
 }
 
 /// Adds `by` to the pair `(key, node's value of key)`; nothing when the node lacks the key.
@@ -104,12 +108,39 @@ fn add_to_pair(
     }
 }
 
+/// Whether a pod of `namespace` with `pod_labels` matches every one of `terms` (none: no).
+/// `incoming`: the pod is the one being scheduled (its namespace's labels are read as
+/// [`NamespaceLabels::of_incoming`]), else an existing pod.
 fn matches_all(
     terms: &[AffinityTerm],
     namespace: &str,
     pod_labels: &BTreeMap<String, String>,
+    namespaces: Option<&NamespaceLabels>,
+    incoming: bool,
 ) -> bool {
-    !terms.is_empty() && terms.iter().all(|t| t.matches_pod(namespace, pod_labels))
+    !terms.is_empty()
+        && terms.iter().all(|t| {
+            t.matches_pod(
+                namespace,
+                pod_labels,
+                ns_labels(namespaces, namespace, incoming),
+            )
+        })
+}
+
+/// The lookup of a pod's namespace labels for [`AffinityTerm::matches_pod`].
+fn ns_labels<'a>(
+    namespaces: Option<&'a NamespaceLabels>,
+    namespace: &'a str,
+    incoming: bool,
+) -> impl FnOnce() -> Option<&'a BTreeMap<String, String>> + 'a {
+    move || {
+        if incoming {
+            NamespaceLabels::of_incoming(namespaces, namespace)
+        } else {
+            NamespaceLabels::of_existing(namespaces, namespace)
+        }
+    }
 }
 
 /// What one existing pod on a node with `node_labels` adds to (`by` 1) or takes from (−1)
@@ -124,21 +155,36 @@ fn apply_pod(
     anti_terms: bool,
     by: i64,
 ) {
+    let namespaces = s.namespaces.as_deref();
     if anti_terms {
         for term in &existing.pod_affinity.required_anti {
-            if term.matches_pod(&pod.namespace, &pod.labels) {
+            if term.matches_pod(
+                &pod.namespace,
+                &pod.labels,
+                ns_labels(namespaces, &pod.namespace, true),
+            ) {
                 add_to_pair(&mut s.existing_anti, &term.topology_key, node_labels, by);
             }
         }
     }
     let affinity = &pod.pod_affinity.required;
-    if matches_all(affinity, &existing.namespace, &existing.labels) {
+    if matches_all(
+        affinity,
+        &existing.namespace,
+        &existing.labels,
+        namespaces,
+        false,
+    ) {
         for term in affinity {
             add_to_pair(&mut s.affinity, &term.topology_key, node_labels, by);
         }
     }
     for term in &pod.pod_affinity.required_anti {
-        if term.matches_pod(&existing.namespace, &existing.labels) {
+        if term.matches_pod(
+            &existing.namespace,
+            &existing.labels,
+            ns_labels(namespaces, &existing.namespace, false),
+        ) {
             add_to_pair(&mut s.anti, &term.topology_key, node_labels, by);
         }
     }
@@ -178,9 +224,17 @@ fn has_required_terms(pod: &PodInfo) -> bool {
     !pod.pod_affinity.required.is_empty() || !pod.pod_affinity.required_anti.is_empty()
 }
 
-/// Computes the PreFilter counts for `pod` over every node of the snapshot.
-pub fn prefilter_state(nodes: &[NodeView], pod: &PodInfo) -> AffinityState {
-    let mut s = AffinityState::default();
+/// Computes the PreFilter counts for `pod` over every node of the snapshot, with the
+/// cluster's `namespaces` for namespace selectors.
+pub fn prefilter_state(
+    nodes: &[NodeView],
+    pod: &PodInfo,
+    namespaces: Option<&Arc<NamespaceLabels>>,
+) -> AffinityState {
+    let mut s = AffinityState {
+        namespaces: namespaces.cloned(),
+        ..AffinityState::default()
+    };
     let every_pod = has_required_terms(pod);
     for node in nodes {
         add_node(&mut s, pod, node, every_pod);
@@ -227,9 +281,17 @@ fn existing_anti_state(
     pod: &PodInfo,
 ) -> AffinityState {
     let nodes = ctx.snapshot.nodes();
-    let mut s = AffinityState::default();
+    let mut s = AffinityState {
+        namespaces: ctx.snapshot.namespaces.clone(),
+        ..AffinityState::default()
+    };
+    let namespaces = ctx.snapshot.namespaces.as_deref();
     for (term, holders) in &index.terms {
-        if !term.matches_pod(&pod.namespace, &pod.labels) {
+        if !term.matches_pod(
+            &pod.namespace,
+            &pod.labels,
+            ns_labels(namespaces, &pod.namespace, true),
+        ) {
             continue;
         }
         for &(n, p) in holders {
@@ -299,7 +361,13 @@ pub fn check(state: &AffinityState, pod: &PodInfo, node: &NodeView) -> Result<()
     // The first pod of a group that wants to be together: no pod matches anywhere yet and
     // the pod matches all its own terms.
     let first_of_group = state.affinity.is_empty()
-        && matches_all(&pod.pod_affinity.required, &pod.namespace, &pod.labels);
+        && matches_all(
+            &pod.pod_affinity.required,
+            &pod.namespace,
+            &pod.labels,
+            state.namespaces.as_deref(),
+            true,
+        );
     if !pods_exist && !first_of_group {
         return Err(reason(REASON_AFFINITY_RULES));
     }
@@ -378,6 +446,7 @@ impl InterPodAffinity {
         let preferred = !mine.preferred.is_empty() || !mine.preferred_anti.is_empty();
         let hard = i64::from(self.args.hard_pod_affinity_weight);
         let mut m = PairCounts::new();
+        let namespaces = ctx.snapshot.namespaces.as_deref();
         let mut add = |key: &str, l: &BTreeMap<String, String>, w: i64| {
             add_to_pair(&mut m, key, l, w);
         };
@@ -410,13 +479,20 @@ impl InterPodAffinity {
             let with_affinity = node.alloc.pods_with_affinity;
             for (i, existing) in candidates.iter().enumerate() {
                 let other = || existing.uid != pod.uid;
+                let theirs_ns = || ns_labels(namespaces, &existing.namespace, false);
                 for t in &mine.preferred {
-                    if t.term.matches_pod(&existing.namespace, &existing.labels) && other() {
+                    if t.term
+                        .matches_pod(&existing.namespace, &existing.labels, theirs_ns())
+                        && other()
+                    {
                         add(&t.term.topology_key, l, i64::from(t.weight));
                     }
                 }
                 for t in &mine.preferred_anti {
-                    if t.term.matches_pod(&existing.namespace, &existing.labels) && other() {
+                    if t.term
+                        .matches_pod(&existing.namespace, &existing.labels, theirs_ns())
+                        && other()
+                    {
                         add(&t.term.topology_key, l, -i64::from(t.weight));
                     }
                 }
@@ -424,20 +500,21 @@ impl InterPodAffinity {
                     continue;
                 }
                 let theirs = &existing.pod_affinity;
+                let mine_ns = || ns_labels(namespaces, &pod.namespace, true);
                 if hard > 0 {
                     for t in &theirs.required {
-                        if t.matches_pod(&pod.namespace, &pod.labels) && other() {
+                        if t.matches_pod(&pod.namespace, &pod.labels, mine_ns()) && other() {
                             add(&t.topology_key, l, hard);
                         }
                     }
                 }
                 for t in &theirs.preferred {
-                    if t.term.matches_pod(&pod.namespace, &pod.labels) && other() {
+                    if t.term.matches_pod(&pod.namespace, &pod.labels, mine_ns()) && other() {
                         add(&t.term.topology_key, l, i64::from(t.weight));
                     }
                 }
                 for t in &theirs.preferred_anti {
-                    if t.term.matches_pod(&pod.namespace, &pod.labels) && other() {
+                    if t.term.matches_pod(&pod.namespace, &pod.labels, mine_ns()) && other() {
                         add(&t.term.topology_key, l, -i64::from(t.weight));
                     }
                 }
@@ -491,7 +568,7 @@ impl FilterPlugin for InterPodAffinity {
     fn prefilter(&self, ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<PreFilterState> {
         Some(Box::new(match ctx.anti_affinity_index() {
             Some(index) if !has_required_terms(pod) => existing_anti_state(ctx, index, pod),
-            _ => prefilter_state(ctx.snapshot.nodes(), pod),
+            _ => prefilter_state(ctx.snapshot.nodes(), pod, ctx.snapshot.namespaces.as_ref()),
         }))
     }
 
@@ -543,7 +620,8 @@ impl FilterPlugin for InterPodAffinity {
 
     /// Without a PreFilter state (a single-node check), computes it on the spot.
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-        check(&prefilter_state(ctx.snapshot.nodes(), pod), pod, node)
+        let state = prefilter_state(ctx.snapshot.nodes(), pod, ctx.snapshot.namespaces.as_ref());
+        check(&state, pod, node)
     }
 }
 
@@ -569,6 +647,7 @@ mod tests {
                 ..Default::default()
             }),
             topology_key: key.into(),
+            ..Default::default()
         }
     }
 
@@ -720,10 +799,14 @@ mod tests {
         };
         for app in ["web", "api", "db"] {
             let p = incoming(app, PodAffinity::default());
-            assert_eq!(state(&snap, &p), prefilter_state(snap.nodes(), &p), "{app}");
+            assert_eq!(
+                state(&snap, &p),
+                prefilter_state(snap.nodes(), &p, None),
+                "{app}"
+            );
             assert_eq!(
                 checked(&snap, &p),
-                prefilter_state(snap.nodes(), &p),
+                prefilter_state(snap.nodes(), &p, None),
                 "{app}"
             );
         }
@@ -755,7 +838,7 @@ mod tests {
         };
         let s = plugin.prefilter(&ctx_after, &web).expect("a state");
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
-        assert_eq!(*s, prefilter_state(snap.nodes(), &web));
+        assert_eq!(*s, prefilter_state(snap.nodes(), &web, None));
         assert_eq!(s.existing_anti["zone"]["b"], 1);
         // Edited through `set_alloc`, as the scheduler does: the row is brought up to date
         // (it matches the node again) while the index still lists the node's old pods, so
@@ -786,7 +869,7 @@ mod tests {
         assert!(patched.row_at(0).is_some(), "the row was patched in place");
         let s = plugin.prefilter(&patched, &web).expect("a state");
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
-        assert_eq!(*s, prefilter_state(snap.nodes(), &web));
+        assert_eq!(*s, prefilter_state(snap.nodes(), &web, None));
         assert_eq!(s.existing_anti["zone"]["d"], 2);
         drop(table);
         assert_eq!(
@@ -806,7 +889,7 @@ mod tests {
         assert!(stale.row_at(1).is_none());
         let s = plugin.prefilter(&stale, &web).expect("a state");
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
-        assert_eq!(*s, prefilter_state(snap.nodes(), &web));
+        assert_eq!(*s, prefilter_state(snap.nodes(), &web, None));
         assert_eq!(s.existing_anti["zone"]["d"], 3);
         // The reverse: a node edited before the index was built, then given back the data
         // its row was computed from. Its row matches again, yet the index never covered it.
@@ -831,7 +914,7 @@ mod tests {
         assert!(restored.row_at(0).is_some());
         let s = plugin.prefilter(&restored, &web).expect("a state");
         let s = s.downcast_ref::<AffinityState>().expect("affinity state");
-        assert_eq!(*s, prefilter_state(snap.nodes(), &web));
+        assert_eq!(*s, prefilter_state(snap.nodes(), &web, None));
         assert_eq!(s.existing_anti["zone"]["c"], 1);
         drop(table);
         assert_eq!(checked(&snap, &web), *s, "the node the index never covered");
@@ -950,6 +1033,310 @@ mod tests {
             },
         );
         assert_eq!(feasible(nodes, &p), vec!["b1"]);
+    }
+
+    /// A term selecting `app` pods in namespaces labelled `team=<team>` (no namespace list).
+    fn team_term(app: &str, team: &str, key: &str) -> AffinityTerm {
+        AffinityTerm {
+            namespaces: vec![],
+            namespace_selector: Some(LabelSelector {
+                match_labels: l(&[("team", team)]),
+                ..Default::default()
+            }),
+            ..term(app, key)
+        }
+    }
+
+    fn in_ns(mut p: PodOnNode, namespace: &str) -> PodOnNode {
+        p.namespace = namespace.into();
+        p
+    }
+
+    /// Namespaces `a1`, `a2` (team a), `b` (team b), `plain` (no labels).
+    fn teams() -> Arc<NamespaceLabels> {
+        Arc::new(NamespaceLabels::new([
+            ("a1".to_string(), l(&[("team", "a")])),
+            ("a2".to_string(), l(&[("team", "a")])),
+            ("b".to_string(), l(&[("team", "b")])),
+            ("plain".to_string(), l(&[])),
+        ]))
+    }
+
+    /// [`feasible`] over a snapshot that knows `namespaces`.
+    fn feasible_in(
+        nodes: Vec<NodeView>,
+        namespaces: Option<Arc<NamespaceLabels>>,
+        p: &PodInfo,
+    ) -> Vec<String> {
+        use loadstar_framework::{Profile, StalePolicy};
+        use rand::SeedableRng;
+        let mut snap = snapshot(nodes);
+        snap.namespaces = namespaces;
+        let profile = Profile {
+            name: "t".into(),
+            filters: vec![Box::new(InterPodAffinity::default())],
+            scores: vec![],
+            window_seconds: 60,
+            stale_policy: StalePolicy::Fallback,
+            stale_penalty: 1.0,
+            preemption: None,
+            sampling: loadstar_framework::NodeSampling::ALL,
+        };
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        let ev = profile.evaluate(&snap, p, None, 0, &mut rng);
+        let mut names: Vec<String> = ev
+            .ranked
+            .iter()
+            .map(|r| snap.nodes()[r.index].name.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn the_incoming_pods_namespace_selector_counts_pods_of_the_namespaces_it_selects() {
+        let nodes = vec![
+            zoned(
+                "n1",
+                Some("z1"),
+                vec![in_ns(running("1", "web", Arc::default()), "a1")],
+            ),
+            zoned(
+                "n2",
+                Some("z2"),
+                vec![in_ns(running("2", "web", Arc::default()), "b")],
+            ),
+            zoned(
+                "n3",
+                Some("z3"),
+                vec![in_ns(running("3", "web", Arc::default()), "a2")],
+            ),
+            // A namespace the table does not know: its pods match no non-empty selector.
+            zoned(
+                "n4",
+                Some("z4"),
+                vec![in_ns(running("4", "web", Arc::default()), "gone")],
+            ),
+            zoned("n5", Some("z5"), vec![]),
+        ];
+        let anti = incoming(
+            "web",
+            PodAffinity {
+                required_anti: vec![team_term("web", "a", "zone")],
+                ..Default::default()
+            },
+        );
+        // Team a's web pods keep z1 and z3; team b's pod and the unknown namespace's do not.
+        assert_eq!(
+            feasible_in(nodes.clone(), Some(teams()), &anti),
+            vec!["n2", "n4", "n5"]
+        );
+        // The namespace list and the selector are ORed.
+        let mut listed = team_term("web", "a", "zone");
+        listed.namespaces.push("b".into());
+        let anti_ab = incoming(
+            "web",
+            PodAffinity {
+                required_anti: vec![listed],
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            feasible_in(nodes.clone(), Some(teams()), &anti_ab),
+            vec!["n4", "n5"]
+        );
+        // The empty selector is every namespace, known or not.
+        let mut every = team_term("web", "a", "zone");
+        every.namespace_selector = Some(LabelSelector::default());
+        let anti_all = incoming(
+            "web",
+            PodAffinity {
+                required_anti: vec![every],
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            feasible_in(nodes.clone(), Some(teams()), &anti_all),
+            vec!["n5"]
+        );
+        // Required affinity to team b's web pods: only z2.
+        let near_b = incoming(
+            "api",
+            PodAffinity {
+                required: vec![team_term("web", "b", "zone")],
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            feasible_in(nodes.clone(), Some(teams()), &near_b),
+            vec!["n2"]
+        );
+        // Without the namespaces' labels the pod is refused, never placed in violation.
+        assert!(feasible_in(nodes, None, &anti).is_empty());
+    }
+
+    #[test]
+    fn an_existing_pods_namespace_selector_reads_the_incoming_pods_namespace() {
+        let guard = Arc::new(PodAffinity {
+            required_anti: vec![team_term("web", "a", "kubernetes.io/hostname")],
+            ..Default::default()
+        });
+        let nodes = vec![
+            zoned(
+                "n1",
+                Some("z1"),
+                vec![in_ns(running("1", "db", guard), "b")],
+            ),
+            zoned("n2", Some("z2"), vec![]),
+        ];
+        let web_in = |ns: &str| {
+            let mut p = incoming("web", PodAffinity::default());
+            p.namespace = ns.into();
+            p
+        };
+        assert_eq!(
+            feasible_in(nodes.clone(), Some(teams()), &web_in("a1")),
+            vec!["n2"]
+        );
+        assert_eq!(
+            feasible_in(nodes.clone(), Some(teams()), &web_in("b")),
+            vec!["n1", "n2"]
+        );
+        // A selector that matches no labels: the incoming pod's namespace, known without
+        // labels or not known at all, has none.
+        let not_a = Arc::new(PodAffinity {
+            required_anti: vec![AffinityTerm {
+                namespace_selector: Some(LabelSelector {
+                    match_expressions: vec![loadstar_framework::snapshot::SelectorRequirement {
+                        key: "team".into(),
+                        op: loadstar_framework::snapshot::SelectorOp::NotIn,
+                        values: vec!["a".into()],
+                    }],
+                    ..Default::default()
+                }),
+                ..team_term("web", "a", "kubernetes.io/hostname")
+            }],
+            ..Default::default()
+        });
+        let nodes = vec![
+            zoned(
+                "n1",
+                Some("z1"),
+                vec![in_ns(running("1", "db", not_a), "b")],
+            ),
+            zoned("n2", Some("z2"), vec![]),
+        ];
+        for ns in ["plain", "unknown", "b"] {
+            assert_eq!(
+                feasible_in(nodes.clone(), Some(teams()), &web_in(ns)),
+                vec!["n2"],
+                "{ns}"
+            );
+        }
+        assert_eq!(
+            feasible_in(nodes.clone(), Some(teams()), &web_in("a2")),
+            vec!["n1", "n2"]
+        );
+        // Without a table (no cluster), the incoming pod's namespace reads as unlabelled.
+        assert_eq!(feasible_in(nodes, None, &web_in("a2")), vec!["n2"]);
+    }
+
+    #[test]
+    fn namespace_selectors_score_both_ways_and_the_index_counts_as_the_scan() {
+        let weighted = |w: i32, t: AffinityTerm| {
+            loadstar_framework::snapshot::WeightedAffinityTerm { weight: w, term: t }
+        };
+        // An existing pod in b prefers (weight 5) web pods of team a in its zone.
+        let likes_a = Arc::new(PodAffinity {
+            preferred: vec![weighted(5, team_term("web", "a", "zone"))],
+            ..Default::default()
+        });
+        let nodes = vec![
+            zoned(
+                "n1",
+                Some("z1"),
+                vec![in_ns(running("1", "db", likes_a), "b")],
+            ),
+            zoned(
+                "n2",
+                Some("z2"),
+                vec![in_ns(running("2", "cache", Arc::default()), "a2")],
+            ),
+            zoned(
+                "n3",
+                Some("z3"),
+                vec![in_ns(running("3", "cache", Arc::default()), "b")],
+            ),
+        ];
+        let mut snap = snapshot(nodes);
+        snap.namespaces = Some(teams());
+        let score = |p: &PodInfo| {
+            let refs: Vec<&NodeView> = snap.nodes().iter().collect();
+            let mut out = vec![0; refs.len()];
+            ScorePlugin::score(
+                &InterPodAffinity::default(),
+                &ctx(&snap),
+                p,
+                &refs,
+                &mut out,
+            );
+            out
+        };
+        // The web pod of a1 is wanted in z1 and itself wants team a's cache pods (z2, 10).
+        let mut web = incoming(
+            "web",
+            PodAffinity {
+                preferred: vec![weighted(10, team_term("cache", "a", "zone"))],
+                ..Default::default()
+            },
+        );
+        web.namespace = "a1".into();
+        assert_eq!(score(&web), vec![50, 100, 0]);
+        // From b, neither the existing preference nor its own selects anything but z2's.
+        web.namespace = "b".into();
+        assert_eq!(score(&web), vec![0, 100, 0]);
+
+        // The anti-affinity index (terms matched once) counts as the full scan does.
+        let guard = Arc::new(PodAffinity {
+            required_anti: vec![team_term("web", "a", "zone")],
+            ..Default::default()
+        });
+        let mut snap = snapshot(vec![
+            zoned(
+                "n1",
+                Some("z1"),
+                vec![in_ns(running("1", "db", guard.clone()), "b")],
+            ),
+            zoned(
+                "n2",
+                Some("z2"),
+                vec![in_ns(running("2", "db", guard), "a1")],
+            ),
+            zoned("n3", Some("z3"), vec![]),
+        ]);
+        snap.namespaces = Some(teams());
+        let table = snap.digests(60);
+        let ctx = CycleContext {
+            digests: Some(&table),
+            ..ctx(&snap)
+        };
+        assert!(ctx.anti_affinity_index().is_some());
+        for ns in ["a1", "b", "unknown"] {
+            let mut p = incoming("web", PodAffinity::default());
+            p.namespace = ns.into();
+            let state = InterPodAffinity::default()
+                .prefilter(&ctx, &p)
+                .expect("a state");
+            let indexed = state
+                .downcast_ref::<AffinityState>()
+                .expect("affinity state");
+            assert_eq!(
+                *indexed,
+                prefilter_state(snap.nodes(), &p, snap.namespaces.as_ref()),
+                "{ns}"
+            );
+            assert_eq!(indexed.existing_anti.is_empty(), ns != "a1", "{ns}");
+        }
     }
 
     /// What preemption proposes for `p` on `nodes` with anti-affinity and resource filters.
@@ -1100,7 +1487,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        let full = prefilter_state(&nodes, &p);
+        let full = prefilter_state(&nodes, &p, None);
         for (i, n) in nodes.iter().enumerate() {
             for victim in &n.alloc.pods {
                 let mut fewer = nodes.clone();
@@ -1109,7 +1496,12 @@ mod tests {
                 fewer[i].alloc = Arc::new(alloc);
                 let mut s = full.clone();
                 apply_pod(&mut s, &p, victim, n.labels_or_empty(), true, -1);
-                assert_eq!(s, prefilter_state(&fewer, &p), "without {}", victim.uid);
+                assert_eq!(
+                    s,
+                    prefilter_state(&fewer, &p, None),
+                    "without {}",
+                    victim.uid
+                );
                 apply_pod(&mut s, &p, victim, n.labels_or_empty(), true, 1);
                 assert_eq!(s, full, "and back with {}", victim.uid);
             }

@@ -129,6 +129,7 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                                 ..Default::default()
                             }),
                             topology_key: "kubernetes.io/hostname".into(),
+                            namespace_selector: None,
                         }],
                         ..Default::default()
                     })
@@ -243,6 +244,7 @@ fn ha_pod() -> PodInfo {
                     ..Default::default()
                 }),
                 topology_key: "kubernetes.io/hostname".into(),
+                namespace_selector: None,
             }],
             preferred_anti: vec![loadstar_framework::snapshot::WeightedAffinityTerm {
                 weight: 50,
@@ -250,6 +252,7 @@ fn ha_pod() -> PodInfo {
                     namespaces: vec!["default".into()],
                     selector: Some(app("rs-4")),
                     topology_key: "topology.kubernetes.io/zone".into(),
+                    namespace_selector: None,
                 },
             }],
             ..Default::default()

@@ -44,6 +44,7 @@ fn skipped_filters_pass_every_node_and_needed_ones_run() {
                         ..Default::default()
                     }),
                     topology_key: "kubernetes.io/hostname".into(),
+                    namespace_selector: None,
                 }],
                 ..Default::default()
             }),

@@ -18,7 +18,8 @@ use tokio::sync::broadcast;
 
 use crate::validate::{self, ReportError, ReportLimits};
 use loadstar_framework::snapshot::{
-    AgentNode, ClusterSnapshot, Inflight, KubeNode, NodeAllocation, NodeView, retire_inflight,
+    AgentNode, ClusterSnapshot, Inflight, KubeNode, NamespaceLabels, NodeAllocation, NodeView,
+    retire_inflight,
 };
 
 const SHARDS: usize = 16;
@@ -166,6 +167,8 @@ pub struct NodeStore {
     cache: Mutex<Option<(Instant, Arc<ClusterSnapshot>)>>,
     events: broadcast::Sender<NodeChange>,
     config: StoreConfig,
+    /// The cluster's namespaces and their labels, once a Namespace watch has listed them.
+    namespaces: RwLock<Option<Arc<NamespaceLabels>>>,
 }
 
 impl std::fmt::Debug for NodeStore {
@@ -206,7 +209,21 @@ impl NodeStore {
             cache: Mutex::new(None),
             events: broadcast::channel(4096).0,
             config,
+            namespaces: RwLock::new(None),
         }
+    }
+
+    /// Replaces the cluster's namespace labels (the Namespace watch, after its first list
+    /// and on every change): snapshots built from now on carry them, for affinity terms'
+    /// namespace selectors. Bumps the generation, so no reader keeps a snapshot without them.
+    pub fn set_namespaces(&self, namespaces: Arc<NamespaceLabels>) {
+        *lock_write(&self.namespaces) = Some(namespaces);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The namespace labels snapshots carry (`None` until a watch sets them).
+    pub fn namespaces(&self) -> Option<Arc<NamespaceLabels>> {
+        lock_read(&self.namespaces).clone()
     }
 
     /// The store's settings.
@@ -579,23 +596,31 @@ impl NodeStore {
     /// published snapshot nobody else reads would keep its nodes' replaced reports alive.
     pub fn snapshot_owned(&self, previous: Option<&ClusterSnapshot>) -> ClusterSnapshot {
         let (nodes, generation) = self.views(Instant::now());
-        match previous {
+        // Read after the views: a change in between leaves the snapshot older than the
+        // store's generation, so it is replaced, never kept as current.
+        let namespaces = self.namespaces();
+        let mut snap = match previous {
             Some(previous) => ClusterSnapshot::new_after(nodes, generation, previous),
             None => ClusterSnapshot::new(nodes, generation),
-        }
+        };
+        snap.namespaces = namespaces;
+        snap
     }
 
     /// Builds a new snapshot now.
     pub fn snapshot_now(&self) -> Arc<ClusterSnapshot> {
         let now = Instant::now();
         let (nodes, generation) = self.views(now);
+        let namespaces = self.namespaces(); // after the views, as in `snapshot_owned`
         let previous = self.cached().map(|(_, snap)| snap);
         // Most nodes are unchanged since the last snapshot: they keep their order and their
         // digest rows are copied, not computed.
-        let snap = Arc::new(match previous {
+        let mut snap = match previous {
             Some(previous) => ClusterSnapshot::new_after(nodes, generation, &previous),
             None => ClusterSnapshot::new(nodes, generation),
-        });
+        };
+        snap.namespaces = namespaces;
+        let snap = Arc::new(snap);
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, snap.clone()));
         snap
     }
@@ -949,6 +974,37 @@ mod tests {
             .and_then(|s| s.last_report)
             .expect("a report");
         assert_eq!(last.agent_instance, "other");
+    }
+
+    #[test]
+    fn snapshots_carry_the_namespaces_set_last() {
+        let store = NodeStore::new(StoreConfig::default());
+        store
+            .apply_report(report("a", 1, 0.2, 0.2), Instant::now())
+            .expect("ok");
+        assert!(store.snapshot().namespaces.is_none(), "no watch yet");
+        let before = store.generation();
+        let table = Arc::new(NamespaceLabels::new([(
+            "team-a".to_string(),
+            [("team".to_string(), "a".to_string())].into(),
+        )]));
+        store.set_namespaces(table.clone());
+        assert!(store.generation() > before, "readers see a change");
+        // The next snapshot built has them (a published one may be served for up to
+        // `snapshot_max_age` first, as after any change), and so has an owned one.
+        let published = store.snapshot_now();
+        assert_eq!(published.namespaces.as_deref(), Some(&*table));
+        let owned = store.snapshot_owned(Some(&published));
+        assert_eq!(owned.namespaces.as_deref(), Some(&*table));
+        assert_eq!(
+            store
+                .snapshot_owned(None)
+                .namespaces
+                .and_then(|n| n.get("team-a").cloned())
+                .and_then(|l| l.get("team").cloned())
+                .as_deref(),
+            Some("a")
+        );
     }
 
     #[test]
