@@ -597,6 +597,7 @@ fn nondefault_values_render_what_they_ask() {
         ("stepscalers", "watch"),
         ("stepscalers/status", "patch"),
         ("*/scale", "patch"),
+        ("namespaces", "list"),
         ("namespaces", "watch"),
     ] {
         assert!(grants(resource, verb), "{verb} {resource} in {rules:?}");

@@ -1231,9 +1231,17 @@ async fn namespace_selectors_follow_the_clusters_namespace_labels() -> Result<()
         label(team.clone(), None).await?;
         label(other.clone(), Some(tag.clone())).await?;
         ranked_is(vec!["a"]).await?;
-        // Both labelled: neither host.
+        // Both labelled: neither host, each for the anti-affinity.
         label(team.clone(), Some(tag.clone())).await?;
-        ranked_is(vec![]).await?;
+        let filtered = ranked_is(vec![]).await?;
+        for node in &nodes {
+            ensure!(
+                filtered
+                    .iter()
+                    .any(|f| f.starts_with(node.as_str()) && f.contains("anti-affinity")),
+                "{node}: {filtered:?}"
+            );
+        }
         anyhow::Ok(())
     };
     let result = run.await.with_context(|| scorer.log_tail());

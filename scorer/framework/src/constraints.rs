@@ -194,6 +194,11 @@ impl NamespaceLabels {
         self.by_name.get(name)
     }
 
+    /// Every namespace with its labels, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &BTreeMap<String, String>)> {
+        self.by_name.iter()
+    }
+
     /// Number of namespaces.
     pub fn len(&self) -> usize {
         self.by_name.len()
@@ -214,7 +219,9 @@ impl NamespaceLabels {
     }
 
     /// The labels of the incoming pod's namespace, for matching it against existing pods'
-    /// terms: no labels when it is not known (upstream's `GetNamespaceLabelsSnapshot`).
+    /// terms: no labels when it is not known (upstream's `GetNamespaceLabelsSnapshot`). So
+    /// is it without a table, which in a cluster does not happen: the scheduler waits for
+    /// the Namespace list (and without a cluster no existing pod carries terms).
     pub fn of_incoming<'a>(
         table: Option<&'a NamespaceLabels>,
         name: &str,

@@ -493,7 +493,8 @@ pub fn unsupported_reason(fields: &[String]) -> String {
         named.push(format!("{} more", fields.len() - REFUSAL_FIELDS));
     }
     format!(
-        "pod uses {} that Loadstar does not implement (refused rather than placed in violation)",
+        "pod uses {} that Loadstar does not implement or cannot check here (refused rather \
+         than placed in violation)",
         named.join(" and ")
     )
 }
@@ -1936,7 +1937,7 @@ mod tests {
             ev.summary(),
             "0/2 nodes are available: 2 pod uses spec.topologySpreadConstraints (DoNotSchedule) \
              (profile \"bare\" has no PodTopologySpread filter) that Loadstar does not \
-             implement (refused rather than placed in violation)."
+             implement or cannot check here (refused rather than placed in violation)."
         );
         // A field the converter marked unsupported.
         let pod = PodInfo {

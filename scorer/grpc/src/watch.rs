@@ -11,8 +11,10 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use futures::Stream;
+use loadstar_auth::logonce::LogOnce;
 use loadstar_proto::pb;
 use loadstar_store::metrics::{Metrics, ReasonLabel};
 use loadstar_store::{ChangeKind, NodeStore};
@@ -142,6 +144,9 @@ pub struct WatchHub {
     next_id: AtomicU64,
     dropped_lagging: AtomicU64,
     refused: AtomicU64,
+    /// Refusals are logged once per caller and reason in a window (the metric counts every
+    /// one): a client retrying in a loop would otherwise write a line per call.
+    logged: LogOnce<(Arc<str>, &'static str)>,
 }
 
 impl WatchHub {
@@ -153,6 +158,7 @@ impl WatchHub {
             metrics,
             limits,
             watchers: Mutex::new(Watchers::default()),
+            logged: LogOnce::default(),
             runtime: tokio::runtime::Handle::current(),
             next_id: AtomicU64::new(1),
             dropped_lagging: AtomicU64::new(0),
@@ -337,12 +343,16 @@ impl WatchHub {
                         reason: reason.into(),
                     })
                     .inc();
-                warn!(
-                    max = self.limits.max_watchers,
-                    per_caller = self.limits.max_watchers_per_caller,
-                    reason,
-                    "WatchNodes refused"
-                );
+                if self.logged.first((caller.clone(), reason), Instant::now()) {
+                    warn!(
+                        max = self.limits.max_watchers,
+                        per_caller = self.limits.max_watchers_per_caller,
+                        reason,
+                        caller = &*caller,
+                        "WatchNodes refused (logged once per caller and reason in 10 min; \
+                         loadstar_scorer_watchers_dropped_total counts each)"
+                    );
+                }
                 return Err(Status::resource_exhausted(message));
             }
             watchers.by_id.insert(id, watcher.clone());
@@ -502,6 +512,13 @@ mod tests {
         let status = idle("user a").map(|_| ()).expect_err("a's share is full");
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert!(status.message().contains("limit per caller"), "{status:?}");
+        // A caller retrying in a loop is refused every time but logged once.
+        for _ in 0..100 {
+            assert!(idle("user a").is_err());
+        }
+        let now = Instant::now();
+        assert!(!hub.logged.first((Arc::from("user a"), "caller_limit"), now));
+        assert!(hub.logged.first((Arc::from("user c"), "caller_limit"), now));
         let _b = idle("user b").expect("others still get slots");
         assert_eq!(hub.stats().watchers, 3);
         // Closing one gives the caller its slot back.
@@ -509,7 +526,7 @@ mod tests {
         let _a3 = idle("user a").expect("a's slot is back");
         let text = metrics.encode();
         assert!(
-            text.contains("loadstar_scorer_watchers_dropped_total{reason=\"caller_limit\"} 1"),
+            text.contains("loadstar_scorer_watchers_dropped_total{reason=\"caller_limit\"} 101"),
             "{text}"
         );
     }

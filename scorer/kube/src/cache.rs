@@ -100,12 +100,15 @@ pub struct Synced {
     pub nodes: bool,
     /// Pods listed.
     pub pods: bool,
+    /// Namespaces listed (their labels are what affinity terms' namespace selectors read:
+    /// without them an existing pod's term could not be checked against a newcomer).
+    pub namespaces: bool,
 }
 
 impl Synced {
-    /// Both listed.
+    /// All three listed, as kube-scheduler waits for its informers' caches.
     pub fn all(&self) -> bool {
-        self.nodes && self.pods
+        self.nodes && self.pods && self.namespaces
     }
 }
 
@@ -273,16 +276,25 @@ impl ClusterCache {
         self.queue.with(|q| q.retry_all());
     }
 
-    /// The Namespace watch listed, or saw a change: the store's snapshots carry the
-    /// namespaces' labels from now on, and pending pods are tried again (a namespace selector
-    /// may select other pods now).
+    /// The Namespace watch listed (then the cache counts as synced for namespaces), or saw
+    /// a change: the store's snapshots carry the namespaces' labels from now on, and waiting
+    /// pods are tried again (a namespace selector may pick other pods now, also when a
+    /// namespace appears after its pods did, the watches not being in step). An update that
+    /// leaves the table as it was (the trimmed watch still sees status changes) changes
+    /// nothing. Called only from the Namespace reflector's task, so the compare and the set
+    /// do not race.
     pub fn namespaces_changed(
         &self,
         namespaces: impl IntoIterator<Item = (String, BTreeMap<String, String>)>,
     ) {
-        self.store
-            .set_namespaces(Arc::new(NamespaceLabels::new(namespaces)));
-        self.queue.with(|q| q.retry_all());
+        let table = NamespaceLabels::new(namespaces);
+        if self.store.namespaces().is_none_or(|old| *old != table) {
+            self.store.set_namespaces(Arc::new(table));
+            self.queue.with(|q| q.retry_all());
+        }
+        if !self.synced.borrow().namespaces {
+            self.synced.send_modify(|s| s.namespaces = true);
+        }
     }
 
     /// What the claims of a pod on a node attach now.
@@ -915,21 +927,43 @@ mod tests {
     fn namespace_labels_reach_the_stores_snapshots_and_retry_waiting_pods() {
         let (store, queue, cache) = setup();
         cache.apply_pod(&pod("waiting", "u1", "loadstar", None, "10m"));
-        let popped = queue
-            .with(|q| q.pop(tokio::time::Instant::now()))
-            .expect("the pending pod is queued");
-        queue.with(|q| q.requeue_backoff(&popped.key, tokio::time::Instant::now()));
-        assert_eq!(queue.with(|q| q.depths()).backoff, 1);
-        cache.namespaces_changed([(
-            "team-a".to_string(),
-            BTreeMap::from([("team".to_string(), "a".to_string())]),
-        )]);
+        let waiting_again = || {
+            let popped = queue
+                .with(|q| q.pop(tokio::time::Instant::now()))
+                .expect("the pending pod is queued");
+            queue.with(|q| q.requeue_backoff(&popped.key, tokio::time::Instant::now()));
+            assert_eq!(queue.with(|q| q.depths()).backoff, 1);
+        };
+        waiting_again();
+        assert!(!cache.synced().borrow().namespaces);
+        let team = |t: &str| BTreeMap::from([("team".to_string(), t.to_string())]);
+        cache.namespaces_changed([("team-a".to_string(), team("a"))]);
+        assert!(cache.synced().borrow().namespaces, "the first list syncs");
         assert_eq!(
             queue.with(|q| q.depths()).active,
             1,
             "a namespace selector may match other pods now"
         );
         let table = store.snapshot_now().namespaces.clone().expect("a table");
+        // The same table again (a status update): no retry, no new generation.
+        waiting_again();
+        let generation = store.generation();
+        cache.namespaces_changed([("team-a".to_string(), team("a"))]);
+        assert_eq!(store.generation(), generation, "nothing changed");
+        assert_eq!(queue.with(|q| q.depths()).backoff, 1);
+        // A namespace added (its pods may have come first), or one relabelled: retried.
+        cache.namespaces_changed([
+            ("team-a".to_string(), team("a")),
+            ("new".to_string(), team("b")),
+        ]);
+        assert!(store.generation() > generation);
+        assert_eq!(queue.with(|q| q.depths()).active, 1);
+        waiting_again();
+        cache.namespaces_changed([
+            ("team-a".to_string(), team("b")),
+            ("new".to_string(), team("b")),
+        ]);
+        assert_eq!(queue.with(|q| q.depths()).active, 1);
         assert_eq!(
             table
                 .get("team-a")
@@ -983,6 +1017,8 @@ mod tests {
         cache.apply_pod(&pod("b", "ub", "loadstar", None, "1"));
         cache.apply_pod(&pod("c", "uc", "default-scheduler", None, "1"));
         cache.pods_relist_done();
+        assert!(!cache.synced().borrow().all(), "namespaces not listed yet");
+        cache.namespaces_changed([]);
         assert!(cache.synced().borrow().all());
         let a = alloc(&store, "n1");
         assert_eq!(a.requested.cpu_millis, 500);

@@ -1478,6 +1478,7 @@ mod tests {
         high.spec.as_mut().expect("spec").priority = Some(10);
         cache.apply_pod(&high);
         cache.pods_relist_done();
+        cache.namespaces_changed([]);
         let running = Running::start(&scheduler);
         wait_for(&log, "the victim's deletion and the nomination", |l| {
             l.iter().any(|e| e.0 == "DELETE") && l.iter().any(|e| e.2.contains("nominatedNodeName"))
@@ -1550,6 +1551,7 @@ mod tests {
         let mut p = pod("p", "2");
         p.spec.as_mut().expect("spec").priority = Some(10);
         cache.pods_relist_done();
+        cache.namespaces_changed([]);
         let facts = {
             cache.apply_pod(&p);
             cache.pod("ns/p").expect("cached")
@@ -1613,6 +1615,7 @@ mod tests {
             cache.apply_pod(&pod(name, cpu));
         }
         cache.pods_relist_done();
+        cache.namespaces_changed([]);
         let running = Running::start(&scheduler);
         wait_for(&log, "two Scheduled events and c's condition", |l| {
             l.iter().filter(|e| e.2.contains("\"Scheduled\"")).count() == 2
@@ -1787,6 +1790,7 @@ mod tests {
         cache.pods_relist_started();
         cache.apply_pod(&pod("a", "1"));
         cache.pods_relist_done();
+        cache.namespaces_changed([]);
     }
 
     /// The scheduler's runtime is a current-thread one, as the scorer's main runtime is by
@@ -1841,6 +1845,7 @@ mod tests {
         cache.apply_pod(&gated);
         cache.apply_pod(&pod("open", "1"));
         cache.pods_relist_done();
+        cache.namespaces_changed([]);
         let running = Running::start(&scheduler);
         wait_for(&log, "the open pod's binding", |l| {
             l.iter().any(|e| e.1.ends_with("/pods/open/binding"))
@@ -1923,6 +1928,7 @@ mod tests {
         cache.apply_pod(&pod("bad", "lots"));
         cache.apply_pod(&pod("good", "1"));
         cache.pods_relist_done();
+        cache.namespaces_changed([]);
         let running = Running::start(&scheduler);
         wait_for(
             &log,
@@ -2002,6 +2008,7 @@ mod tests {
             json!([{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]);
         cache.apply_pod(&serde_json::from_value(p).expect("pod"));
         cache.pods_relist_done();
+        cache.namespaces_changed([]);
         w
     }
 

@@ -24,7 +24,11 @@
 //! (0 at most) to the maximum (0 at least) onto 0–100. No pair at all: every node scores 0.
 //!
 //! Terms match a pod by namespace (an empty list meant the term owner's namespace) and label
-//! selector (an absent selector matches nothing). Nodes without Kubernetes facts have no
+//! selector (an absent selector matches nothing). A term's `namespaceSelector` (1.22+) adds
+//! the namespaces whose labels it matches, read from the snapshot's namespace table: an
+//! existing pod of a namespace the table lacks matches only the empty selector, and the
+//! incoming pod's namespace reads as unlabelled when the table lacks it (upstream's
+//! `mergeAffinityTermNamespacesIfNotEmpty` and `GetNamespaceLabelsSnapshot`). Nodes without Kubernetes facts have no
 //! labels.
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -360,13 +364,16 @@ pub fn check(state: &AffinityState, pod: &PodInfo, node: &NodeView) -> Result<()
     }
     // The first pod of a group that wants to be together: no pod matches anywhere yet and
     // the pod matches all its own terms.
+    // Its own terms select it as they select existing pods (upstream matches it against the
+    // namespaces the terms' selectors resolved to): an unknown namespace matches no
+    // non-empty namespace selector.
     let first_of_group = state.affinity.is_empty()
         && matches_all(
             &pod.pod_affinity.required,
             &pod.namespace,
             &pod.labels,
             state.namespaces.as_deref(),
-            true,
+            false,
         );
     if !pods_exist && !first_of_group {
         return Err(reason(REASON_AFFINITY_RULES));
@@ -1171,6 +1178,34 @@ mod tests {
             feasible_in(nodes.clone(), Some(teams()), &near_b),
             vec!["n2"]
         );
+        // The first pod of a group: no pod matches anywhere, so it goes anywhere if its own
+        // terms select it; a namespace the table lacks is selected by no non-empty selector.
+        let not_a = AffinityTerm {
+            namespace_selector: Some(LabelSelector {
+                match_expressions: vec![loadstar_framework::snapshot::SelectorRequirement {
+                    key: "team".into(),
+                    op: loadstar_framework::snapshot::SelectorOp::NotIn,
+                    values: vec!["a".into()],
+                }],
+                ..Default::default()
+            }),
+            ..team_term("first", "a", "zone")
+        };
+        let mut first = incoming(
+            "first",
+            PodAffinity {
+                required: vec![not_a],
+                ..Default::default()
+            },
+        );
+        for (ns, fits) in [("b", 5), ("plain", 5), ("a1", 0), ("unknown", 0)] {
+            first.namespace = ns.into();
+            assert_eq!(
+                feasible_in(nodes.clone(), Some(teams()), &first).len(),
+                fits,
+                "{ns}"
+            );
+        }
         // Without the namespaces' labels the pod is refused, never placed in violation.
         assert!(feasible_in(nodes, None, &anti).is_empty());
     }

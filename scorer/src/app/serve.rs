@@ -358,7 +358,7 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
     info!(grpc = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(),
           http = %http.local_addr().map(|a| a.to_string()).unwrap_or_default(),
           "loadstar-scorer serving");
-    // Ready once the node and pod caches have synced: a replica that has not seen the
+    // Ready once the node, pod and namespace caches have synced: a replica that has not seen the
     // cluster yet must not receive Score-by-reference or Bind calls.
     let ready_when = kube.as_ref().map(|rt| {
         let mut synced = rt.cache.synced();

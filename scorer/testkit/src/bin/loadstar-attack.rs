@@ -212,15 +212,47 @@ async fn watchers(
     let stop = Arc::new(AtomicBool::new(false));
     let large = large_reporters(scorer, large_nodes, stop.clone());
     let (client, held, conn) = wire::unread_watch_calls(host, count).await?;
+    // What the scorer answered each call, read as soon as all are sent (one deadline for
+    // all): a refusal is a trailers-only response carrying its grpc-status in the headers;
+    // an admitted watch has response headers without one, and its stream is then held
+    // unread.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (mut admitted, mut refused, mut unanswered) = (0usize, 0usize, 0usize);
+    let mut codes = std::collections::BTreeMap::<String, usize>::new();
+    let mut open = Vec::new();
+    for resp in held {
+        match tokio::time::timeout_at(deadline, resp).await {
+            Ok(Ok(r)) => match r.headers().get("grpc-status") {
+                None => {
+                    admitted += 1;
+                    open.push(r);
+                }
+                Some(code) => {
+                    refused += 1;
+                    *codes
+                        .entry(String::from_utf8_lossy(code.as_bytes()).into_owned())
+                        .or_default() += 1;
+                }
+            },
+            _ => unanswered += 1,
+        }
+    }
     tokio::time::sleep(Duration::from_secs_f64(hold)).await;
     stop.store(true, Ordering::Relaxed);
     let max = client.current_max_send_streams();
-    drop(held);
+    drop(open);
     drop(client);
     conn.abort();
+    let codes: Vec<String> = codes
+        .iter()
+        .map(|(code, n)| format!("\"{code}\":{n}"))
+        .collect();
     Ok(format!(
-        "\"calls\":{count},\"server_max_concurrent_streams\":{max},\"large_nodes\":{large_nodes},\
+        "\"calls\":{count},\"admitted\":{admitted},\"refused\":{refused},\
+         \"refused_grpc_status\":{{{}}},\"unanswered\":{unanswered},\
+         \"server_max_concurrent_streams\":{max},\"large_nodes\":{large_nodes},\
          \"large_reports_accepted\":{}",
+        codes.join(","),
         large.load(Ordering::Relaxed)
     ))
 }
