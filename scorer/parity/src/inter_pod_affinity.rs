@@ -1075,29 +1075,9 @@ mod tests {
         namespaces: Option<Arc<NamespaceLabels>>,
         p: &PodInfo,
     ) -> Vec<String> {
-        use loadstar_framework::{Profile, StalePolicy};
-        use rand::SeedableRng;
         let mut snap = snapshot(nodes);
         snap.namespaces = namespaces;
-        let profile = Profile {
-            name: "t".into(),
-            filters: vec![Box::new(InterPodAffinity::default())],
-            scores: vec![],
-            window_seconds: 60,
-            stale_policy: StalePolicy::Fallback,
-            stale_penalty: 1.0,
-            preemption: None,
-            sampling: loadstar_framework::NodeSampling::ALL,
-        };
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-        let ev = profile.evaluate(&snap, p, None, 0, &mut rng);
-        let mut names: Vec<String> = ev
-            .ranked
-            .iter()
-            .map(|r| snap.nodes()[r.index].name.to_string())
-            .collect();
-        names.sort();
-        names
+        feasible_names_in(vec![Box::new(InterPodAffinity::default())], &snap, p)
     }
 
     #[test]

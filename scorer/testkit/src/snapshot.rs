@@ -174,7 +174,15 @@ pub fn feasible_names(
     nodes: Vec<NodeView>,
     pod: &PodInfo,
 ) -> Vec<String> {
-    let snap = snapshot(nodes);
+    feasible_names_in(filters, &snapshot(nodes), pod)
+}
+
+/// [`feasible_names`] over a snapshot built by the caller (e.g. with namespace labels).
+pub fn feasible_names_in(
+    filters: Vec<Box<dyn FilterPlugin>>,
+    snap: &ClusterSnapshot,
+    pod: &PodInfo,
+) -> Vec<String> {
     let profile = Profile {
         name: "t".into(),
         filters,
@@ -186,7 +194,7 @@ pub fn feasible_names(
         sampling: loadstar_framework::NodeSampling::ALL,
     };
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-    let ev = profile.evaluate(&snap, pod, None, 0, &mut rng);
+    let ev = profile.evaluate(snap, pod, None, 0, &mut rng);
     let mut names: Vec<String> = ev
         .ranked
         .iter()
