@@ -1106,46 +1106,31 @@ mod tests {
             ),
             zoned("n5", Some("z5"), vec![]),
         ];
-        let anti = incoming(
-            "web",
-            PodAffinity {
-                required_anti: vec![team_term("web", "a", "zone")],
-                ..Default::default()
-            },
-        );
+        let avoiding = |t: AffinityTerm| {
+            incoming(
+                "web",
+                PodAffinity {
+                    required_anti: vec![t],
+                    ..Default::default()
+                },
+            )
+        };
+        let feasible_avoiding =
+            |t: AffinityTerm| feasible_in(nodes.clone(), Some(teams()), &avoiding(t));
+        let anti = avoiding(team_term("web", "a", "zone"));
         // Team a's web pods keep z1 and z3; team b's pod and the unknown namespace's do not.
         assert_eq!(
-            feasible_in(nodes.clone(), Some(teams()), &anti),
+            feasible_avoiding(team_term("web", "a", "zone")),
             vec!["n2", "n4", "n5"]
         );
         // The namespace list and the selector are ORed.
         let mut listed = team_term("web", "a", "zone");
         listed.namespaces.push("b".into());
-        let anti_ab = incoming(
-            "web",
-            PodAffinity {
-                required_anti: vec![listed],
-                ..Default::default()
-            },
-        );
-        assert_eq!(
-            feasible_in(nodes.clone(), Some(teams()), &anti_ab),
-            vec!["n4", "n5"]
-        );
+        assert_eq!(feasible_avoiding(listed), vec!["n4", "n5"]);
         // The empty selector is every namespace, known or not.
         let mut every = team_term("web", "a", "zone");
         every.namespace_selector = Some(LabelSelector::default());
-        let anti_all = incoming(
-            "web",
-            PodAffinity {
-                required_anti: vec![every],
-                ..Default::default()
-            },
-        );
-        assert_eq!(
-            feasible_in(nodes.clone(), Some(teams()), &anti_all),
-            vec!["n5"]
-        );
+        assert_eq!(feasible_avoiding(every), vec!["n5"]);
         // Required affinity to team b's web pods: only z2.
         let near_b = incoming(
             "api",
