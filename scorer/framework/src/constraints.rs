@@ -194,21 +194,6 @@ impl NamespaceLabels {
         self.by_name.get(name)
     }
 
-    /// Every namespace with its labels, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &BTreeMap<String, String>)> {
-        self.by_name.iter()
-    }
-
-    /// Number of namespaces.
-    pub fn len(&self) -> usize {
-        self.by_name.len()
-    }
-
-    /// Whether no namespace is known.
-    pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
-    }
-
     /// The labels of an existing pod's namespace, for matching it against the incoming
     /// pod's terms: `None` when the namespace (or the whole table) is not known.
     pub fn of_existing<'a>(

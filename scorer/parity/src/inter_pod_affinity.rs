@@ -23,13 +23,13 @@
 //! matches. A node scores the sum over its label pairs; sums are scaled from the minimum
 //! (0 at most) to the maximum (0 at least) onto 0–100. No pair at all: every node scores 0.
 //!
-//! Terms match a pod by namespace (an empty list meant the term owner's namespace) and label
-//! selector (an absent selector matches nothing). A term's `namespaceSelector` (1.22+) adds
-//! the namespaces whose labels it matches, read from the snapshot's namespace table: an
-//! existing pod of a namespace the table lacks matches only the empty selector, and the
-//! incoming pod's namespace reads as unlabelled when the table lacks it (upstream's
-//! `mergeAffinityTermNamespacesIfNotEmpty` and `GetNamespaceLabelsSnapshot`). Nodes without Kubernetes facts have no
-//! labels.
+//! Terms match a pod by namespace (the term owner's own when the term lists none and has no
+//! namespace selector) and label selector (an absent selector matches nothing). A term's
+//! `namespaceSelector` (1.22+) adds the namespaces whose labels it matches, read from the
+//! snapshot's namespace table: an existing pod of a namespace the table lacks matches only
+//! the empty selector, and the incoming pod's namespace reads as unlabelled when the table
+//! lacks it (upstream's `mergeAffinityTermNamespacesIfNotEmpty` and
+//! `GetNamespaceLabelsSnapshot`). Nodes without Kubernetes facts have no labels.
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
