@@ -1054,6 +1054,22 @@ mod tests {
         }
     }
 
+    /// A term selecting `app` pods in namespaces not labelled `team=<team>` (a namespace
+    /// without labels included).
+    fn not_team_term(app: &str, team: &str, key: &str) -> AffinityTerm {
+        AffinityTerm {
+            namespace_selector: Some(LabelSelector {
+                match_expressions: vec![loadstar_framework::snapshot::SelectorRequirement {
+                    key: "team".into(),
+                    op: loadstar_framework::snapshot::SelectorOp::NotIn,
+                    values: vec![team.into()],
+                }],
+                ..Default::default()
+            }),
+            ..team_term(app, team, key)
+        }
+    }
+
     fn in_ns(mut p: PodOnNode, namespace: &str) -> PodOnNode {
         p.namespace = namespace.into();
         p
@@ -1145,17 +1161,7 @@ mod tests {
         );
         // The first pod of a group: no pod matches anywhere, so it goes anywhere if its own
         // terms select it; a namespace the table lacks is selected by no non-empty selector.
-        let not_a = AffinityTerm {
-            namespace_selector: Some(LabelSelector {
-                match_expressions: vec![loadstar_framework::snapshot::SelectorRequirement {
-                    key: "team".into(),
-                    op: loadstar_framework::snapshot::SelectorOp::NotIn,
-                    values: vec!["a".into()],
-                }],
-                ..Default::default()
-            }),
-            ..team_term("first", "a", "zone")
-        };
+        let not_a = not_team_term("first", "a", "zone");
         let mut first = incoming(
             "first",
             PodAffinity {
@@ -1205,17 +1211,7 @@ mod tests {
         // A selector that matches no labels: the incoming pod's namespace, known without
         // labels or not known at all, has none.
         let not_a = Arc::new(PodAffinity {
-            required_anti: vec![AffinityTerm {
-                namespace_selector: Some(LabelSelector {
-                    match_expressions: vec![loadstar_framework::snapshot::SelectorRequirement {
-                        key: "team".into(),
-                        op: loadstar_framework::snapshot::SelectorOp::NotIn,
-                        values: vec!["a".into()],
-                    }],
-                    ..Default::default()
-                }),
-                ..team_term("web", "a", "kubernetes.io/hostname")
-            }],
+            required_anti: vec![not_team_term("web", "a", "kubernetes.io/hostname")],
             ..Default::default()
         });
         let nodes = vec![
