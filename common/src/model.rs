@@ -321,6 +321,20 @@ impl ResourceList {
         }
     }
 
+    /// Sets the amount of a named resource (`cpu` in millicores, others in units/bytes).
+    pub fn set(&mut self, name: &str, value: i64) {
+        match name {
+            "cpu" => self.cpu_millis = value,
+            "memory" => self.memory_bytes = value,
+            "ephemeral-storage" => self.ephemeral_storage_bytes = value,
+            "pods" => self.pods = value,
+            GPU_RESOURCE => self.gpus = value,
+            other => {
+                self.extended.insert(other.to_string(), value);
+            }
+        }
+    }
+
     /// The amount of a named resource (`cpu` in millicores, others in units/bytes).
     pub fn get(&self, name: &str) -> i64 {
         match name {
@@ -351,6 +365,11 @@ mod tests {
         assert_eq!(l.memory_bytes, 2 << 30);
         assert_eq!(l.gpus, 2);
         assert_eq!(l.get("example.com/foo"), 3);
+        let mut m = l.clone();
+        m.set("cpu", 7);
+        m.set("hugepages-2Mi", 4 << 20);
+        assert_eq!((m.cpu_millis, m.get("hugepages-2Mi")), (7, 4 << 20));
+        assert_eq!(m.memory_bytes, l.memory_bytes);
         let q = l.to_quantities();
         assert_eq!(q["cpu"], "1500m");
         assert_eq!(q["memory"], "2Gi");

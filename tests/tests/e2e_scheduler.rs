@@ -1248,3 +1248,101 @@ async fn namespace_selectors_follow_the_clusters_namespace_labels() -> Result<()
     delete_nodes(&client, &nodes).await;
     result
 }
+
+/// Native sidecars (init containers with `restartPolicy: Always`) and pod-level
+/// `spec.resources` count as upstream counts them: a sidecar's requests add to the
+/// containers', a pod-level request replaces theirs. The 1.20 API server drops both fields
+/// from stored pods (they came in 1.28 and 1.32), so the pods go through `Scorer.Score`'s
+/// `pod_json`, against a real Node Loadstar watches.
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn sidecars_and_pod_level_requests_count_as_upstream_counts_them() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let node = format!("side-{:06x}", rand_u32() & 0xff_ffff);
+    create_node(&client, &node, "8", "32Gi").await?;
+    let scorer = Scorer::start(&env, "side-1", "lease-side", &[]).await?;
+    let scorer_client = ScorerClient::connect(scorer.endpoint()).await?;
+    let cpu = |v: &str| json!({"requests": {"cpu": v}});
+    let asking = |init: serde_json::Value, resources: Option<serde_json::Value>| {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "asking", "namespace": "default", "uid": "side-u"},
+            "spec": {"schedulerName": "side-nobody",
+                "containers": [{"name": "app", "image": "registry.invalid/app:1",
+                                "resources": cpu("4")}],
+                "initContainers": [init]}});
+        if let Some(r) = resources {
+            p["spec"]["resources"] = r;
+        }
+        p.to_string()
+    };
+    // On 8 CPUs: app 4 + a 5-CPU sidecar is 9 (1.20's max(4, 5) would fit); the same
+    // container as an ordinary init container fits; a pod-level request of 9 (valid: at
+    // least the containers' 5) does not.
+    let sidecar = json!({"name": "proxy", "image": "registry.invalid/proxy:1",
+        "restartPolicy": "Always", "resources": cpu("5")});
+    let mut ordinary = sidecar.clone();
+    ordinary
+        .as_object_mut()
+        .expect("object")
+        .remove("restartPolicy");
+    let cases = [
+        ("sidecar", asking(sidecar, None), false),
+        (
+            "ordinary init container",
+            asking(ordinary.clone(), None),
+            true,
+        ),
+        (
+            "pod-level request",
+            asking(ordinary, Some(json!({"requests": {"cpu": "9"}}))),
+            false,
+        ),
+    ];
+    let run = async {
+        for (what, pod_json, fits) in cases {
+            eventually(
+                &format!("{what}: fits {fits}"),
+                Duration::from_secs(30),
+                || {
+                    let mut s = scorer_client.clone();
+                    let req = pb::ScoreRequest {
+                        pod: Some(pb::score_request::Pod::PodJson(pod_json.clone())),
+                        candidate_nodes: vec![node.clone()],
+                        ..Default::default()
+                    };
+                    let node = node.clone();
+                    async move {
+                        let r = match s.score(req).await {
+                            Ok(r) => r.into_inner(),
+                            Err(st) => return Ok(Err(format!("Score failed: {st}"))),
+                        };
+                        let ranked = r.ranked.iter().any(|n| n.node_name == node);
+                        let insufficient = r.filtered.iter().any(|f| {
+                            f.node_name == node
+                                && f.plugin == "NodeResourcesFit"
+                                && f.reason.contains("Insufficient cpu")
+                        });
+                        let filtered: Vec<String> = r
+                            .filtered
+                            .iter()
+                            .map(|f| format!("{}: {}: {}", f.node_name, f.plugin, f.reason))
+                            .collect();
+                        Ok(if (fits && ranked) || (!fits && insufficient) {
+                            Ok(())
+                        } else {
+                            Err(format!("ranked {ranked}; filtered {filtered:?}"))
+                        })
+                    }
+                },
+            )
+            .await?;
+        }
+        anyhow::Ok(())
+    };
+    let result = run.await.with_context(|| scorer.log_tail());
+    delete_nodes(&client, &[node]).await;
+    result
+}

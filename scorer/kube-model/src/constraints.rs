@@ -490,7 +490,10 @@ pub const POD_SPEC_FIELDS: &[(&str, FieldHandling)] = &[
     ("imagePullSecrets", FieldHandling::Irrelevant("kubelet")),
     (
         "initContainers",
-        FieldHandling::Implemented("NodeResourcesFit (max with the sum)"),
+        FieldHandling::Implemented(
+            "NodeResourcesFit (max with the sum; native sidecars, restartPolicy Always, are \
+             added to the sum and to later init containers), NodePorts (sidecars' hostPorts)",
+        ),
     ),
     (
         "nodeName",
@@ -519,7 +522,13 @@ pub const POD_SPEC_FIELDS: &[(&str, FieldHandling)] = &[
     ),
     ("readinessGates", FieldHandling::Irrelevant("kubelet")),
     ("resourceClaims", FieldHandling::Refused),
-    ("resources", FieldHandling::Refused),
+    (
+        "resources",
+        FieldHandling::Implemented(
+            "NodeResourcesFit and the scores (pod-level requests replace the containers' for \
+             cpu, memory and hugepages)",
+        ),
+    ),
     ("restartPolicy", FieldHandling::Irrelevant("kubelet")),
     (
         "runtimeClassName",
@@ -567,8 +576,7 @@ pub const POD_SPEC_FIELDS: &[(&str, FieldHandling)] = &[
 ];
 
 /// Fields of `spec` (and its containers) that constrain placement in ways Loadstar does not
-/// implement: dynamic resource claims, pod-level resources, plus the placement-bearing
-/// volumes. (Scheduling gates say when, not where: the queue holds a gated pod.)
+/// implement: dynamic resource claims, plus the placement-bearing volumes. (Scheduling gates say when, not where: the queue holds a gated pod.)
 pub fn refused_fields(pod: &Pod) -> Vec<String> {
     let mut out = Vec::new();
     let Some(spec) = pod.spec.as_ref() else {
@@ -576,9 +584,6 @@ pub fn refused_fields(pod: &Pod) -> Vec<String> {
     };
     if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) {
         out.push("spec.resourceClaims".to_string());
-    }
-    if spec.resources.is_some() {
-        out.push("spec.resources (pod-level resources)".to_string());
     }
     for (kind, list) in [
         ("containers", Some(&spec.containers)),
@@ -752,7 +757,6 @@ mod tests {
                 "resourceClaims",
                 json!([{"name": "gpu", "resourceClaimName": "x"}]),
             ),
-            ("resources", json!({"requests": {"cpu": "1"}})),
             (
                 "volumes",
                 json!([{"name": "d", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]),
@@ -778,6 +782,8 @@ mod tests {
         }
         // Gates say when, not where: the queue holds such a pod, the filters do not refuse it.
         assert!(refused_fields(&set("schedulingGates", json!([{"name": "wait"}]))).is_empty());
+        // Pod-level resources are counted (`crate::requests`), not refused.
+        assert!(refused_fields(&set("resources", json!({"requests": {"cpu": "1"}}))).is_empty());
         assert!(refused_fields(&pod(base)).is_empty());
         let claims = pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [
             {"name": "c", "resources": {"claims": [{"name": "gpu"}]}}]}}));

@@ -4,19 +4,18 @@
 //! objects themselves. No I/O: everything here is unit-tested without a cluster.
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use loadstar_common::model::{ResourceList, ResourceListError};
 use thiserror::Error;
 
 use crate::constraints::{self, ConstraintError};
+use crate::requests::{self, RequestsError, Resources};
 use loadstar_common::text::truncate;
 use loadstar_store::cluster::{ClusterError, PodDecoder};
 
 use loadstar_framework::snapshot::{
-    DEFAULT_NONZERO_CPU_MILLIS, DEFAULT_NONZERO_MEMORY_BYTES, HostPort, KubeNode, Owner, PodInfo,
-    Taint, TaintEffect, Toleration,
+    HostPort, KubeNode, Owner, PodInfo, Taint, TaintEffect, Toleration,
 };
 
 /// The object's name, or its `generateName` when it has none (what kube's
@@ -36,17 +35,9 @@ pub use crate::constraints::FIELD_NODE_NAME;
 /// Errors converting a Kubernetes object.
 #[derive(Debug, Clone, Error, PartialEq)]
 pub enum ConvertError {
-    /// A resource quantity did not parse.
-    #[error("pod {pod}: {field}: {source}")]
-    Quantity {
-        /// namespace/name.
-        pod: String,
-        /// Where, e.g. `spec.containers[web].resources.requests`.
-        field: String,
-        /// The parse error.
-        #[source]
-        source: ResourceListError,
-    },
+    /// The pod's requests or limits cannot be read (a quantity, a `restartPolicy`).
+    #[error(transparent)]
+    Resources(#[from] RequestsError),
     /// A toleration is invalid.
     #[error("pod {pod}: spec.tolerations[{index}]: {reason}")]
     Toleration {
@@ -117,96 +108,6 @@ impl PodFacts {
     }
 }
 
-fn parse_list(
-    pod: &str,
-    field: impl FnOnce() -> String,
-    map: Option<&BTreeMap<String, Quantity>>,
-) -> Result<(ResourceList, bool, bool), ConvertError> {
-    let Some(map) = map else {
-        return Ok((ResourceList::default(), false, false));
-    };
-    let list = ResourceList::from_quantities(map.iter().map(|(k, v)| (k.as_str(), v.0.as_str())))
-        .map_err(|source| ConvertError::Quantity {
-        pod: pod.to_string(),
-        field: field(),
-        source,
-    })?;
-    Ok((list, map.contains_key("cpu"), map.contains_key("memory")))
-}
-
-/// A container's requests and limits, with its non-zero CPU/memory requests for scoring.
-struct ContainerResources {
-    requests: ResourceList,
-    limits: ResourceList,
-    nonzero_cpu: i64,
-    nonzero_mem: i64,
-}
-
-fn container_resources(
-    pod: &str,
-    kind: &str,
-    c: &Container,
-) -> Result<ContainerResources, ConvertError> {
-    let res = c.resources.as_ref();
-    let (requests, has_cpu, has_mem) = parse_list(
-        pod,
-        || format!("spec.{kind}[{}].resources.requests", c.name),
-        res.and_then(|r| r.requests.as_ref()),
-    )?;
-    let (limits, _, _) = parse_list(
-        pod,
-        || format!("spec.{kind}[{}].resources.limits", c.name),
-        res.and_then(|r| r.limits.as_ref()),
-    )?;
-    // Kubernetes defaults a missing request to the limit (the API server does it for
-    // containers; we repeat it for objects that bypassed defaulting).
-    let mut requests = requests;
-    let limit_map = res.and_then(|r| r.limits.as_ref());
-    let has = |k: &str| {
-        res.and_then(|r| r.requests.as_ref())
-            .is_some_and(|m| m.contains_key(k))
-    };
-    let mut has_cpu = has_cpu;
-    let mut has_mem = has_mem;
-    if let Some(lm) = limit_map {
-        for name in lm.keys() {
-            if !has(name) {
-                let v = limits.get(name);
-                match name.as_str() {
-                    "cpu" => {
-                        requests.cpu_millis = v;
-                        has_cpu = true;
-                    }
-                    "memory" => {
-                        requests.memory_bytes = v;
-                        has_mem = true;
-                    }
-                    "ephemeral-storage" => requests.ephemeral_storage_bytes = v,
-                    loadstar_common::model::GPU_RESOURCE => requests.gpus = v,
-                    "pods" => {}
-                    other => {
-                        requests.extended.insert(other.to_string(), v);
-                    }
-                }
-            }
-        }
-    }
-    Ok(ContainerResources {
-        nonzero_cpu: if has_cpu {
-            requests.cpu_millis
-        } else {
-            DEFAULT_NONZERO_CPU_MILLIS
-        },
-        nonzero_mem: if has_mem {
-            requests.memory_bytes
-        } else {
-            DEFAULT_NONZERO_MEMORY_BYTES
-        },
-        requests,
-        limits,
-    })
-}
-
 /// Converts a pod. Never fails as a whole: a pod whose spec cannot be scheduled as written
 /// (a malformed quantity, an unknown operator) carries the error in [`PodFacts::info`].
 pub fn pod_facts(pod: &Pod) -> PodFacts {
@@ -272,31 +173,12 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
             ..Default::default()
         });
     };
-    // Effective requests: sum of containers, max with each init container, plus overhead.
-    let mut requests = ResourceList::default();
-    let mut limits = ResourceList::default();
-    let (mut nz_cpu, mut nz_mem) = (0i64, 0i64);
-    for c in &spec.containers {
-        let r = container_resources(&key, "containers", c)?;
-        requests.add(&r.requests);
-        limits.add(&r.limits);
-        nz_cpu = nz_cpu.saturating_add(r.nonzero_cpu);
-        nz_mem = nz_mem.saturating_add(r.nonzero_mem);
-    }
-    for c in spec.init_containers.iter().flatten() {
-        let r = container_resources(&key, "initContainers", c)?;
-        requests.max_with(&r.requests);
-        limits.max_with(&r.limits);
-        nz_cpu = nz_cpu.max(r.nonzero_cpu);
-        nz_mem = nz_mem.max(r.nonzero_mem);
-    }
-    let (overhead, _, _) = parse_list(&key, || "spec.overhead".into(), spec.overhead.as_ref())?;
-    requests.add(&overhead);
-    if !limits.to_quantities().is_empty() {
-        limits.add(&overhead);
-    }
-    nz_cpu = nz_cpu.saturating_add(overhead.cpu_millis);
-    nz_mem = nz_mem.saturating_add(overhead.memory_bytes);
+    let Resources {
+        requests,
+        limits,
+        nonzero_cpu: nz_cpu,
+        nonzero_mem: nz_mem,
+    } = requests::pod_resources(&key, spec, pod.status.as_ref())?;
 
     let mut tolerations = Vec::new();
     for (index, t) in spec.tolerations.iter().flatten().enumerate() {
@@ -349,7 +231,16 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
     // The API server defaults hostPort to containerPort under hostNetwork; a manifest sent
     // as `pod_json` has not been through it.
     let host_network = spec.host_network == Some(true);
-    for c in &spec.containers {
+    // Native sidecars' ports are held while the pod runs, and upstream's NodePorts counts
+    // them (1.34, and 1.33's patch releases: kubernetes#132040); ordinary init containers'
+    // ports are not.
+    let mut sidecars = Vec::new();
+    for c in spec.init_containers.iter().flatten() {
+        if requests::is_sidecar(&key, c)? {
+            sidecars.push(c);
+        }
+    }
+    for c in spec.containers.iter().chain(sidecars) {
         for p in c.ports.iter().flatten() {
             let hp = p
                 .host_port
@@ -485,6 +376,7 @@ pub fn node_changed(a: &KubeNode, b: &KubeNode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use loadstar_framework::snapshot::{DEFAULT_NONZERO_CPU_MILLIS, DEFAULT_NONZERO_MEMORY_BYTES};
     use serde_json::json;
 
     fn pod(v: serde_json::Value) -> Pod {
@@ -539,6 +431,51 @@ mod tests {
                 kind: "ReplicaSet".into(),
                 name: "web-1".into()
             })
+        );
+    }
+
+    #[test]
+    fn sidecars_count_their_requests_and_host_ports_ordinary_init_containers_only_requests() {
+        let f = pod_facts(&pod(json!({
+            "metadata": {"name": "mesh", "namespace": "ns"},
+            "spec": {
+                "hostNetwork": true,
+                "containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}},
+                                "ports": [{"containerPort": 8080}]}],
+                "initContainers": [
+                    {"name": "setup", "resources": {"requests": {"cpu": "1"}},
+                     "ports": [{"containerPort": 9000}]},
+                    {"name": "proxy", "restartPolicy": "Always",
+                     "resources": {"requests": {"cpu": "2"}},
+                     "ports": [{"containerPort": 15001, "protocol": "UDP"}]}
+                ],
+                "resources": {"requests": {"memory": "1Gi"}}
+            }
+        })));
+        let info = f.info.expect("valid");
+        // app 1 + proxy 2 running; setup ran alone before: 3 CPUs, not 1.20's max(1, 1, 2).
+        assert_eq!(info.requests.cpu_millis, 3000);
+        assert_eq!(info.requests.memory_bytes, 1 << 30);
+        assert!(info.unsupported.is_empty(), "{:?}", info.unsupported);
+        let ports: Vec<(u16, &str)> = info
+            .host_ports
+            .iter()
+            .map(|p| (p.port, p.protocol.as_str()))
+            .collect();
+        assert_eq!(ports, [(8080, "TCP"), (15001, "UDP")]);
+
+        let f = pod_facts(&pod(json!({
+            "metadata": {"name": "bad", "namespace": "ns"},
+            "spec": {"containers": [{"name": "app"}],
+                     "initContainers": [{"name": "x", "restartPolicy": "Never"}]}
+        })));
+        assert!(
+            matches!(
+                f.info,
+                Err(ConvertError::Resources(RequestsError::Field { .. }))
+            ),
+            "{:?}",
+            f.info
         );
     }
 

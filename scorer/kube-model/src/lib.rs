@@ -5,4 +5,5 @@
 pub mod attach;
 pub mod constraints;
 pub mod convert;
+pub mod requests;
 pub mod volume_lookup;

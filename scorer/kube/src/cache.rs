@@ -174,6 +174,18 @@ fn pod_on_node_changed(old: &PodFacts, new: &PodFacts) -> bool {
     }
 }
 
+/// Whether a resize to `new` gives back any of what `old` held.
+fn shrinks(old: &Placement, new: &PodInfo) -> bool {
+    let (a, b) = (&old.requests, &new.requests);
+    b.cpu_millis < a.cpu_millis
+        || b.memory_bytes < a.memory_bytes
+        || b.ephemeral_storage_bytes < a.ephemeral_storage_bytes
+        || b.gpus < a.gpus
+        || a.extended.iter().any(|(k, v)| b.get(k) < *v)
+        || new.nonzero_cpu_millis < old.nonzero_cpu_millis
+        || new.nonzero_memory_bytes < old.nonzero_memory_bytes
+}
+
 fn add_to(a: &mut NodeAllocation, p: &Placement, pod: PodOnNode) {
     a.requested.add(&p.requests);
     a.requested.pods = a.requested.pods.saturating_add(1);
@@ -603,6 +615,7 @@ impl ClusterCache {
         let mut place: Option<(Arc<str>, Placement, PodOnNode)> = None;
         let mut unplace: Option<Placement> = None;
         let mut refresh: Option<(Arc<str>, PodOnNode)> = None;
+        let mut resized_down = false;
         {
             let mut inner = self.lock();
             if let Some(seen) = inner.relist_pods.as_mut() {
@@ -656,7 +669,21 @@ impl ClusterCache {
                         } else {
                             previous.is_some_and(|old| pod_on_node_changed(&old, &facts))
                         };
-                        if changed {
+                        // An in-place resize (1.33+) changes a bound pod's requests: the
+                        // node's sums move with it.
+                        let resized = p.requests != info.requests
+                            || p.nonzero_cpu_millis != info.nonzero_cpu_millis
+                            || p.nonzero_memory_bytes != info.nonzero_memory_bytes;
+                        if resized {
+                            resized_down = shrinks(p, info);
+                            unplace = Some(p.clone());
+                            p.requests = info.requests.clone();
+                            p.nonzero_cpu_millis = info.nonzero_cpu_millis;
+                            p.nonzero_memory_bytes = info.nonzero_memory_bytes;
+                            let (on, claims) = self.placed_form(info, &facts);
+                            p.claim_attachable = claims;
+                            place = Some((p.node.clone(), p.clone(), on));
+                        } else if changed {
                             let (on, claims) = self.placed_form(info, &facts);
                             p.claim_attachable = claims;
                             refresh = Some((p.node.clone(), on));
@@ -692,6 +719,10 @@ impl ClusterCache {
         }
         if let Some((node, p, on)) = place {
             self.store.update_allocation(&node, |a| add_to(a, &p, on));
+        }
+        if resized_down {
+            // Room freed on a node may help waiting pods.
+            self.queue.with(|q| q.retry_all());
         }
         if let Some((node, on)) = refresh {
             // Same node, same requests: only what affinity and spreading read changed.
@@ -1035,6 +1066,51 @@ mod tests {
         assert_eq!(keys, vec!["ns/b"]);
         // Deleting the bound pod frees the node.
         cache.delete_pod(&pod("a", "ua", "default-scheduler", Some("n1"), "500m"));
+        let a = alloc(&store, "n1");
+        assert_eq!((a.requested.cpu_millis, a.requested.pods), (0, 0));
+    }
+
+    #[test]
+    fn in_place_resizes_move_the_nodes_sums_and_a_shrink_retries_waiting_pods() {
+        let (store, queue, cache) = setup();
+        cache.apply_node(&node("n1"));
+        cache.apply_pod(&pod("waiting", "uw", "loadstar", None, "4"));
+        let popped = queue
+            .with(|q| q.pop(tokio::time::Instant::now()))
+            .expect("queued");
+        queue.with(|q| q.requeue_backoff(&popped.key, tokio::time::Instant::now()));
+        // A bound pod resized from 1 to 3 CPUs while the kubelet still runs it at 1.
+        let resized = |spec: &str, reported: &str| {
+            let mut p = pod("web", "u1", "default-scheduler", Some("n1"), spec);
+            p.status = Some(
+                serde_json::from_value(json!({"phase": "Running", "containerStatuses": [
+                    {"name": "c", "image": "i", "imageID": "", "ready": true,
+                     "restartCount": 0, "resources": {"requests": {"cpu": reported}},
+                     "allocatedResources": {"cpu": reported}}]}))
+                .expect("status"),
+            );
+            p
+        };
+        cache.apply_pod(&resized("1", "1"));
+        let a = alloc(&store, "n1");
+        assert_eq!((a.requested.cpu_millis, a.nonzero_cpu_millis), (1000, 1000));
+        cache.apply_pod(&resized("3", "1"));
+        let a = alloc(&store, "n1");
+        assert_eq!((a.requested.cpu_millis, a.requested.pods), (3000, 1));
+        assert_eq!(a.nonzero_cpu_millis, 3000);
+        assert_eq!(a.pods.len(), 1);
+        assert_eq!(
+            queue.with(|q| q.depths()).backoff,
+            1,
+            "growing frees nothing"
+        );
+        // Back down to 500m, actuated: the node frees room and the waiting pod is retried.
+        cache.apply_pod(&resized("500m", "500m"));
+        let a = alloc(&store, "n1");
+        assert_eq!((a.requested.cpu_millis, a.requested.pods), (500, 1));
+        assert_eq!(queue.with(|q| q.depths()).active, 1);
+        // Deleting it frees exactly what it holds now.
+        cache.delete_pod(&resized("500m", "500m"));
         let a = alloc(&store, "n1");
         assert_eq!((a.requested.cpu_millis, a.requested.pods), (0, 0));
     }
