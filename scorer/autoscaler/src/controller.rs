@@ -184,11 +184,19 @@ fn key(o: &DynamicObject) -> String {
     format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
 }
 
-/// The sum of the containers' requests for `resource` (cores or bytes), as the HPA counts them.
+/// The sum of the containers' requests for `resource` (cores or bytes), as the HPA counts them:
+/// native sidecars (init containers with `restartPolicy: Always`) included, as since 1.29
+/// (kubernetes#120001), since they run, and are measured, beside the containers.
 pub fn pod_request(pod: &Pod, resource: &str) -> f64 {
     let Some(spec) = &pod.spec else { return 0.0 };
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
     spec.containers
         .iter()
+        .chain(sidecars)
         .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get(resource))
         .map(|q| {
             if resource == "cpu" {
@@ -625,6 +633,17 @@ mod tests {
         assert!((pod_request(&p, "cpu") - 0.75).abs() < 1e-9);
         assert_eq!(pod_request(&p, "memory"), 2.0 * 64.0 * 1024.0 * 1024.0);
         assert_eq!(pod_request(&p, "nvidia.com/gpu"), 0.0);
+        // A native sidecar counts; an ordinary init container, which has exited, does not.
+        let mut p = pod("Running", &["250m"], false);
+        p.spec.as_mut().expect("spec").init_containers = Some(
+            serde_json::from_value(json!([
+                {"name": "setup", "resources": {"requests": {"cpu": "2"}}},
+                {"name": "proxy", "restartPolicy": "Always",
+                 "resources": {"requests": {"cpu": "500m"}}}
+            ]))
+            .expect("init containers"),
+        );
+        assert!((pod_request(&p, "cpu") - 0.75).abs() < 1e-9);
     }
 
     #[test]
