@@ -284,6 +284,22 @@ pub struct SpreadConstraint {
     /// global minimum counts as 0, so pods spread into domains that do not exist yet (a
     /// cluster autoscaler adds them). 1 or less changes nothing.
     pub min_domains: i32,
+    /// `nodeAffinityPolicy` / `nodeTaintsPolicy` (1.26+), when the pod states either:
+    /// which nodes' domains and pods count, as releases with the fields count them. `None`
+    /// (neither stated) counts as kube-scheduler 1.20 does.
+    pub inclusion: Option<NodeInclusion>,
+}
+
+/// A spread constraint's node inclusion policies: a node's domain and pods count only if the
+/// node passes them (upstream's `matchNodeInclusionPolicies`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeInclusion {
+    /// `nodeAffinityPolicy: Honor` (its default): only nodes the pod's `nodeSelector` and
+    /// required node affinity admit. `Ignore`: every node.
+    pub honor_affinity: bool,
+    /// `nodeTaintsPolicy: Honor`: only nodes whose `NoSchedule`/`NoExecute` taints the pod
+    /// tolerates. `Ignore` (its default): every node.
+    pub honor_taints: bool,
 }
 
 #[cfg(test)]

@@ -70,8 +70,9 @@ pub struct Toleration {
 }
 
 pub use crate::constraints::{
-    AffinityTerm, LabelSelector, NamespaceLabels, NodeSelectorTerm, PodAffinity, SelectorOp,
-    SelectorRequirement, SharedAffinity, SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
+    AffinityTerm, LabelSelector, NamespaceLabels, NodeInclusion, NodeSelectorTerm, PodAffinity,
+    SelectorOp, SelectorRequirement, SharedAffinity, SpreadConstraint, WeightedAffinityTerm,
+    WhenUnsatisfiable,
 };
 pub use crate::volumes::{
     AttachKind, AttachableVolume, CandidateVolume, ClaimToBind, InlineDisk, Provisioning,

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeSelector;
 use loadstar_framework::snapshot::{
-    AffinityTerm, InlineDisk, LabelSelector, NodeSelectorTerm, PodAffinity, SelectorOp,
-    SelectorRequirement, SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
+    AffinityTerm, InlineDisk, LabelSelector, NodeInclusion, NodeSelectorTerm, PodAffinity,
+    SelectorOp, SelectorRequirement, SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
 };
 use thiserror::Error;
 
@@ -346,13 +346,11 @@ pub fn pod_affinity(
 }
 
 /// Converts `spec.topologySpreadConstraints`, `matchLabelKeys` merged into the selector from
-/// the incoming pod's `labels`, and `minDomains` (validated as upstream does). The node
-/// inclusion policies other than their defaults go to `unsupported`: Loadstar counts as
-/// 1.20 does, which is those defaults.
+/// the incoming pod's `labels`, `minDomains` and the node inclusion policies (validated as
+/// upstream does).
 pub fn spread_constraints(
     spec: &PodSpec,
     labels: &BTreeMap<String, String>,
-    unsupported: &mut Vec<String>,
 ) -> Result<Vec<SpreadConstraint>, ConstraintError> {
     let mut out = Vec::new();
     for (i, c) in spec
@@ -362,30 +360,21 @@ pub fn spread_constraints(
         .enumerate()
     {
         let field = format!("spec.topologySpreadConstraints[{i}]");
-        for (set, default, name) in [
-            (
-                c.node_affinity_policy.as_deref(),
-                "Honor",
-                "nodeAffinityPolicy",
-            ),
-            (
-                c.node_taints_policy.as_deref(),
-                "Ignore",
-                "nodeTaintsPolicy",
-            ),
-        ] {
-            match set {
-                None => {}
-                Some(v) if v == default => {}
-                Some(v @ ("Honor" | "Ignore")) => unsupported.push(format!("{field}.{name}: {v}")),
-                Some(other) => {
-                    return Err(error(
-                        &format!("{field}.{name}"),
-                        format!("must be Honor or Ignore, got {other:?}"),
-                    ));
-                }
-            }
-        }
+        let policy = |set: Option<&str>, name: &str| match set {
+            None => Ok(None),
+            Some("Honor") => Ok(Some(true)),
+            Some("Ignore") => Ok(Some(false)),
+            Some(other) => Err(error(
+                &format!("{field}.{name}"),
+                format!("must be Honor or Ignore, got {other:?}"),
+            )),
+        };
+        let affinity = policy(c.node_affinity_policy.as_deref(), "nodeAffinityPolicy")?;
+        let taints = policy(c.node_taints_policy.as_deref(), "nodeTaintsPolicy")?;
+        let inclusion = (affinity.is_some() || taints.is_some()).then(|| NodeInclusion {
+            honor_affinity: affinity.unwrap_or(true),
+            honor_taints: taints.unwrap_or(false),
+        });
 
         if c.max_skew <= 0 {
             return Err(error(&field, "maxSkew must be greater than zero"));
@@ -430,6 +419,7 @@ pub fn spread_constraints(
                 }
                 Some(m) => m,
             },
+            inclusion,
         });
     }
     Ok(out)
@@ -946,10 +936,15 @@ mod tests {
         }));
         let spec = p.spec.as_ref().expect("spec");
         let labels = p.metadata.labels.as_ref().expect("labels");
-        let mut unsupported = Vec::new();
-        let spread = spread_constraints(spec, labels, &mut unsupported).expect("converts");
-        // The explicit policies are the defaults, 1.20's counting: nothing refused.
-        assert!(unsupported.is_empty(), "{unsupported:?}");
+        let spread = spread_constraints(spec, labels).expect("converts");
+        // The policies, stated (as their defaults): counted as the releases with them count.
+        assert_eq!(
+            spread[0].inclusion,
+            Some(NodeInclusion {
+                honor_affinity: true,
+                honor_taints: false
+            })
+        );
         // A key the pod does not carry is ignored.
         assert_eq!(
             requirements(&spread[0].selector),
@@ -1000,7 +995,6 @@ mod tests {
         let c = spread_constraints(
             merged.spec.as_ref().expect("spec"),
             merged.metadata.labels.as_ref().expect("labels"),
-            &mut Vec::new(),
         )
         .expect("converts");
         assert_eq!(
@@ -1017,8 +1011,8 @@ mod tests {
             "topologySpreadConstraints": [
                 {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
                  "matchLabelKeys": ["app"]}]}}));
-        let e = spread_constraints(bad.spec.as_ref().expect("spec"), labels, &mut Vec::new())
-            .expect_err("no selector");
+        let e =
+            spread_constraints(bad.spec.as_ref().expect("spec"), labels).expect_err("no selector");
         assert_eq!(e.field, "spec.topologySpreadConstraints[0]");
         let policies = |affinity: &str, taints: &str| {
             pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [],
@@ -1026,20 +1020,24 @@ mod tests {
                     {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
                      "nodeAffinityPolicy": affinity, "nodeTaintsPolicy": taints}]}}))
         };
-        let mut unsupported = Vec::new();
         let p = policies("Ignore", "Honor");
-        spread_constraints(p.spec.as_ref().expect("spec"), labels, &mut unsupported)
-            .expect("converts");
+        let c = spread_constraints(p.spec.as_ref().expect("spec"), labels).expect("converts");
         assert_eq!(
-            unsupported,
-            [
-                "spec.topologySpreadConstraints[0].nodeAffinityPolicy: Ignore",
-                "spec.topologySpreadConstraints[0].nodeTaintsPolicy: Honor"
-            ]
+            c[0].inclusion,
+            Some(NodeInclusion {
+                honor_affinity: false,
+                honor_taints: true
+            })
         );
+        // Neither stated: 1.20's counting.
+        let p = pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [],
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                "whenUnsatisfiable": "DoNotSchedule"}]}}));
+        let c = spread_constraints(p.spec.as_ref().expect("spec"), labels).expect("converts");
+        assert_eq!(c[0].inclusion, None);
         let p = policies("Honor", "Sometimes");
-        let e = spread_constraints(p.spec.as_ref().expect("spec"), labels, &mut Vec::new())
-            .expect_err("unknown policy");
+        let e =
+            spread_constraints(p.spec.as_ref().expect("spec"), labels).expect_err("unknown policy");
         assert_eq!(
             e.to_string(),
             "spec.topologySpreadConstraints[0].nodeTaintsPolicy: must be Honor or Ignore, got \"Sometimes\""
@@ -1055,7 +1053,7 @@ mod tests {
                  "labelSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}}
             ]}
         }));
-        let err = spread_constraints(p.spec.as_ref().expect("spec"), &NO_LABELS, &mut Vec::new())
+        let err = spread_constraints(p.spec.as_ref().expect("spec"), &NO_LABELS)
             .expect_err("In without values");
         assert_eq!(
             err.field,
@@ -1070,12 +1068,9 @@ mod tests {
                 ]}
             }))
         };
-        let mut unsupported = Vec::new();
         let p = with_min_domains("DoNotSchedule", 3);
-        let c = spread_constraints(p.spec.as_ref().expect("spec"), &NO_LABELS, &mut unsupported)
-            .expect("converts");
+        let c = spread_constraints(p.spec.as_ref().expect("spec"), &NO_LABELS).expect("converts");
         assert_eq!(c[0].min_domains, 3);
-        assert!(unsupported.is_empty(), "{unsupported:?}");
         for (when, min, message) in [
             (
                 "ScheduleAnyway",
@@ -1085,7 +1080,7 @@ mod tests {
             ("DoNotSchedule", 0, "must be greater than zero, got 0"),
         ] {
             let p = with_min_domains(when, min);
-            let e = spread_constraints(p.spec.as_ref().expect("spec"), &NO_LABELS, &mut Vec::new())
+            let e = spread_constraints(p.spec.as_ref().expect("spec"), &NO_LABELS)
                 .expect_err("invalid minDomains");
             assert_eq!(
                 e.to_string(),

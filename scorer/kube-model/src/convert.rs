@@ -216,7 +216,7 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
     };
     let (required_affinity, preferred_node_affinity) =
         constraints::node_affinity(spec).map_err(constraint)?;
-    let mut unsupported = constraints::refused_fields(pod);
+    let unsupported = constraints::refused_fields(pod);
     let no_labels = BTreeMap::new();
     let labels = pod.metadata.labels.as_ref().unwrap_or(&no_labels);
     let incoming = constraints::IncomingPod {
@@ -224,8 +224,7 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         labels,
     };
     let pod_affinity = constraints::pod_affinity(spec, incoming).map_err(constraint)?;
-    let spread_constraints =
-        constraints::spread_constraints(spec, labels, &mut unsupported).map_err(constraint)?;
+    let spread_constraints = constraints::spread_constraints(spec, labels).map_err(constraint)?;
 
     let mut host_ports = Vec::new();
     // The API server defaults hostPort to containerPort under hostNetwork; a manifest sent

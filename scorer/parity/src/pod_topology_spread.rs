@@ -34,7 +34,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use loadstar_framework::snapshot::{
-    NodeView, PodInfo, PodOnNode, SpreadConstraint, WhenUnsatisfiable,
+    NodeInclusion, NodeView, PodInfo, PodOnNode, SpreadConstraint, WhenUnsatisfiable,
 };
 use loadstar_framework::{
     CycleContext, FilterPlugin, MAX_NODE_SCORE, PreFilterState, Reason, ScorePlugin,
@@ -43,6 +43,7 @@ use serde::Deserialize;
 
 use crate::args::{PluginError, parse_args};
 use crate::node_affinity::pod_matches_node;
+use crate::taint_toleration::first_untolerated;
 
 /// Plugin name.
 pub const NAME: &str = "PodTopologySpread";
@@ -90,6 +91,7 @@ pub fn system_defaults() -> Vec<SpreadConstraint> {
             when_unsatisfiable: WhenUnsatisfiable::ScheduleAnyway,
             selector: None,
             min_domains: 0,
+            inclusion: None,
         })
         .collect()
 }
@@ -159,6 +161,7 @@ fn default_constraints(a: &Args) -> Result<Vec<SpreadConstraint>, PluginError> {
             when_unsatisfiable: when,
             selector: None,
             min_domains: 0,
+            inclusion: None,
         });
     }
     Ok(out)
@@ -202,16 +205,26 @@ pub fn prefilter_state(
     let mut counts: Vec<ConstraintCounts> = vec![ConstraintCounts::default(); hard.len()];
     for node in nodes {
         let l = node.labels_or_empty();
-        if !hard.iter().all(|c| l.contains_key(&c.topology_key)) || !pod_matches_node(pod, node) {
+        if !hard.iter().all(|c| l.contains_key(&c.topology_key)) {
             continue;
         }
+        let included = Included::new(pod, node);
         for (c, out) in hard.iter().zip(counts.iter_mut()) {
-            out.per_value.entry(l[&c.topology_key].clone()).or_insert(0);
+            if included.by(c) {
+                out.per_value.entry(l[&c.topology_key].clone()).or_insert(0);
+            }
         }
     }
     for node in nodes {
         let l = node.labels_or_empty();
+        let all_keys = hard.iter().all(|c| l.contains_key(&c.topology_key));
+        let included = Included::new(pod, node);
         for (c, out) in hard.iter().zip(counts.iter_mut()) {
+            // 1.20 counts the pods of every node in an eligible domain; releases with the
+            // inclusion policies, only those of nodes that pass them.
+            if c.inclusion.is_some() && !(all_keys && included.by(c)) {
+                continue;
+            }
             // A node outside the eligible domains adds nothing (upstream: nil counter).
             let value = l.get(&c.topology_key).map(String::as_str).unwrap_or("");
             let Some(n) = out.per_value.get_mut(value) else {
@@ -260,17 +273,62 @@ pub fn update_with_pod(
     if !hard.iter().all(|c| l.contains_key(&c.topology_key)) {
         return;
     }
+    let included = Included::new(pod, node);
     for (c, counts) in hard.iter().zip(state.constraints.iter_mut()) {
         if !c
             .selector
             .as_ref()
             .is_some_and(|s| s.matches(&existing.labels))
+            || (c.inclusion.is_some() && !included.by(c))
         {
             continue;
         }
         if let Some(n) = counts.per_value.get_mut(&l[&c.topology_key]) {
             *n = n.saturating_add(i32::try_from(delta).unwrap_or(0));
             counts.min = counts.per_value.values().copied().min().unwrap_or(i32::MAX);
+        }
+    }
+}
+
+/// Whether a node's domain and pods count for a constraint, the node's checks made at most
+/// once: upstream's `matchNodeInclusionPolicies` for a constraint that states its policies,
+/// else the pod's node affinity (1.20, and the policies' defaults).
+struct Included<'a> {
+    pod: &'a PodInfo,
+    node: &'a NodeView,
+    affinity: std::cell::OnceCell<bool>,
+    tolerated: std::cell::OnceCell<bool>,
+}
+
+impl<'a> Included<'a> {
+    fn new(pod: &'a PodInfo, node: &'a NodeView) -> Self {
+        Included {
+            pod,
+            node,
+            affinity: std::cell::OnceCell::new(),
+            tolerated: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn affinity(&self) -> bool {
+        *self
+            .affinity
+            .get_or_init(|| pod_matches_node(self.pod, self.node))
+    }
+
+    fn by(&self, c: &SpreadConstraint) -> bool {
+        match c.inclusion {
+            None => self.affinity(),
+            Some(NodeInclusion {
+                honor_affinity,
+                honor_taints,
+            }) => {
+                (!honor_affinity || self.affinity())
+                    && (!honor_taints
+                        || *self
+                            .tolerated
+                            .get_or_init(|| first_untolerated(self.pod, self.node).is_none()))
+            }
         }
     }
 }
@@ -479,10 +537,14 @@ impl ScorePlugin for PodTopologySpread {
             .collect();
         for node in ctx.snapshot.nodes() {
             let l = node.labels_or_empty();
-            if !has_keys(l) || !pod_matches_node(pod, node) {
+            if !has_keys(l) {
                 continue;
             }
+            let included = Included::new(pod, node);
             for c in &soft {
+                if !included.by(c) {
+                    continue;
+                }
                 if let Some(n) = counts
                     .get_mut(c.topology_key.as_str())
                     .and_then(|values| values.get_mut(l[&c.topology_key].as_str()))
@@ -540,7 +602,8 @@ mod tests {
     use std::sync::Arc;
 
     use loadstar_framework::snapshot::{
-        LabelSelector, NodeSelectorTerm, PodOnNode, SelectorOp, SelectorRequirement,
+        LabelSelector, NodeSelectorTerm, PodOnNode, SelectorOp, SelectorRequirement, Taint,
+        TaintEffect, Toleration,
     };
     use loadstar_testkit::snapshot::*;
 
@@ -585,6 +648,7 @@ mod tests {
                 ..Default::default()
             }),
             min_domains: 0,
+            inclusion: None,
         }];
         p
     }
@@ -691,6 +755,144 @@ mod tests {
         // Without the affinity zone a counts: minimum 0, only a fits.
         p.required_affinity.clear();
         assert_eq!(feasible(nodes, &p), vec!["a1"]);
+    }
+
+    fn policies(p: &mut PodInfo, honor_affinity: bool, honor_taints: bool) {
+        for c in &mut p.spread_constraints {
+            c.inclusion = Some(NodeInclusion {
+                honor_affinity,
+                honor_taints,
+            });
+        }
+    }
+
+    fn tainted(n: NodeView) -> NodeView {
+        edit_kube(n, |k| {
+            k.taints = vec![Taint {
+                key: "dedicated".into(),
+                value: "batch".into(),
+                effect: TaintEffect::NoSchedule,
+            }]
+        })
+    }
+
+    #[test]
+    fn node_taints_policy_honor_leaves_out_domains_of_untolerated_nodes() {
+        // Zones a and b hold 1 web pod each; zone c's only node is tainted and empty.
+        let nodes = || {
+            vec![
+                node("a1", Some("a"), 1),
+                node("b1", Some("b"), 1),
+                tainted(node("c1", Some("c"), 0)),
+            ]
+        };
+        // Ignore (the default): zone c counts, the minimum is 0, only c1 fits this filter
+        // (TaintToleration, not in this profile, would then refuse it).
+        let mut p = spread(1, "zone");
+        assert_eq!(feasible(nodes(), &p), vec!["c1"]);
+        policies(&mut p, true, false);
+        assert_eq!(feasible(nodes(), &p), vec!["c1"]);
+        // Honor: zone c does not count, the minimum is 1, every node passes.
+        policies(&mut p, true, true);
+        assert_eq!(feasible(nodes(), &p), vec!["a1", "b1", "c1"]);
+        // A pod tolerating the taint counts zone c again.
+        p.tolerations = vec![Toleration {
+            key: "dedicated".into(),
+            exists: true,
+            ..Default::default()
+        }];
+        assert_eq!(feasible(nodes(), &p), vec!["c1"]);
+        // A PreferNoSchedule taint never excludes a node.
+        p.tolerations.clear();
+        let soft_taint = || {
+            let mut n = nodes();
+            n[2] = edit_kube(n[2].clone(), |k| {
+                k.taints[0].effect = TaintEffect::PreferNoSchedule
+            });
+            n
+        };
+        assert_eq!(feasible(soft_taint(), &p), vec!["c1"]);
+    }
+
+    #[test]
+    fn node_affinity_policy_ignore_counts_domains_the_pod_cannot_go_to() {
+        // As `domains_outside_the_pods_node_affinity_do_not_count`, with Ignore: zone a's
+        // empty domain counts, the minimum is 0, and neither b1 nor c1 fits.
+        let nodes = vec![
+            node("a1", Some("a"), 0),
+            node("b1", Some("b"), 1),
+            node("c1", Some("c"), 1),
+        ];
+        let mut p = spread(1, "zone");
+        p.required_affinity = only_zones_b_and_c();
+        assert_eq!(feasible(nodes.clone(), &p), vec!["b1", "c1"]);
+        policies(&mut p, false, false);
+        assert_eq!(feasible(nodes, &p), Vec::<String>::new());
+    }
+
+    #[test]
+    fn stated_policies_count_only_pods_on_nodes_that_pass_them() {
+        // Zone b has an SSD node b1 (empty) and a plain node b2 with 2 web pods; zone c an
+        // empty SSD node. The pod needs an SSD.
+        let ssd = |n: NodeView| {
+            edit_kube(n, |k| {
+                k.labels.insert("disk".into(), "ssd".into());
+            })
+        };
+        let nodes = vec![
+            ssd(node("b1", Some("b"), 0)),
+            node("b2", Some("b"), 2),
+            ssd(node("c1", Some("c"), 0)),
+        ];
+        let mut p = spread(1, "zone");
+        p.node_selector = l(&[("disk", "ssd")]);
+        // 1.20 counts b2's pods in zone b (b = 2, c = 0): only c1 fits.
+        assert_eq!(feasible(nodes.clone(), &p), vec!["c1"]);
+        // Stated, as the releases with the fields count: b2 does not pass, zone b is 0.
+        policies(&mut p, true, false);
+        assert_eq!(feasible(nodes.clone(), &p), vec!["b1", "c1"]);
+        // Removing and re-adding a pod keeps the state equal to a recount, b2's pods included.
+        let cs = p.spread_constraints.clone();
+        let full = prefilter_state(&nodes, &p, &cs);
+        for n in &nodes {
+            for victim in &n.alloc.pods {
+                let mut s = full.clone();
+                update_with_pod(&mut s, &p, &cs, victim, n, -1);
+                assert_eq!(s, full, "{} is on a node that does not count", victim.uid);
+            }
+        }
+    }
+
+    #[test]
+    fn soft_constraints_count_by_their_policies() {
+        // Zone a: 2 web pods on a tainted node and none on a1; zone b: 1.
+        let nodes = vec![
+            node("a1", Some("a"), 0),
+            tainted(node("a2", Some("a"), 2)),
+            node("b1", Some("b"), 1),
+        ];
+        let snap = snapshot(nodes);
+        let refs: Vec<&NodeView> = vec![&snap.nodes()[0], &snap.nodes()[2]];
+        let score = |p: &PodInfo| {
+            let mut out = vec![0; 2];
+            ScorePlugin::score(
+                &PodTopologySpread::default(),
+                &ctx(&snap),
+                p,
+                &refs,
+                &mut out,
+            );
+            out
+        };
+        let mut p = spread(1, "zone");
+        p.spread_constraints[0].when_unsatisfiable = WhenUnsatisfiable::ScheduleAnyway;
+        // Ignore: zone a counts a2's 2 pods, b1's zone is emptier.
+        let ignore = score(&p);
+        assert!(ignore[1] > ignore[0], "{ignore:?}");
+        // Honor: a2 does not count, zone a (0) is emptier than b (1).
+        policies(&mut p, true, true);
+        let honor = score(&p);
+        assert!(honor[0] > honor[1], "{honor:?}");
     }
 
     #[test]

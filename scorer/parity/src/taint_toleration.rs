@@ -155,7 +155,7 @@ fn untolerated(pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
 }
 
 /// The node's first `NoSchedule` or `NoExecute` taint the pod does not tolerate.
-fn first_untolerated<'n>(pod: &PodInfo, node: &'n NodeView) -> Option<&'n Taint> {
+pub(crate) fn first_untolerated<'n>(pod: &PodInfo, node: &'n NodeView) -> Option<&'n Taint> {
     node.kube.as_ref()?.taints.iter().find(|t| {
         matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute)
             && !tolerated(&pod.tolerations, t)
