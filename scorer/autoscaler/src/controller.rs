@@ -184,11 +184,28 @@ fn key(o: &DynamicObject) -> String {
     format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
 }
 
-/// The sum of the containers' requests for `resource` (cores or bytes), as the HPA counts them:
-/// native sidecars (init containers with `restartPolicy: Always`) included, as since 1.29
-/// (kubernetes#120001), since they run, and are measured, beside the containers.
+/// The pod's request for `resource` (cores or bytes), as the HPA counts it: the pod-level
+/// request when set, else the sum over the containers and native sidecars (init containers
+/// with `restartPolicy: Always`, counted since 1.29, kubernetes#120001: they run, and are
+/// measured, beside the containers).
 pub fn pod_request(pod: &Pod, resource: &str) -> f64 {
     let Some(spec) = &pod.spec else { return 0.0 };
+    let parse = |q: &str| {
+        if resource == "cpu" {
+            quantity::parse_nonneg_millis(q).map_or(0.0, |m| m as f64 / 1000.0)
+        } else {
+            quantity::parse_nonneg_units(q).map_or(0.0, |b| b as f64)
+        }
+    };
+    // A pod-level request stands for the pod's containers, as in the HPA since 1.34
+    // (kubernetes#132430).
+    if let Some(q) = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref()?.get(resource))
+    {
+        return parse(&q.0);
+    }
     let sidecars = spec
         .init_containers
         .iter()
@@ -198,13 +215,7 @@ pub fn pod_request(pod: &Pod, resource: &str) -> f64 {
         .iter()
         .chain(sidecars)
         .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get(resource))
-        .map(|q| {
-            if resource == "cpu" {
-                quantity::parse_nonneg_millis(&q.0).map_or(0.0, |m| m as f64 / 1000.0)
-            } else {
-                quantity::parse_nonneg_units(&q.0).map_or(0.0, |b| b as f64)
-            }
-        })
+        .map(|q| parse(&q.0))
         .sum()
 }
 
@@ -644,6 +655,11 @@ mod tests {
             .expect("init containers"),
         );
         assert!((pod_request(&p, "cpu") - 0.75).abs() < 1e-9);
+        // A pod-level request stands for the containers; other resources still sum them.
+        p.spec.as_mut().expect("spec").resources =
+            Some(serde_json::from_value(json!({"requests": {"cpu": "2"}})).expect("resources"));
+        assert!((pod_request(&p, "cpu") - 2.0).abs() < 1e-9);
+        assert_eq!(pod_request(&p, "memory"), 64.0 * 1024.0 * 1024.0);
     }
 
     #[test]

@@ -9,10 +9,9 @@
 //! - An ordinary init container needs itself plus the sidecars started before it; the pod
 //!   needs the larger of the sum and each init container's need, per resource.
 //! - Pod-level `spec.resources` (KEP-2837, beta from 1.34) replaces that for `cpu`, `memory`
-//!   and `hugepages-*`. A pod-level limit without a request defaults the request as the API
-//!   server does (to the containers' aggregate where they request that resource, else to
-//!   the limit), for pods sent as `pod_json` that have not been through it.
-//! - The pod overhead is added last.
+//!   and `hugepages-*`, after the API server's defaulting from pod-level limits (repeated
+//!   for pods sent as `pod_json` that have not been through it).
+//! - The pod overhead is added last (to the limits only where the pod sets one).
 //! - During an in-place resize (`InPlacePodVerticalScaling`, beta and on from 1.33) a
 //!   container or sidecar whose status reports `resources` counts the larger of its spec's,
 //!   its reported and its allocated requests, or only the reported and allocated ones when
@@ -21,7 +20,8 @@
 //!
 //! The non-zero requests the scores use (`DEFAULT_NONZERO_*` for a container that requests
 //! no CPU or memory) follow the same formula, as upstream's `NonMissingContainerRequests`
-//! do; a pod-level request replaces them too.
+//! do; with pod-level requests set, a resource the pod level or any container requests
+//! gets no default (upstream's `getNonMissingContainerRequests`).
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodSpec, PodStatus};
@@ -44,16 +44,6 @@ pub enum RequestsError {
         /// The parse error.
         #[source]
         source: ResourceListError,
-    },
-    /// A field that decides how the requests add up is invalid.
-    #[error("pod {pod}: {field}: {reason}")]
-    Field {
-        /// namespace/name.
-        pod: String,
-        /// Where, e.g. `spec.initContainers[mesh].restartPolicy`.
-        field: String,
-        /// Why.
-        reason: String,
     },
 }
 
@@ -109,17 +99,11 @@ fn pod_level_resource(name: &str) -> bool {
     name == "cpu" || name == "memory" || name.starts_with("hugepages-")
 }
 
-/// Whether an init container is a native sidecar. Only `Always` is valid there.
-pub fn is_sidecar(pod: &str, c: &Container) -> Result<bool, RequestsError> {
-    match c.restart_policy.as_deref() {
-        None | Some("") => Ok(false),
-        Some("Always") => Ok(true),
-        Some(other) => Err(RequestsError::Field {
-            pod: pod.to_string(),
-            field: format!("spec.initContainers[{}].restartPolicy", c.name),
-            reason: format!("an init container's restartPolicy must be Always, got {other:?}"),
-        }),
-    }
+/// Whether an init container is a native sidecar (`restartPolicy: Always`). Any other
+/// value (1.34's container restart rules allow `Never` and `OnFailure`) leaves it an
+/// ordinary init container, as upstream's `PodRequests` reads it.
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
 }
 
 /// What the kubelet reports of a container during an in-place resize.
@@ -276,7 +260,7 @@ pub fn pod_resources(
     let mut sidecars = Resources::default();
     let mut init_need = Resources::default();
     for c in spec.init_containers.iter().flatten() {
-        let sidecar = is_sidecar(pod, c)?;
+        let sidecar = is_sidecar(c);
         // Only sidecars are resized in place; an ordinary init container's spec stands.
         let st = reported(
             status.and_then(|s| s.init_container_statuses.as_ref()),
@@ -301,8 +285,14 @@ pub fn pod_resources(
 
     let (overhead, _, _) = parse_list(pod, || "spec.overhead".into(), spec.overhead.as_ref())?;
     total.requests.add(&overhead);
-    if !total.limits.to_quantities().is_empty() {
-        total.limits.add(&overhead);
+    // Upstream's `PodLimits` adds the overhead only to the limits the pod sets.
+    for name in spec.overhead.iter().flat_map(|m| m.keys()) {
+        let limit = total.limits.get(name);
+        if limit != 0 {
+            total
+                .limits
+                .set(name, limit.saturating_add(overhead.get(name)));
+        }
     }
     total.nonzero_cpu = total.nonzero_cpu.saturating_add(overhead.cpu_millis);
     total.nonzero_mem = total.nonzero_mem.saturating_add(overhead.memory_bytes);
@@ -310,53 +300,74 @@ pub fn pod_resources(
 }
 
 /// Applies pod-level `spec.resources` to the containers' aggregate.
+///
+/// For a pod that has not been through the API server (`pod_json`), its defaulting is
+/// repeated first (upstream's `defaultPodRequests`): when any pod-level limit is set, each
+/// cpu or memory request the containers make and the pod level does not becomes the
+/// containers' aggregate, and each limited resource still without a request, the limit.
+///
+/// The non-zero requests then follow upstream's `getNonMissingContainerRequests`: with
+/// pod-level requests set, a resource the pod level or any container requests counts as
+/// requested (no default added); one neither requests keeps the per-container defaults.
 fn pod_level(pod: &str, spec: &PodSpec, total: &mut Resources) -> Result<(), RequestsError> {
     let Some(r) = spec.resources.as_ref() else {
         return Ok(());
     };
-    let empty = BTreeMap::new();
-    let request_map = r.requests.as_ref().unwrap_or(&empty);
-    let limit_map = r.limits.as_ref().unwrap_or(&empty);
-    let (requests, _, _) = parse_list(pod, || "spec.resources.requests".into(), Some(request_map))?;
-    let (limits, _, _) = parse_list(pod, || "spec.resources.limits".into(), Some(limit_map))?;
-    // What the containers request, after their own defaulting from their limits: a pod-level
-    // limit of such a resource defaults the pod-level request to their aggregate.
+    let (requests, _, _) = parse_list(
+        pod,
+        || "spec.resources.requests".into(),
+        r.requests.as_ref(),
+    )?;
+    let (limits, _, _) = parse_list(pod, || "spec.resources.limits".into(), r.limits.as_ref())?;
+    let supported = |m: Option<&BTreeMap<String, Quantity>>| -> Vec<String> {
+        m.into_iter()
+            .flat_map(|m| m.keys())
+            .filter(|n| pod_level_resource(n))
+            .cloned()
+            .collect()
+    };
+    let limited = supported(r.limits.as_ref());
+    // What the containers request, after their own defaulting from their limits.
     let containers_request = |name: &str| {
         spec.containers
             .iter()
             .chain(spec.init_containers.iter().flatten())
-            .filter_map(|c| c.resources.as_ref())
-            .any(|res| {
-                [res.requests.as_ref(), res.limits.as_ref()]
-                    .into_iter()
-                    .flatten()
-                    .any(|m: &BTreeMap<String, Quantity>| m.contains_key(name))
-            })
+            .any(|c| spec_requests(c, name))
     };
-    let mut names: Vec<&str> = request_map
-        .keys()
-        .chain(limit_map.keys())
-        .map(String::as_str)
-        .filter(|n| pod_level_resource(n))
+    let mut pod_requests: BTreeMap<String, i64> = supported(r.requests.as_ref())
+        .into_iter()
+        .map(|n| {
+            let v = requests.get(&n);
+            (n, v)
+        })
         .collect();
-    names.sort_unstable();
-    names.dedup();
-    for name in names {
-        let request = if request_map.contains_key(name) {
-            requests.get(name)
-        } else if containers_request(name) {
-            total.requests.get(name)
-        } else {
-            limits.get(name)
-        };
-        total.requests.set(name, request);
-        match name {
-            "cpu" => total.nonzero_cpu = request,
-            "memory" => total.nonzero_mem = request,
-            _ => {}
+    if !limited.is_empty() {
+        for name in ["cpu", "memory"] {
+            if containers_request(name) && !pod_requests.contains_key(name) {
+                pod_requests.insert(name.to_string(), total.requests.get(name));
+            }
         }
-        if limit_map.contains_key(name) {
-            total.limits.set(name, limits.get(name));
+        for name in &limited {
+            pod_requests
+                .entry(name.clone())
+                .or_insert_with(|| limits.get(name));
+        }
+    }
+    for name in &limited {
+        total.limits.set(name, limits.get(name));
+    }
+    if pod_requests.is_empty() {
+        return Ok(());
+    }
+    for (name, value) in &pod_requests {
+        total.requests.set(name, *value);
+    }
+    for (name, nonzero) in [
+        ("cpu", &mut total.nonzero_cpu),
+        ("memory", &mut total.nonzero_mem),
+    ] {
+        if pod_requests.contains_key(name) || containers_request(name) {
+            *nonzero = total.requests.get(name);
         }
     }
     Ok(())
@@ -396,7 +407,7 @@ mod tests {
         let r = resources(json!({
             "containers": [{"name": "app", "resources": cpu("1")}],
             "initContainers": [
-                {"name": "before", "resources": cpu("2")},
+                {"name": "before", "resources": cpu("1600m")},
                 {"name": "mesh", "restartPolicy": "Always", "resources": cpu("500m")},
                 {"name": "after", "resources": cpu("1")},
                 {"name": "log", "restartPolicy": "Always",
@@ -404,8 +415,9 @@ mod tests {
             ]
         }))
         .expect("valid");
-        // Running: app 1 + mesh 0.5 + log 0.25 = 1.75. Init: before 2; after 1 + mesh 0.5.
-        assert_eq!(r.requests.cpu_millis, 2000);
+        // Running: app 1 + mesh 0.5 + log 0.25 = 1.75, more than any init container needs
+        // (before 1.6; after 1 + mesh 0.5); 1.20's formula said max(1, 1.6, ...) = 1.6.
+        assert_eq!(r.requests.cpu_millis, 1750);
         let r = resources(json!({
             "containers": [{"name": "app", "resources": cpu("1")}],
             "initContainers": [
@@ -433,20 +445,68 @@ mod tests {
     }
 
     #[test]
-    fn an_init_containers_restart_policy_other_than_always_is_an_error() {
-        let e = resources(json!({
-            "containers": [{"name": "app"}],
-            "initContainers": [{"name": "x", "restartPolicy": "OnFailure"}]
+    fn an_init_container_restarting_other_than_always_is_an_ordinary_one() {
+        for policy in ["Never", "OnFailure", ""] {
+            let r = resources(json!({
+                "containers": [{"name": "app", "resources": cpu("1")}],
+                "initContainers": [{"name": "x", "restartPolicy": policy, "resources": cpu("2")}]
+            }))
+            .expect("valid");
+            assert_eq!(r.requests.cpu_millis, 2000, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn with_pod_level_requests_a_resource_some_container_requests_gets_no_default() {
+        // Pod-level CPU; container a requests memory, b nothing: upstream adds the memory
+        // default to neither (the pod requests memory through a).
+        let r = resources(json!({
+            "containers": [{"name": "a", "resources": {"requests": {"memory": "128Mi"}}},
+                           {"name": "b"}],
+            "resources": {"requests": {"cpu": "2"}}
         }))
-        .expect_err("only Always");
+        .expect("valid");
+        assert_eq!((r.nonzero_cpu, r.nonzero_mem), (2000, 128 * MI));
+        // Nobody requests memory: each container keeps its default.
+        let r = resources(json!({
+            "containers": [{"name": "a"}, {"name": "b"}],
+            "resources": {"requests": {"cpu": "2"}}
+        }))
+        .expect("valid");
+        assert_eq!(r.nonzero_mem, 2 * DEFAULT_NONZERO_MEMORY_BYTES);
+        // Without pod-level requests a container lacking a request gets the default.
+        let r = resources(json!({
+            "containers": [{"name": "a", "resources": {"requests": {"memory": "128Mi"}}},
+                           {"name": "b"}]
+        }))
+        .expect("valid");
+        assert_eq!(r.nonzero_mem, 128 * MI + DEFAULT_NONZERO_MEMORY_BYTES);
+    }
+
+    #[test]
+    fn a_pod_level_limit_defaults_every_request_the_containers_make() {
+        // A memory limit alone at the pod level: the containers' CPU request becomes a
+        // pod-level request too (the API server's defaulting), so no CPU default is added.
+        let r = resources(json!({
+            "containers": [{"name": "a", "resources": cpu("1")}, {"name": "b"}],
+            "resources": {"limits": {"memory": "1Gi"}}
+        }))
+        .expect("valid");
+        assert_eq!((r.requests.cpu_millis, r.nonzero_cpu), (1000, 1000));
+        assert_eq!((r.requests.memory_bytes, r.nonzero_mem), (1 << 30, 1 << 30));
+    }
+
+    #[test]
+    fn overhead_is_added_to_the_limits_the_pod_sets_only() {
+        let r = resources(json!({
+            "containers": [{"name": "a", "resources": {"limits": {"cpu": "1"}}}],
+            "overhead": {"cpu": "100m", "memory": "10Mi"}
+        }))
+        .expect("valid");
+        assert_eq!((r.limits.cpu_millis, r.limits.memory_bytes), (1100, 0));
         assert_eq!(
-            e.to_string(),
-            "pod ns/p: spec.initContainers[x].restartPolicy: an init container's restartPolicy \
-             must be Always, got \"OnFailure\""
-        );
-        // On a regular container the field (1.34's restart rules) does not change resources.
-        assert!(
-            resources(json!({"containers": [{"name": "app", "restartPolicy": "Never"}]})).is_ok()
+            (r.requests.cpu_millis, r.requests.memory_bytes),
+            (1100, 10 * MI)
         );
     }
 

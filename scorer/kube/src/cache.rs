@@ -186,6 +186,21 @@ fn shrinks(old: &Placement, new: &PodInfo) -> bool {
         || new.nonzero_memory_bytes < old.nonzero_memory_bytes
 }
 
+/// A placed pod's requests changed from `old` to `new` on the same node.
+fn resize_on(a: &mut NodeAllocation, old: &Placement, new: &Placement, pod: PodOnNode) {
+    a.requested.sub(&old.requests);
+    a.requested.add(&new.requests);
+    a.nonzero_cpu_millis = a
+        .nonzero_cpu_millis
+        .saturating_sub(old.nonzero_cpu_millis)
+        .saturating_add(new.nonzero_cpu_millis);
+    a.nonzero_memory_bytes = a
+        .nonzero_memory_bytes
+        .saturating_sub(old.nonzero_memory_bytes)
+        .saturating_add(new.nonzero_memory_bytes);
+    a.put_pod(pod);
+}
+
 fn add_to(a: &mut NodeAllocation, p: &Placement, pod: PodOnNode) {
     a.requested.add(&p.requests);
     a.requested.pods = a.requested.pods.saturating_add(1);
@@ -616,6 +631,7 @@ impl ClusterCache {
         let mut unplace: Option<Placement> = None;
         let mut refresh: Option<(Arc<str>, PodOnNode)> = None;
         let mut resized_down = false;
+        let mut resize: Option<(Placement, Placement, PodOnNode)> = None;
         {
             let mut inner = self.lock();
             if let Some(seen) = inner.relist_pods.as_mut() {
@@ -676,13 +692,13 @@ impl ClusterCache {
                             || p.nonzero_memory_bytes != info.nonzero_memory_bytes;
                         if resized {
                             resized_down = shrinks(p, info);
-                            unplace = Some(p.clone());
+                            let old = p.clone();
                             p.requests = info.requests.clone();
                             p.nonzero_cpu_millis = info.nonzero_cpu_millis;
                             p.nonzero_memory_bytes = info.nonzero_memory_bytes;
                             let (on, claims) = self.placed_form(info, &facts);
                             p.claim_attachable = claims;
-                            place = Some((p.node.clone(), p.clone(), on));
+                            resize = Some((old, p.clone(), on));
                         } else if changed {
                             let (on, claims) = self.placed_form(info, &facts);
                             p.claim_attachable = claims;
@@ -719,6 +735,12 @@ impl ClusterCache {
         }
         if let Some((node, p, on)) = place {
             self.store.update_allocation(&node, |a| add_to(a, &p, on));
+        }
+        if let Some((old, new, on)) = resize {
+            // One update, so no snapshot sees the node without the pod; the pod's in-flight
+            // usage estimate stays (it is about its start, not its requests).
+            self.store
+                .update_allocation(&new.node, |a| resize_on(a, &old, &new, on));
         }
         if resized_down {
             // Room freed on a node may help waiting pods.
@@ -1094,11 +1116,17 @@ mod tests {
         cache.apply_pod(&resized("1", "1"));
         let a = alloc(&store, "n1");
         assert_eq!((a.requested.cpu_millis, a.nonzero_cpu_millis), (1000, 1000));
+        // The pod started moments ago: its in-flight usage estimate outlives a resize.
+        store.update_allocation("n1", |a| {
+            a.inflight
+                .push(Inflight::new("u1".into(), 800, 0, Instant::now()))
+        });
         cache.apply_pod(&resized("3", "1"));
         let a = alloc(&store, "n1");
         assert_eq!((a.requested.cpu_millis, a.requested.pods), (3000, 1));
         assert_eq!(a.nonzero_cpu_millis, 3000);
         assert_eq!(a.pods.len(), 1);
+        assert_eq!(a.inflight.len(), 1);
         assert_eq!(
             queue.with(|q| q.depths()).backoff,
             1,

@@ -851,14 +851,29 @@ mod tests {
         // Stated, as the releases with the fields count: b2 does not pass, zone b is 0.
         policies(&mut p, true, false);
         assert_eq!(feasible(nodes.clone(), &p), vec!["b1", "c1"]);
-        // Removing and re-adding a pod keeps the state equal to a recount, b2's pods included.
+        // Removing a pod keeps the state equal to a recount: one on b1 (which passes) is
+        // taken off zone b, one on b2 (which does not) changes nothing.
+        let mut nodes = nodes;
+        nodes[0] = ssd(node("b1", Some("b"), 1));
         let cs = p.spread_constraints.clone();
         let full = prefilter_state(&nodes, &p, &cs);
-        for n in &nodes {
+        assert_eq!(full.constraints[0].per_value["b"], 1);
+        for (i, n) in nodes.iter().enumerate() {
             for victim in &n.alloc.pods {
+                let mut fewer = nodes.clone();
+                fewer[i] = edit_alloc(fewer[i].clone(), |a| {
+                    a.remove_pod(&victim.uid);
+                });
                 let mut s = full.clone();
                 update_with_pod(&mut s, &p, &cs, victim, n, -1);
-                assert_eq!(s, full, "{} is on a node that does not count", victim.uid);
+                assert_eq!(
+                    s,
+                    prefilter_state(&fewer, &p, &cs),
+                    "without {}",
+                    victim.uid
+                );
+                update_with_pod(&mut s, &p, &cs, victim, n, 1);
+                assert_eq!(s, full, "and back with {}", victim.uid);
             }
         }
     }
