@@ -752,7 +752,12 @@ mod tests {
             Ok(()),
             "a node outside the eligible domains adds nothing and passes this filter"
         );
+        // `nodeAffinityPolicy: Ignore`: zone a's empty domain counts though the pod cannot go
+        // there, the minimum is 0, and neither b1 nor c1 fits.
+        policies(&mut p, false, false);
+        assert_eq!(feasible(nodes.clone(), &p), Vec::<String>::new());
         // Without the affinity zone a counts: minimum 0, only a fits.
+        p.spread_constraints[0].inclusion = None;
         p.required_affinity.clear();
         assert_eq!(feasible(nodes, &p), vec!["a1"]);
     }
@@ -812,22 +817,6 @@ mod tests {
             n
         };
         assert_eq!(feasible(soft_taint(), &p), vec!["c1"]);
-    }
-
-    #[test]
-    fn node_affinity_policy_ignore_counts_domains_the_pod_cannot_go_to() {
-        // As `domains_outside_the_pods_node_affinity_do_not_count`, with Ignore: zone a's
-        // empty domain counts, the minimum is 0, and neither b1 nor c1 fits.
-        let nodes = vec![
-            node("a1", Some("a"), 0),
-            node("b1", Some("b"), 1),
-            node("c1", Some("c"), 1),
-        ];
-        let mut p = spread(1, "zone");
-        p.required_affinity = only_zones_b_and_c();
-        assert_eq!(feasible(nodes.clone(), &p), vec!["b1", "c1"]);
-        policies(&mut p, false, false);
-        assert_eq!(feasible(nodes, &p), Vec::<String>::new());
     }
 
     #[test]
