@@ -187,7 +187,8 @@ fn key(o: &DynamicObject) -> String {
 /// The pod's request for `resource` (cores or bytes), as the HPA counts it: the pod-level
 /// request when set, else the sum over the containers and native sidecars (init containers
 /// with `restartPolicy: Always`, counted since 1.29, kubernetes#120001: they run, and are
-/// measured, beside the containers).
+/// measured, beside the containers). 0 when any of those containers requests none, which
+/// the poll reports as a missing request, as the HPA does.
 pub fn pod_request(pod: &Pod, resource: &str) -> f64 {
     let Some(spec) = &pod.spec else { return 0.0 };
     let parse = |q: &str| {
@@ -211,12 +212,21 @@ pub fn pod_request(pod: &Pod, resource: &str) -> f64 {
         .iter()
         .flatten()
         .filter(|c| c.restart_policy.as_deref() == Some("Always"));
-    spec.containers
-        .iter()
-        .chain(sidecars)
-        .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get(resource))
-        .map(|q| parse(&q.0))
-        .sum()
+    let mut sum = 0.0;
+    for c in spec.containers.iter().chain(sidecars) {
+        let request = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref()?.get(resource))
+            .map_or(0.0, |q| parse(&q.0));
+        if request <= 0.0 {
+            // The HPA refuses a pod one of whose containers requests none ("missing
+            // request"): its utilisation is undefined, not that of the others.
+            return 0.0;
+        }
+        sum += request;
+    }
+    sum
 }
 
 /// The pod as a poll sees it; `None` for pods that no longer count (finished, deleting).
@@ -650,7 +660,7 @@ mod tests {
             serde_json::from_value(json!([
                 {"name": "setup", "resources": {"requests": {"cpu": "2"}}},
                 {"name": "proxy", "restartPolicy": "Always",
-                 "resources": {"requests": {"cpu": "500m"}}}
+                 "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}}}
             ]))
             .expect("init containers"),
         );
@@ -659,7 +669,15 @@ mod tests {
         p.spec.as_mut().expect("spec").resources =
             Some(serde_json::from_value(json!({"requests": {"cpu": "2"}})).expect("resources"));
         assert!((pod_request(&p, "cpu") - 2.0).abs() < 1e-9);
-        assert_eq!(pod_request(&p, "memory"), 64.0 * 1024.0 * 1024.0);
+        assert_eq!(pod_request(&p, "memory"), 2.0 * 64.0 * 1024.0 * 1024.0);
+        // One container without a request leaves the pod's undefined (0: missing).
+        let mut p = pod("Running", &["250m"], false);
+        p.spec
+            .as_mut()
+            .expect("spec")
+            .containers
+            .push(serde_json::from_value(json!({"name": "bare"})).expect("container"));
+        assert_eq!(pod_request(&p, "cpu"), 0.0);
     }
 
     #[test]
