@@ -844,27 +844,9 @@ mod tests {
         // taken off zone b, one on b2 (which does not) changes nothing.
         let mut nodes = nodes;
         nodes[0] = ssd(node("b1", Some("b"), 1));
-        let cs = p.spread_constraints.clone();
-        let full = prefilter_state(&nodes, &p, &cs);
+        let full = prefilter_state(&nodes, &p, &p.spread_constraints);
         assert_eq!(full.constraints[0].per_value["b"], 1);
-        for (i, n) in nodes.iter().enumerate() {
-            for victim in &n.alloc.pods {
-                let mut fewer = nodes.clone();
-                fewer[i] = edit_alloc(fewer[i].clone(), |a| {
-                    a.remove_pod(&victim.uid);
-                });
-                let mut s = full.clone();
-                update_with_pod(&mut s, &p, &cs, victim, n, -1);
-                assert_eq!(
-                    s,
-                    prefilter_state(&fewer, &p, &cs),
-                    "without {}",
-                    victim.uid
-                );
-                update_with_pod(&mut s, &p, &cs, victim, n, 1);
-                assert_eq!(s, full, "and back with {}", victim.uid);
-            }
-        }
+        updates_match_recounts(&nodes, &p);
     }
 
     #[test]
@@ -1058,23 +1040,24 @@ mod tests {
             node("c1", Some("c"), 3),
         ];
         let p = spread(1, "zone");
+        updates_match_recounts(&nodes, &p);
+    }
+
+    /// Removing each pod (as preemption does) and adding it back keeps the PreFilter state
+    /// equal to a recount.
+    fn updates_match_recounts(nodes: &[NodeView], p: &PodInfo) {
         let cs = p.spread_constraints.clone();
-        let full = prefilter_state(&nodes, &p, &cs);
+        let full = prefilter_state(nodes, p, &cs);
         for (i, n) in nodes.iter().enumerate() {
             for victim in &n.alloc.pods {
-                let mut fewer = nodes.clone();
-                let mut alloc = (*fewer[i].alloc).clone();
-                alloc.remove_pod(&victim.uid);
-                fewer[i].alloc = Arc::new(alloc);
+                let mut fewer = nodes.to_vec();
+                fewer[i] = edit_alloc(fewer[i].clone(), |a| {
+                    a.remove_pod(&victim.uid);
+                });
                 let mut s = full.clone();
-                update_with_pod(&mut s, &p, &cs, victim, n, -1);
-                assert_eq!(
-                    s,
-                    prefilter_state(&fewer, &p, &cs),
-                    "without {}",
-                    victim.uid
-                );
-                update_with_pod(&mut s, &p, &cs, victim, n, 1);
+                update_with_pod(&mut s, p, &cs, victim, n, -1);
+                assert_eq!(s, prefilter_state(&fewer, p, &cs), "without {}", victim.uid);
+                update_with_pod(&mut s, p, &cs, victim, n, 1);
                 assert_eq!(s, full, "and back with {}", victim.uid);
             }
         }
