@@ -215,9 +215,11 @@ pub fn prefilter_state(
             }
         }
     }
+    let stated = hard.iter().any(|c| c.inclusion.is_some());
     for node in nodes {
         let l = node.labels_or_empty();
-        let all_keys = hard.iter().all(|c| l.contains_key(&c.topology_key));
+        // Only constraints that state their policies read these (most state none).
+        let all_keys = stated && hard.iter().all(|c| l.contains_key(&c.topology_key));
         let included = Included::new(pod, node);
         for (c, out) in hard.iter().zip(counts.iter_mut()) {
             // 1.20 counts the pods of every node in an eligible domain; releases with the
