@@ -839,6 +839,7 @@ async fn wait_for_first_consumer_claims_are_bound_before_their_pod() -> Result<(
         bin.as_ref(),
         &env.admin_kubeconfig,
         "persistentvolume-binder",
+        &[],
         &env.logs,
         "kube-controller-manager-wffc",
     )?;
@@ -978,6 +979,157 @@ async fn wait_for_first_consumer_claims_are_bound_before_their_pod() -> Result<(
     }
     delete_nodes(&client, &nodes).await;
     run.map(|_| ())
+}
+
+/// Generic ephemeral volumes, with the real kube-controller-manager's `ephemeral-volume`
+/// controller creating each pod's claim and its `persistentvolume-binder` binding it (the
+/// feature is alpha in 1.20: the API server and the controller run with its gate on). A pod
+/// whose claim is not there yet waits for the controller, in upstream's words; a claim of
+/// the right name that the pod does not control is refused; once the controller has created
+/// the pod's claim, Loadstar binds it (`WaitForFirstConsumer`) to the only static volume
+/// that fits, then the pod to that volume's node.
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn ephemeral_volumes_wait_for_their_claim_then_bind_with_it() -> Result<()> {
+    use e2e_support::kube_scheduler::KubeScheduler;
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use kube::api::{DeleteParams, PostParams};
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let bin = e2e_support::required(
+        "LOADSTAR_E2E_KUBE_CONTROLLER_MANAGER_BIN",
+        "tests/e2e/run.sh",
+    )?;
+    let client = env.admin().await?;
+    let ns = namespace(&client, "ephemeral").await?;
+    let nodes = vec![format!("{ns}-a"), format!("{ns}-b")];
+    for n in &nodes {
+        create_node(&client, n, "8", "32Gi").await?;
+    }
+    let scorer = Scorer::start(&env, "ephemeral-1", "lease-ephemeral", &[]).await?;
+    let pp = PostParams::default();
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let class = format!("{ns}-local");
+    classes
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": class},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer"}))?,
+        )
+        .await?;
+    let pv = format!("{ns}-pv-b");
+    volumes
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": pv}, "spec": {
+                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "storageClassName": class, "local": {"path": "/mnt/e2e"},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In",
+                     "values": [nodes[1]]}]}]}}}}))?,
+        )
+        .await?;
+    let run = async {
+        let with_scratch = |name: &str| {
+            let mut p = pod(name, Some(SCHEDULER), "100m", MI);
+            p["spec"]["volumes"] = json!([{"name": "scratch", "ephemeral": {
+                "volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"],
+                    "storageClassName": class,
+                    "resources": {"requests": {"storage": "1Gi"}}}}}}]);
+            // This test's nodes only (other tests create nodes in the same cluster).
+            p["spec"]["affinity"] = json!({"nodeAffinity": {"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                       "values": nodes}]}]}}});
+            p
+        };
+        // A claim named as `squat`'s ephemeral claim would be, created by someone else.
+        claims
+            .create(
+                &pp,
+                &serde_json::from_value(json!({"metadata": {"name": "squat-scratch"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                             "resources": {"requests": {"storage": "1Gi"}}}}))?,
+            )
+            .await?;
+        let created = create_pod(&client, &ns, with_scratch("app")).await?;
+        ensure!(
+            created
+                .spec
+                .as_ref()
+                .and_then(|s| s.volumes.as_ref())
+                .is_some_and(|v| v.iter().any(|v| v.ephemeral.is_some())),
+            "the API server dropped the ephemeral volume (is GenericEphemeralVolume on?)"
+        );
+        create_pod(&client, &ns, with_scratch("squat")).await?;
+        let waiting = refusal(&client, &ns, "app")
+            .await
+            .with_context(|| scorer.log_tail())?;
+        assert!(
+            waiting.contains(
+                "waiting for ephemeral volume controller to create the persistentvolumeclaim \
+                 \"app-scratch\""
+            ),
+            "{waiting}"
+        );
+        let squatted = refusal(&client, &ns, "squat").await?;
+        assert!(
+            squatted.contains(&format!(
+                "PVC {ns}/squat-scratch was not created for pod {ns}/squat (pod is not owner)"
+            )),
+            "{squatted}"
+        );
+        // The controllers: `app-scratch` created for `app`, then bound with it.
+        let _controller = KubeScheduler::controller_manager(
+            bin.as_ref(),
+            &env.admin_kubeconfig,
+            "ephemeral-volume,persistentvolume-binder",
+            &["--feature-gates=GenericEphemeralVolume=true"],
+            &env.logs,
+            "kube-controller-manager-ephemeral",
+        )?;
+        let placed = wait_bound(&client, &ns, 1, Duration::from_secs(60))
+            .await
+            .with_context(|| scorer.log_tail())?;
+        assert_eq!(placed.get("app"), Some(&nodes[1]), "{placed:?}");
+        let claim = claims.get("app-scratch").await?;
+        let owner = claim
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| (o.kind.clone(), o.uid.clone()));
+        assert_eq!(
+            owner,
+            Some((
+                "Pod".to_string(),
+                created.metadata.uid.clone().unwrap_or_default()
+            )),
+            "{claim:?}"
+        );
+        assert_eq!(
+            claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()),
+            Some(pv.as_str())
+        );
+        // `squat` stays refused: the controller does not take over a claim it did not make.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let squat = pods(&client, &ns).await?;
+        let squat = squat.iter().find(|p| name_of(p) == "squat");
+        assert_eq!(squat.and_then(node_of), None);
+        eprintln!("placed {placed:?}; claim app-scratch on {pv}");
+        anyhow::Ok(())
+    }
+    .await;
+    delete_pods_now(&client, &ns).await;
+    let _ = volumes.delete(&pv, &DeleteParams::default()).await;
+    let _ = classes.delete(&class, &DeleteParams::default()).await;
+    delete_nodes(&client, &nodes).await;
+    run
 }
 
 #[tokio::test]

@@ -75,7 +75,7 @@ pub use crate::constraints::{
     WhenUnsatisfiable,
 };
 pub use crate::volumes::{
-    AttachKind, AttachableVolume, CandidateVolume, ClaimToBind, InlineDisk, Provisioning,
+    AttachKind, AttachableVolume, CandidateVolume, ClaimToBind, InlineDisk, PodClaim, Provisioning,
     VolumeNeeds,
 };
 
@@ -132,8 +132,9 @@ pub struct PodInfo {
     pub unsupported: Vec<String>,
     /// `spec.preemptionPolicy: Never`.
     pub preemption_never: bool,
-    /// Names of the PersistentVolumeClaims its volumes mount (in its namespace).
-    pub claims: Vec<String>,
+    /// The PersistentVolumeClaims its volumes mount (in its namespace), in volume order:
+    /// `persistentVolumeClaim` volumes' and generic `ephemeral` volumes'.
+    pub claims: Vec<PodClaim>,
     /// What those claims need of a node; `None` until resolved against the cluster (a pod
     /// with claims that were never resolved is refused).
     pub volumes: Option<VolumeNeeds>,
@@ -268,6 +269,9 @@ pub struct PodOnNode {
     pub disks: Vec<InlineDisk>,
     /// Its volumes that take attachment slots (`NodeVolumeLimits` and the in-tree limits).
     pub attachable: Vec<AttachableVolume>,
+    /// The claims its `persistentVolumeClaim` volumes mount, by name in its namespace
+    /// (`VolumeRestrictions`: a `ReadWriteOncePod` claim one pod uses no other may).
+    pub claims: Vec<String>,
 }
 
 impl PodOnNode {
@@ -280,6 +284,12 @@ impl PodOnNode {
             start_time: None,
             disks: info.disks.clone(),
             attachable: info.attachable.clone(),
+            claims: info
+                .claims
+                .iter()
+                .filter(|c| !c.ephemeral)
+                .map(|c| c.name.clone())
+                .collect(),
             uid: info.uid.clone(),
             namespace: info.namespace.clone(),
             name: info.name.clone(),

@@ -10,6 +10,29 @@ use std::sync::Arc;
 
 use crate::constraints::{LabelSelector, NodeSelectorTerm};
 
+/// A PersistentVolumeClaim one of a pod's volumes mounts, in the pod's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodClaim {
+    /// The claim's name: a `persistentVolumeClaim` volume's `claimName`, or for a generic
+    /// `ephemeral` volume `<pod>-<volume>`, the claim the ephemeral volume controller
+    /// creates for it.
+    pub name: String,
+    /// A generic ephemeral volume's claim: it counts only while the pod controls it (its
+    /// controlling owner reference names the pod's UID), as upstream's
+    /// `ephemeral.VolumeIsForPod`.
+    pub ephemeral: bool,
+}
+
+impl From<&str> for PodClaim {
+    /// A `persistentVolumeClaim` volume's claim.
+    fn from(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            ephemeral: false,
+        }
+    }
+}
+
 /// What a pod's PersistentVolumeClaims need of a node, resolved against the cluster's
 /// claims, volumes and storage classes when the pod is scheduled.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -26,6 +49,10 @@ pub struct VolumeNeeds {
     /// Claims of a `WaitForFirstConsumer` class not bound yet: the scheduler picks a volume
     /// for each (or has its class provision one) on the node it chooses.
     pub to_bind: Vec<ClaimToBind>,
+    /// Its `persistentVolumeClaim` volumes' claims whose access modes include
+    /// `ReadWriteOncePod` (1.22+, GA in 1.29), by name: no other pod may use them
+    /// (`VolumeRestrictions`).
+    pub read_write_once_pod: Vec<String>,
 }
 
 /// An unbound claim whose class waits for the first consumer (`VolumeBinding`'s

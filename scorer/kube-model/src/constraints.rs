@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeSelector;
 use loadstar_framework::snapshot::{
     AffinityTerm, InlineDisk, LabelSelector, NodeInclusion, NodeSelectorTerm, PodAffinity,
-    SelectorOp, SelectorRequirement, SpreadConstraint, WeightedAffinityTerm, WhenUnsatisfiable,
+    PodClaim, SelectorOp, SelectorRequirement, SpreadConstraint, WeightedAffinityTerm,
+    WhenUnsatisfiable,
 };
 use thiserror::Error;
 
@@ -434,8 +435,6 @@ pub enum FieldHandling {
     /// Constrains placement in ways Loadstar does not implement: a pod that sets it is
     /// refused on every node, naming it.
     Refused,
-    /// Refused only for some values (placement-bearing volume sources).
-    RefusedIf(&'static str),
     /// Does not affect where the pod may run.
     Irrelevant(&'static str),
 }
@@ -555,18 +554,21 @@ pub const POD_SPEC_FIELDS: &[(&str, FieldHandling)] = &[
     ),
     (
         "volumes",
-        FieldHandling::RefusedIf(
-            "claims are checked by VolumeBinding (bound, and WaitForFirstConsumer claims it \
-             binds), VolumeZone and the attach limits (NodeVolumeLimits for CSI, EBSLimits, \
-             GCEPDLimits, AzureDiskLimits, CinderLimits); inline cloud disks by \
-             VolumeRestrictions and the attach limits; a generic ephemeral volume is \
-             refused (its claim is created by a controller Loadstar does not wait for)",
+        FieldHandling::Implemented(
+            "claims (persistentVolumeClaim, and generic ephemeral volumes' once the ephemeral \
+             volume controller created them for the pod) are checked by VolumeBinding (bound, \
+             and WaitForFirstConsumer claims it binds), VolumeZone (persistentVolumeClaim \
+             volumes only, as upstream) and the attach limits (NodeVolumeLimits for CSI, \
+             EBSLimits, GCEPDLimits, AzureDiskLimits, CinderLimits), ReadWriteOncePod \
+             claims by VolumeRestrictions; inline cloud disks by VolumeRestrictions and the \
+             attach limits",
         ),
     ),
 ];
 
 /// Fields of `spec` (and its containers) that constrain placement in ways Loadstar does not
-/// implement: dynamic resource claims, plus the placement-bearing volumes. (Scheduling gates say when, not where: the queue holds a gated pod.)
+/// implement: dynamic resource claims. (Scheduling gates say when, not where: the queue
+/// holds a gated pod.)
 pub fn refused_fields(pod: &Pod) -> Vec<String> {
     let mut out = Vec::new();
     let Some(spec) = pod.spec.as_ref() else {
@@ -589,19 +591,8 @@ pub fn refused_fields(pod: &Pod) -> Vec<String> {
             }
         }
     }
-    out.extend(placement_volumes(pod));
     out
 }
-
-/// Inline volume sources whose placement rules Loadstar does not implement: generic
-/// ephemeral volumes (a claim per pod that a controller creates; alpha and off in 1.20, whose
-/// API server drops the field). Claims (`persistentVolumeClaim`) are resolved by
-/// [`crate::volumes`]; GCE, EBS, iSCSI and RBD disks are checked by VolumeRestrictions
-/// ([`inline_disks`]); GCE, EBS, Azure and Cinder disks count against the attach limits
-/// (`crate::attach`); inline CSI volumes are placed anywhere, as 1.20 places them (its CSI
-/// limit counts claims only); every other source (emptyDir, configMap, secret, projected,
-/// downwardAPI, hostPath, nfs, ...) does not constrain where a pod may run.
-const PLACEMENT_VOLUMES: &[&str] = &["ephemeral"];
 
 /// The pod's inline disks VolumeRestrictions compares.
 pub fn inline_disks(spec: &PodSpec) -> Vec<InlineDisk> {
@@ -642,33 +633,31 @@ pub fn inline_disks(spec: &PodSpec) -> Vec<InlineDisk> {
     out
 }
 
-/// The claims the pod's volumes mount, by name.
-pub fn claims(pod: &Pod) -> Vec<String> {
+/// The claims the pod's volumes mount, in volume order: `persistentVolumeClaim` volumes'
+/// by their `claimName`, generic `ephemeral` volumes' by the name the ephemeral volume
+/// controller gives the claim it creates, `<pod>-<volume>` (upstream's
+/// `ephemeral.VolumeClaimName`). Every other source (emptyDir, configMap, secret,
+/// projected, downwardAPI, hostPath, nfs, inline CSI, ...) needs no claim; GCE, EBS, iSCSI
+/// and RBD disks are checked by VolumeRestrictions ([`inline_disks`]) and GCE, EBS, Azure
+/// and Cinder disks count against the attach limits (`crate::attach`); inline CSI volumes
+/// are placed anywhere, as 1.20 places them (its CSI limit counts claims only).
+pub fn claims(pod: &Pod) -> Vec<PodClaim> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
     volumes
         .into_iter()
         .flatten()
-        .filter_map(|v| v.persistent_volume_claim.as_ref())
-        .map(|c| c.claim_name.clone())
-        .collect()
-}
-
-/// Paths of the pod's inline volumes that Loadstar refuses (see [`PLACEMENT_VOLUMES`]).
-pub fn placement_volumes(pod: &Pod) -> Vec<String> {
-    let mut out = Vec::new();
-    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
-    for (i, v) in volumes.into_iter().flatten().enumerate() {
-        // Read the sources generically: one serde pass instead of a match per field.
-        let Ok(serde_json::Value::Object(map)) = serde_json::to_value(v) else {
-            continue;
-        };
-        for kind in PLACEMENT_VOLUMES {
-            if map.contains_key(*kind) {
-                out.push(format!("spec.volumes[{i}].{kind} ({:?})", v.name));
+        .filter_map(|v| {
+            if let Some(c) = &v.persistent_volume_claim {
+                Some(PodClaim::from(c.claim_name.as_str()))
+            } else {
+                v.ephemeral.as_ref().map(|_| PodClaim {
+                    name: format!("{pod_name}-{}", v.name),
+                    ephemeral: true,
+                })
             }
-        }
-    }
-    out
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -742,21 +731,12 @@ mod tests {
             v["spec"][field] = value;
             pod(v)
         };
-        let samples = [
-            (
-                "resourceClaims",
-                json!([{"name": "gpu", "resourceClaimName": "x"}]),
-            ),
-            (
-                "volumes",
-                json!([{"name": "d", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]),
-            ),
-        ];
+        let samples = [(
+            "resourceClaims",
+            json!([{"name": "gpu", "resourceClaimName": "x"}]),
+        )];
         for (field, handling) in POD_SPEC_FIELDS {
-            if !matches!(
-                handling,
-                FieldHandling::Refused | FieldHandling::RefusedIf(_)
-            ) {
+            if !matches!(handling, FieldHandling::Refused) {
                 continue;
             }
             let (_, value) = samples
@@ -788,7 +768,7 @@ mod tests {
     }
 
     #[test]
-    fn inline_disks_are_placed_with_their_conflict_keys_and_only_ephemeral_volumes_refused() {
+    fn inline_disks_are_placed_with_their_conflict_keys_and_no_volume_is_refused() {
         let p = pod(
             json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}],
             "volumes": [
@@ -821,10 +801,7 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(
-            refused_fields(&p),
-            vec!["spec.volumes[4].ephemeral (\"e\")"]
-        );
+        assert!(refused_fields(&p).is_empty());
     }
 
     #[test]
@@ -1090,21 +1067,27 @@ mod tests {
     }
 
     #[test]
-    fn only_volumes_that_constrain_placement_are_listed() {
+    fn claims_are_the_pods_claim_volumes_and_its_ephemeral_volumes_claims_in_order() {
         let p = pod(json!({
             "metadata": {"name": "p"},
             "spec": {"containers": [], "volumes": [
                 {"name": "cache", "emptyDir": {}},
+                {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
                 {"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
                 {"name": "cfg", "configMap": {"name": "x"}},
-                {"name": "disk", "gcePersistentDisk": {"pdName": "d"}},
-                {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
+                {"name": "disk", "gcePersistentDisk": {"pdName": "d"}}
             ]}
         }));
         assert_eq!(
-            placement_volumes(&p),
-            vec!["spec.volumes[4].ephemeral (\"tmp\")".to_string()]
+            claims(&p),
+            vec![
+                PodClaim {
+                    name: "p-tmp".into(),
+                    ephemeral: true
+                },
+                PodClaim::from("c")
+            ]
         );
-        assert_eq!(claims(&p), vec!["c".to_string()]);
+        assert!(refused_fields(&p).is_empty());
     }
 }

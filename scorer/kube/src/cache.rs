@@ -22,7 +22,7 @@ use super::default_selector::{self, ControllerStores};
 use super::disruption::Budgets;
 use super::queue::SchedulingQueue;
 use super::reservations::Reservations;
-use super::volumes::{self, VolumeStores};
+use super::volumes::{self, VolumeLookup, VolumeStores};
 use loadstar_framework::snapshot::{
     AttachableVolume, Inflight, KubeNode, LabelSelector, NamespaceLabels, NodeAllocation, PodInfo,
     PodOnNode,
@@ -324,13 +324,20 @@ impl ClusterCache {
         }
     }
 
-    /// What the claims of a pod on a node attach now.
+    /// What the claims of a pod on a node attach now (an ephemeral volume's claim only
+    /// while the pod controls it, as upstream's CSI limit counts a placed pod's).
     fn claim_attachable(&self, info: &PodInfo) -> Vec<AttachableVolume> {
         match self.volumes.get() {
             Some(stores) if !info.claims.is_empty() => info
                 .claims
                 .iter()
-                .flat_map(|c| attach::of_claim(&info.namespace, c, stores))
+                .filter(|c| {
+                    !c.ephemeral
+                        || stores
+                            .claim(&info.namespace, &c.name)
+                            .is_some_and(|pvc| volumes::controlled_by(&pvc, &info.uid))
+                })
+                .flat_map(|c| attach::of_claim(&info.namespace, &c.name, stores))
                 .collect(),
             _ => Vec::new(),
         }
@@ -407,11 +414,7 @@ impl ClusterCache {
         let Some(stores) = self.volumes.get() else {
             return info;
         };
-        let r = volumes::resolve(
-            &info.namespace,
-            &info.claims,
-            &self.reservations.over(stores),
-        );
+        let r = volumes::resolve(&info, &self.reservations.over(stores));
         info.volumes = Some(r.needs);
         info.attachable.extend(r.attachable);
         info
@@ -1312,7 +1315,10 @@ mod tests {
         cache.apply_pod(&serde_json::from_value(p.clone()).expect("pod"));
         // No volume reflectors: the claim stays unresolved (the profile refuses the pod).
         let info = cache.pod("ns/db").expect("pod").info.clone().expect("info");
-        assert_eq!(info.claims, vec!["c".to_string()]);
+        assert_eq!(
+            info.claims,
+            vec![loadstar_framework::snapshot::PodClaim::from("c")]
+        );
         assert!(info.volumes.is_none());
         let (claims, mut claims_w) = ::kube::runtime::reflector::store::<PersistentVolumeClaim>();
         let (volumes, mut volumes_w) = ::kube::runtime::reflector::store::<PersistentVolume>();

@@ -12,6 +12,16 @@
 //! class says whether and where it provisions. Any other unbound claim (no class, a class
 //! that does not exist or binds at once, a volume named but not bound yet) makes the pod
 //! unschedulable: `pod has unbound immediate PersistentVolumeClaims`.
+//!
+//! A generic ephemeral volume's claim is read as any other once the ephemeral volume
+//! controller has created it for the pod, as upstream's VolumeBinding reads it since 1.21:
+//! until it exists the pod waits (`waiting for ephemeral volume controller to create the
+//! persistentvolumeclaim "…"`), and a claim of that name that the pod does not control is
+//! refused (`… was not created for pod … (pod is not owner)`). Its volume's zone labels are
+//! not read: upstream's `VolumeZone` reads `persistentVolumeClaim` volumes only.
+//!
+//! Claims of `persistentVolumeClaim` volumes whose access modes include `ReadWriteOncePod`
+//! are listed for `VolumeRestrictions`, which refuses the pod while another pod uses one.
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -19,7 +29,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{ObjectRef, Store};
 use loadstar_common::quantity::parse_units;
 use loadstar_framework::snapshot::{
-    AttachableVolume, CandidateVolume, ClaimToBind, Provisioning, VolumeNeeds,
+    AttachableVolume, CandidateVolume, ClaimToBind, PodClaim, PodInfo, Provisioning, VolumeNeeds,
 };
 use loadstar_policy::volume_zone::ZONE_LABELS;
 
@@ -121,16 +131,58 @@ pub fn fully_bound(claim: &PersistentVolumeClaim) -> bool {
         && annotation(&claim.metadata, BIND_COMPLETED).is_some()
 }
 
-/// Resolves the claims `claims` of a pod in `namespace`.
-pub fn resolve(namespace: &str, claims: &[String], lookup: &impl VolumeLookup) -> Resolution {
+/// The access mode that lets one pod only use a claim (`VolumeRestrictions` checks it
+/// across the cluster; upstream reads it on `persistentVolumeClaim` volumes only).
+pub const READ_WRITE_ONCE_POD: &str = "ReadWriteOncePod";
+
+/// Whether `claim`'s controlling owner is the pod with UID `pod_uid` (upstream's
+/// `metav1.IsControlledBy`, which `ephemeral.VolumeIsForPod` asks).
+pub fn controlled_by(claim: &PersistentVolumeClaim, pod_uid: &str) -> bool {
+    claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .is_some_and(|o| o.uid == pod_uid)
+}
+
+/// Whether `claim`, looked up for one of `pod_uid`'s volumes, is the pod's to use: always
+/// for a `persistentVolumeClaim` volume, only while the pod controls it for an ephemeral one.
+pub fn claim_is_for_pod(claim: &PodClaim, pvc: &PersistentVolumeClaim, pod_uid: &str) -> bool {
+    !claim.ephemeral || controlled_by(pvc, pod_uid)
+}
+
+/// Resolves `pod`'s claims.
+pub fn resolve(pod: &PodInfo, lookup: &impl VolumeLookup) -> Resolution {
+    let namespace = pod.namespace.as_str();
     let mut out = Resolution::default();
     let mut unbound_immediate = false;
-    for name in claims {
+    for pod_claim in &pod.claims {
+        let name = &pod_claim.name;
         let Some(claim) = lookup.claim(namespace, name) else {
-            return unschedulable(format!("persistentvolumeclaim \"{name}\" not found"));
+            return unschedulable(if pod_claim.ephemeral {
+                format!(
+                    "waiting for ephemeral volume controller to create the \
+                     persistentvolumeclaim \"{name}\""
+                )
+            } else {
+                format!("persistentvolumeclaim \"{name}\" not found")
+            });
         };
         if claim.metadata.deletion_timestamp.is_some() {
             return unschedulable(format!("persistentvolumeclaim \"{name}\" is being deleted"));
+        }
+        if !claim_is_for_pod(pod_claim, &claim, &pod.uid) {
+            return unschedulable(format!(
+                "PVC {namespace}/{name} was not created for pod {namespace}/{} (pod is not owner)",
+                pod.name
+            ));
+        }
+        let modes = claim.spec.as_ref().and_then(|s| s.access_modes.as_ref());
+        if !pod_claim.ephemeral && modes.is_some_and(|m| m.iter().any(|m| m == READ_WRITE_ONCE_POD))
+        {
+            out.needs.read_write_once_pod.push(name.clone());
         }
         out.attachable
             .extend(attach::of_claim(namespace, name, lookup));
@@ -171,7 +223,9 @@ pub fn resolve(namespace: &str, claims: &[String], lookup: &impl VolumeLookup) -
             Ok(None) => {}
             Err(e) => return unschedulable(e),
         }
-        out.needs.zones.extend(volume_zones(&pv));
+        if !pod_claim.ephemeral {
+            out.needs.zones.extend(volume_zones(&pv));
+        }
     }
     if unbound_immediate {
         out.needs.unschedulable = Some(UNBOUND_IMMEDIATE.to_string());
@@ -387,13 +441,112 @@ mod tests {
         f
     }
 
+    /// Pod `ns/p` (UID `u-p`) mounting the claims `claims` as `persistentVolumeClaim`
+    /// volumes.
+    fn pod(claims: &[&str]) -> PodInfo {
+        PodInfo {
+            uid: "u-p".into(),
+            namespace: "ns".into(),
+            name: "p".into(),
+            claims: claims.iter().map(|c| PodClaim::from(*c)).collect(),
+            ..PodInfo::default()
+        }
+    }
+
+    /// Pod `ns/p` with one generic ephemeral volume `v`, whose claim is `p-v`.
+    fn with_ephemeral(mut p: PodInfo) -> PodInfo {
+        p.claims.push(PodClaim {
+            name: "p-v".into(),
+            ephemeral: true,
+        });
+        p
+    }
+
+    #[test]
+    fn ephemeral_volumes_claims_count_once_created_for_the_pod_and_their_zones_are_not_read() {
+        let mut f = fake();
+        let why = |f: &Fake| resolve(&with_ephemeral(pod(&[])), f).needs.unschedulable;
+        assert_eq!(
+            why(&f).as_deref(),
+            Some(
+                "waiting for ephemeral volume controller to create the persistentvolumeclaim \
+                 \"p-v\""
+            )
+        );
+        // A claim of that name that another pod controls, or nobody: not the pod's.
+        let claim = |controller: serde_json::Value| {
+            json!({"metadata": {"name": "p-v", "namespace": "ns",
+                "annotations": {BIND_COMPLETED: "yes"},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u-p"},
+                    {"apiVersion": "v1", "kind": "Pod", "name": "q", "uid": "u-q",
+                     "controller": controller}]},
+                "spec": {"volumeName": "pv-a"}})
+        };
+        for controller in [json!(true), json!(false)] {
+            f.add_claim(claim(controller));
+            assert_eq!(
+                why(&f).as_deref(),
+                Some("PVC ns/p-v was not created for pod ns/p (pod is not owner)")
+            );
+        }
+        let mut owned = claim(json!(false));
+        owned["metadata"]["ownerReferences"][0]["controller"] = json!(true);
+        f.add_claim(owned);
+        let n = resolve(&with_ephemeral(pod(&[])), &f).needs;
+        assert_eq!(n.unschedulable, None);
+        // Its volume's node affinity binds the pod (VolumeBinding), its zone labels do not
+        // (VolumeZone reads `persistentVolumeClaim` volumes only) ...
+        assert_eq!(n.node_affinity.len(), 1);
+        assert!(n.zones.is_empty());
+        // ... where the same volume behind a `persistentVolumeClaim` volume brings both.
+        let both = resolve(&with_ephemeral(pod(&["bound"])), &f).needs;
+        assert_eq!(both.node_affinity.len(), 2);
+        assert_eq!(both.zones, resolve(&pod(&["bound"]), &f).needs.zones);
+        assert!(!both.zones.is_empty());
+        // An ephemeral claim still unbound with a WaitForFirstConsumer class is bound with
+        // the pod, as any claim.
+        let mut late = serde_json::to_value(&*f.claims["ns/waiting"]).expect("json");
+        late["metadata"]["name"] = json!("p-v");
+        late["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u-p", "controller": true}]);
+        f.add_claim(late);
+        let r = resolve(&with_ephemeral(pod(&[])), &f);
+        assert_eq!(r.needs.unschedulable, None);
+        assert_eq!(r.needs.to_bind.len(), 1);
+        assert_eq!(r.needs.to_bind[0].name, "p-v");
+    }
+
+    #[test]
+    fn read_write_once_pod_claims_are_listed_for_volume_restrictions() {
+        let mut f = fake();
+        let rwop = |name: &str, modes: serde_json::Value, owner: serde_json::Value| {
+            json!({"metadata": {"name": name, "namespace": "ns",
+                "annotations": {BIND_COMPLETED: "yes"}, "ownerReferences": owner},
+                "spec": {"volumeName": "pv-a", "accessModes": modes}})
+        };
+        let mine = json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u-p",
+                           "controller": true}]);
+        f.add_claim(rwop("solo", json!(["ReadWriteOncePod"]), json!(null)));
+        f.add_claim(rwop(
+            "also",
+            json!(["ReadWriteOnce", "ReadWriteOncePod"]),
+            json!(null),
+        ));
+        f.add_claim(rwop("p-v", json!(["ReadWriteOncePod"]), mine));
+        let n = resolve(&with_ephemeral(pod(&["bound", "solo", "also"])), &f).needs;
+        assert_eq!(n.unschedulable, None);
+        // Not `bound` (no such mode), nor the ephemeral volume's (upstream reads
+        // `persistentVolumeClaim` volumes only).
+        assert_eq!(n.read_write_once_pod, names(&["solo", "also"]));
+    }
+
     fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| s.to_string()).collect()
     }
 
     #[test]
     fn bound_claims_bring_their_volumes_node_affinity_and_zones() {
-        let n = resolve("ns", &names(&["bound"]), &fake()).needs;
+        let n = resolve(&pod(&["bound"]), &fake()).needs;
         assert_eq!(n.unschedulable, None);
         assert_eq!(n.node_affinity.len(), 1);
         assert!(n.node_affinity[0][0].matches(
@@ -412,7 +565,7 @@ mod tests {
     #[test]
     fn unbound_and_missing_claims_say_why_in_upstreams_words() {
         let f = fake();
-        let why = |claims: &[&str]| resolve("ns", &names(claims), &f).needs.unschedulable;
+        let why = |claims: &[&str]| resolve(&pod(claims), &f).needs.unschedulable;
         assert_eq!(why(&["pending"]).as_deref(), Some(UNBOUND_IMMEDIATE));
         // A class that does not exist binds "immediately" (`IsDelayBindingMode`).
         assert_eq!(why(&["no-class"]).as_deref(), Some(UNBOUND_IMMEDIATE));
@@ -428,7 +581,7 @@ mod tests {
     #[test]
     fn wait_for_first_consumer_claims_carry_their_classs_volumes_and_provisioning() {
         let mut f = fake();
-        let r = resolve("ns", &names(&["bound", "waiting"]), &f);
+        let r = resolve(&pod(&["bound", "waiting"]), &f);
         assert_eq!(r.needs.unschedulable, None);
         let [c] = r.needs.to_bind.as_slice() else {
             panic!("one claim to bind: {:?}", r.needs.to_bind);
@@ -463,7 +616,7 @@ mod tests {
             "local-2".into(),
             ("ns".into(), "waiting".into(), "u-w".into()),
         );
-        let r = resolve("ns", &names(&["waiting"]), &f);
+        let r = resolve(&pod(&["waiting"]), &f);
         assert_eq!(
             r.needs.to_bind[0].candidates[1].claim_ref,
             Some(("ns".into(), "waiting".into(), "u-w".into()))

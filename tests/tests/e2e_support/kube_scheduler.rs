@@ -35,29 +35,28 @@ impl KubeScheduler {
     }
 
     /// Starts kube-controller-manager `bin` with only `controllers` (e.g.
-    /// `persistentvolume-binder`), as the admin of `kubeconfig`, logging to `dir/{name}.log`.
+    /// `persistentvolume-binder`) and the flags `extra` (e.g. `--feature-gates=…`), as the
+    /// admin of `kubeconfig`, logging to `dir/{name}.log`.
     pub fn controller_manager(
         bin: &Path,
         kubeconfig: &Path,
         controllers: &str,
+        extra: &[&str],
         dir: &Path,
         name: &str,
     ) -> Result<KubeScheduler> {
-        Self::spawn(
-            bin,
-            &[
-                format!("--kubeconfig={}", kubeconfig.display()),
-                format!("--controllers={controllers}"),
-                "--leader-elect=false".into(),
-                "--use-service-account-credentials=false".into(),
-                "--port=0".into(),
-                "--secure-port=0".into(),
-                "--logtostderr=true".into(),
-                "--v=2".into(),
-            ],
-            dir,
-            name,
-        )
+        let mut args = vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--controllers={controllers}"),
+            "--leader-elect=false".into(),
+            "--use-service-account-credentials=false".into(),
+            "--port=0".into(),
+            "--secure-port=0".into(),
+            "--logtostderr=true".into(),
+            "--v=2".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Self::spawn(bin, &args, dir, name)
     }
 
     fn spawn(bin: &Path, args: &[String], dir: &Path, name: &str) -> Result<KubeScheduler> {
