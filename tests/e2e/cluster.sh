@@ -7,7 +7,9 @@
 #! With CLUSTER_NODE_IP set (tests/e2e/node.sh sets it), the API server also listens on that
 #! address and advertises it, so that pods reach it through the `kubernetes` Service, and the
 #! ServiceAccount admission plugin is on (a controller manager creates the accounts).
-#! Generic ephemeral volumes (alpha in 1.20, GA in 1.23) are on, so that pods keep them.
+#! Generic ephemeral volumes (alpha in 1.20, GA in 1.23) are on, so that pods keep them, and
+#! storage capacity tracking (alpha in 1.20, GA in 1.24: `CSIDriver.spec.storageCapacity`,
+#! `storage.k8s.io/v1alpha1` CSIStorageCapacity).
 
 CACHE="${LOADSTAR_CACHE:-$HOME/.cache/loadstar}"
 K8S_BIN="${K8S_BIN:-$CACHE/k8s-1.20.2/bin}"
@@ -134,7 +136,8 @@ cluster_up() {
     --service-cluster-ip-range=10.96.0.0/16 \
     --cert-dir="$dir/certs" "${node_flags[@]}" \
     --max-requests-inflight=2000 --max-mutating-requests-inflight=1000 \
-    --feature-gates=GenericEphemeralVolume=true \
+    --feature-gates=GenericEphemeralVolume=true,CSIStorageCapacity=true \
+    --runtime-config=storage.k8s.io/v1alpha1=true \
     --logtostderr=true --v=1)
   # Each process's command line, pid and (etcd) client URL, for the fault scenarios
   # (tests/e2e/faults/control-plane.sh kills and restarts them).

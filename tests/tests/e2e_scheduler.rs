@@ -1132,6 +1132,162 @@ async fn ephemeral_volumes_wait_for_their_claim_then_bind_with_it() -> Result<()
     run
 }
 
+/// Storage capacity (`CSIStorageCapacity`, alpha in 1.20: the API server runs with the
+/// gate and `storage.k8s.io/v1alpha1` on): a claim of a class whose CSI driver tracks
+/// capacity is provisioned only on a node that reaches a pool with room for it — Loadstar
+/// writes that node into the claim's `selected-node` for the provisioner. A claim no pool
+/// can take leaves the pod unschedulable in upstream's words, until a pool grows (the watch
+/// follows the change).
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn storage_capacity_steers_provisioning_to_a_node_with_room() -> Result<()> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+    use kube::api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    };
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let ns = namespace(&client, "capacity").await?;
+    let nodes = vec![format!("{ns}-a"), format!("{ns}-b")];
+    for n in &nodes {
+        create_node(&client, n, "8", "32Gi").await?;
+    }
+    let pp = PostParams::default();
+    let driver = format!("{ns}.csi.example.com");
+    let drivers: Api<CSIDriver> = Api::all(client.clone());
+    drivers
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": driver},
+                "spec": {"attachRequired": false, "storageCapacity": true}}))?,
+        )
+        .await?;
+    let stored = drivers.get(&driver).await?;
+    ensure!(
+        stored.spec.storage_capacity == Some(true),
+        "the API server dropped storageCapacity (is CSIStorageCapacity on?): {stored:?}"
+    );
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let class = format!("{ns}-lvm");
+    classes
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": class},
+                "provisioner": driver, "volumeBindingMode": "WaitForFirstConsumer"}))?,
+        )
+        .await?;
+    let pools: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "storage.k8s.io",
+            "v1alpha1",
+            "CSIStorageCapacity",
+        )),
+    );
+    for (name, node, size) in [("pool-a", &nodes[0], "2Gi"), ("pool-b", &nodes[1], "10Gi")] {
+        pools
+            .create(
+                &pp,
+                &serde_json::from_value(json!({
+                    "apiVersion": "storage.k8s.io/v1alpha1", "kind": "CSIStorageCapacity",
+                    "metadata": {"name": name}, "storageClassName": class,
+                    "nodeTopology": {"matchLabels": {"kubernetes.io/hostname": node}},
+                    "capacity": size}))?,
+            )
+            .await?;
+    }
+    let scorer = Scorer::start(&env, "capacity-1", "lease-capacity", &[]).await?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let run = async {
+        for (claim, size) in [("big", "5Gi"), ("huge", "50Gi")] {
+            claims
+                .create(
+                    &pp,
+                    &serde_json::from_value(json!({"metadata": {"name": claim},
+                        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                                 "resources": {"requests": {"storage": size}}}}))?,
+                )
+                .await?;
+            let mut p = pod(claim, Some(SCHEDULER), "100m", MI);
+            p["spec"]["volumes"] =
+                json!([{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]);
+            // This test's nodes only (other tests create nodes in the same cluster).
+            p["spec"]["affinity"] = json!({"nodeAffinity": {"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                       "values": nodes}]}]}}});
+            create_pod(&client, &ns, p).await?;
+        }
+        let selected_node = |claim: &'static str| {
+            let claims = claims.clone();
+            move || {
+                let claims = claims.clone();
+                async move {
+                    let c = claims.get(claim).await?;
+                    let node = c
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("volume.kubernetes.io/selected-node").cloned());
+                    Ok(node.ok_or_else(|| "not annotated yet".to_string()))
+                }
+            }
+        };
+        // 5Gi: only b's pool has room.
+        let big = eventually(
+            "the selected-node annotation on claim big",
+            Duration::from_secs(30),
+            selected_node("big"),
+        )
+        .await
+        .with_context(|| scorer.log_tail())?;
+        assert_eq!(big, nodes[1]);
+        // 50Gi: no pool has room.
+        let why = refusal(&client, &ns, "huge")
+            .await
+            .with_context(|| scorer.log_tail())?;
+        assert!(
+            why.contains("node(s) did not have enough free storage"),
+            "{why}"
+        );
+        let huge = claims.get("huge").await?;
+        assert!(
+            huge.metadata
+                .annotations
+                .as_ref()
+                .is_none_or(|a| !a.contains_key("volume.kubernetes.io/selected-node")),
+            "{huge:?}"
+        );
+        // a's pool grows: the watch follows, and the claim goes to a.
+        pools
+            .patch(
+                "pool-a",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"capacity": "100Gi"})),
+            )
+            .await?;
+        let huge = eventually(
+            "the selected-node annotation on claim huge",
+            Duration::from_secs(30),
+            selected_node("huge"),
+        )
+        .await
+        .with_context(|| scorer.log_tail())?;
+        assert_eq!(huge, nodes[0]);
+        eprintln!("claim big provisioned on {big}, huge on {huge}");
+        anyhow::Ok(())
+    }
+    .await;
+    delete_pods_now(&client, &ns).await;
+    let _ = classes.delete(&class, &DeleteParams::default()).await;
+    let _ = drivers.delete(&driver, &DeleteParams::default()).await;
+    delete_nodes(&client, &nodes).await;
+    run
+}
+
 #[tokio::test]
 #[ignore = "needs a real API server: run tests/e2e/run.sh"]
 async fn preemption_evicts_the_fewest_lower_priority_pods_spares_budgets_and_binds() -> Result<()> {

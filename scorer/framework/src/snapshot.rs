@@ -75,8 +75,8 @@ pub use crate::constraints::{
     WhenUnsatisfiable,
 };
 pub use crate::volumes::{
-    AttachKind, AttachableVolume, CandidateVolume, ClaimToBind, InlineDisk, PodClaim, Provisioning,
-    VolumeNeeds,
+    AttachKind, AttachableVolume, CandidateVolume, ClaimToBind, ClassCapacity, InlineDisk,
+    PodClaim, Provisioning, VolumeNeeds,
 };
 
 /// A node selector term (kept under its old name).

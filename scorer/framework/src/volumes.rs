@@ -5,7 +5,7 @@
 //! disks that two pods may not share. Pure data resolved by the Kubernetes layer from the
 //! cluster's claims, volumes, storage classes and CSINodes; the filters that read them live
 //! in `loadstar-policy`.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::constraints::{LabelSelector, NodeSelectorTerm};
@@ -172,6 +172,64 @@ pub struct Provisioning {
     /// `allowedTopologies`: ORed terms of `(key, values)` requirements ANDed within a term;
     /// empty admits every node.
     pub allowed_topologies: Vec<Vec<(String, Vec<String>)>>,
+    /// The storage its CSI driver reports left for the class (`CSIStorageCapacity`), when
+    /// the driver opts into capacity tracking (`CSIDriver.spec.storageCapacity`), the API
+    /// server serves the capacities and the claim requests storage; `None`: not checked.
+    pub capacity: Option<Arc<ClassCapacity>>,
+}
+
+/// What a class's `CSIStorageCapacity` objects offer, indexed for the per-node check
+/// (upstream's `hasEnoughCapacity`): a node has room for a volume when some capacity whose
+/// `nodeTopology` selects the node can take it — its `maximumVolumeSize`, else its
+/// `capacity`, at least the claim's request. A capacity without a topology or a size
+/// offers nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClassCapacity {
+    /// Capacities whose topology is one `matchLabels` pair (a node's or a zone's pool, as
+    /// CSI drivers publish them): label key → value → the largest volume offered there.
+    /// Looked up by the node's labels, so a pool per node costs no scan per node.
+    by_label: HashMap<String, HashMap<String, i64>>,
+    /// The other capacities: their topology and the largest volume each offers.
+    other: Vec<(LabelSelector, i64)>,
+}
+
+impl ClassCapacity {
+    /// Adds a capacity: its `nodeTopology` and the largest volume it offers.
+    pub fn add(&mut self, topology: Option<LabelSelector>, limit_bytes: Option<i64>) {
+        let (Some(topology), Some(limit)) = (topology, limit_bytes) else {
+            return;
+        };
+        let mut labels = topology.match_labels.iter();
+        match (
+            labels.next(),
+            labels.next(),
+            topology.match_expressions.is_empty(),
+        ) {
+            (Some((k, v)), None, true) => {
+                let largest = self
+                    .by_label
+                    .entry(k.clone())
+                    .or_default()
+                    .entry(v.clone())
+                    .or_insert(limit);
+                *largest = (*largest).max(limit);
+            }
+            _ => self.other.push((topology, limit)),
+        }
+    }
+
+    /// Whether a node with these labels reaches a capacity that can take `request_bytes`.
+    pub fn has_room(&self, request_bytes: i64, labels: &BTreeMap<String, String>) -> bool {
+        labels.iter().any(|(k, v)| {
+            self.by_label
+                .get(k)
+                .and_then(|values| values.get(v))
+                .is_some_and(|&limit| limit >= request_bytes)
+        }) || self
+            .other
+            .iter()
+            .any(|(topology, limit)| *limit >= request_bytes && topology.matches(labels))
+    }
 }
 
 /// The provisioner name that means "no dynamic provisioning".
@@ -336,6 +394,7 @@ mod tests {
         let any = Provisioning {
             provisioner: "csi.example.com".into(),
             allowed_topologies: vec![],
+            capacity: None,
         };
         assert!(any.admits(&node));
         for none in ["", NO_PROVISIONER] {
@@ -362,6 +421,47 @@ mod tests {
         assert!(!zoned(vec![vec![req("zone", &["a"]), req("rack", &["1"])]]).admits(&node));
         // An empty term selects nothing (but the list is not empty).
         assert!(!zoned(vec![vec![]]).admits(&node));
+    }
+
+    #[test]
+    fn a_node_has_room_where_a_capacity_it_reaches_can_take_the_volume() {
+        use crate::constraints::{SelectorOp, SelectorRequirement};
+        let pool = |k: &str, v: &str| LabelSelector {
+            match_labels: labels(&[(k, v)]),
+            ..Default::default()
+        };
+        let mut c = ClassCapacity::default();
+        let gib = 1 << 30;
+        // Per-node pools (indexed by label), the largest of two for the same node counts.
+        c.add(Some(pool("kubernetes.io/hostname", "n1")), Some(2 * gib));
+        c.add(Some(pool("kubernetes.io/hostname", "n1")), Some(5 * gib));
+        c.add(Some(pool("kubernetes.io/hostname", "n2")), Some(gib));
+        // A pool over a zone's racks (an expression: scanned), one without a size, one
+        // without a topology: the last two offer nothing.
+        let racks = LabelSelector {
+            match_labels: labels(&[("zone", "b")]),
+            match_expressions: vec![SelectorRequirement {
+                key: "rack".into(),
+                op: SelectorOp::In,
+                values: vec!["r1".into()],
+            }],
+        };
+        c.add(Some(racks), Some(10 * gib));
+        c.add(Some(pool("zone", "c")), None);
+        c.add(None, Some(100 * gib));
+        let node = |name: &str, zone: &str, rack: &str| {
+            labels(&[
+                ("kubernetes.io/hostname", name),
+                ("zone", zone),
+                ("rack", rack),
+            ])
+        };
+        assert!(c.has_room(5 * gib, &node("n1", "a", "r0")));
+        assert!(!c.has_room(5 * gib + 1, &node("n1", "a", "r0")));
+        assert!(!c.has_room(2 * gib, &node("n2", "a", "r0")));
+        assert!(c.has_room(8 * gib, &node("n2", "b", "r1")));
+        assert!(!c.has_room(8 * gib, &node("n2", "b", "r2")));
+        assert!(!c.has_room(1, &node("n3", "c", "r1")));
     }
 
     #[test]

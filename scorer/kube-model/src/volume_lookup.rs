@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use loadstar_framework::snapshot::ClassCapacity;
 
 /// Annotation marking a claim whose binding the controller completed.
 pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
@@ -21,6 +22,32 @@ pub const UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeC
 pub const PV_NOT_EXIST: &str = "pvc(s) bound to non-existent pv(s)";
 /// The binding mode that leaves binding to the scheduler.
 pub const WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
+
+/// The access mode that lets one pod only use a claim (`VolumeRestrictions` checks it
+/// across the cluster; upstream reads it on `persistentVolumeClaim` volumes only).
+pub const READ_WRITE_ONCE_POD: &str = "ReadWriteOncePod";
+
+/// Whether `claim`'s controlling owner is the pod with UID `pod_uid` (upstream's
+/// `metav1.IsControlledBy`, which `ephemeral.VolumeIsForPod` asks).
+pub fn controlled_by(claim: &PersistentVolumeClaim, pod_uid: &str) -> bool {
+    claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .is_some_and(|o| o.uid == pod_uid)
+}
+
+/// Whether `claim`, looked up for one of `pod_uid`'s volumes, is the pod's to use: always
+/// for a `persistentVolumeClaim` volume, only while the pod controls it for an ephemeral one.
+pub fn claim_is_for_pod(
+    claim: &loadstar_framework::snapshot::PodClaim,
+    pvc: &PersistentVolumeClaim,
+    pod_uid: &str,
+) -> bool {
+    !claim.ephemeral || controlled_by(pvc, pod_uid)
+}
 
 /// Where the claims, volumes and classes come from.
 pub trait VolumeLookup {
@@ -40,6 +67,16 @@ pub trait VolumeLookup {
     /// The node this scheduler chose for provisioning the claim, before the claim's update
     /// shows in the watch.
     fn selected(&self, _namespace: &str, _name: &str) -> Option<String> {
+        None
+    }
+    /// Whether the CSI driver `name` opts into storage-capacity tracking (its `CSIDriver`
+    /// says `storageCapacity: true`); the default, `false`, checks no capacity.
+    fn tracks_capacity(&self, _driver: &str) -> bool {
+        false
+    }
+    /// What the storage class `name`'s `CSIStorageCapacity` objects offer; `None` (the
+    /// default) while the API server serves none, and capacity is not checked.
+    fn class_capacity(&self, _class: &str) -> Option<Arc<ClassCapacity>> {
         None
     }
 }
@@ -67,6 +104,10 @@ pub mod fake {
         pub classes: HashMap<String, Arc<StorageClass>>,
         /// Reservations by volume name: the claim's (namespace, name, uid).
         pub reserved: HashMap<String, (String, String, String)>,
+        /// CSI drivers that track capacity.
+        pub tracking: std::collections::HashSet<String>,
+        /// Capacities by class; `None`: not served.
+        pub capacities: Option<HashMap<String, Arc<loadstar_framework::snapshot::ClassCapacity>>>,
     }
 
     impl Fake {
@@ -109,6 +150,16 @@ pub mod fake {
         }
         fn reserved(&self, volume: &str) -> Option<(String, String, String)> {
             self.reserved.get(volume).cloned()
+        }
+        fn tracks_capacity(&self, driver: &str) -> bool {
+            self.tracking.contains(driver)
+        }
+        fn class_capacity(
+            &self,
+            class: &str,
+        ) -> Option<Arc<loadstar_framework::snapshot::ClassCapacity>> {
+            let served = self.capacities.as_ref()?;
+            Some(served.get(class).cloned().unwrap_or_default())
         }
     }
 }

@@ -1327,6 +1327,8 @@ mod tests {
             claims,
             volumes,
             classes,
+            drivers: ::kube::runtime::reflector::store().0,
+            capacities: Default::default(),
         });
         let info = cache.pod("ns/db").expect("pod").info.clone().expect("info");
         assert_eq!(
@@ -1424,6 +1426,8 @@ mod tests {
             claims,
             volumes,
             classes,
+            drivers: ::kube::runtime::reflector::store().0,
+            capacities: Default::default(),
         });
         classes_w.apply_watcher_event(&Event::Apply(
             serde_json::from_value(json!({"metadata": {"name": "fast"},

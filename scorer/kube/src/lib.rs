@@ -11,6 +11,7 @@ pub use loadstar_kube_model::{attach, constraints, convert, volume_lookup};
 
 pub mod api;
 pub mod cache;
+pub mod capacity;
 pub mod client;
 pub mod default_selector;
 pub mod disruption;

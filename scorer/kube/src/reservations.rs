@@ -189,6 +189,15 @@ impl<L: VolumeLookup> VolumeLookup for Overlay<'_, L> {
             .cloned()
             .or_else(|| self.base.selected(namespace, name))
     }
+    fn tracks_capacity(&self, driver: &str) -> bool {
+        self.base.tracks_capacity(driver)
+    }
+    fn class_capacity(
+        &self,
+        class: &str,
+    ) -> Option<Arc<loadstar_framework::snapshot::ClassCapacity>> {
+        self.base.class_capacity(class)
+    }
 }
 
 #[cfg(test)]

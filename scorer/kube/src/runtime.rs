@@ -194,28 +194,45 @@ where
 /// Keeps an object as it comes.
 fn untrimmed<K>(_: &mut K) {}
 
-/// Starts the claim, volume and storage-class reflectors and hands their stores to the
-/// cache.
+/// Starts the claim, volume, storage-class, CSI driver and storage-capacity reflectors and
+/// hands their stores to the cache.
 fn reflect_volumes(
     client: Client,
     cache: Arc<ClusterCache>,
     health: &WatchHealth,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-    use k8s_openapi::api::storage::v1::StorageClass;
+    use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
     let (claims, claims_w) = ::kube::runtime::reflector::store();
     let (volumes, volumes_w) = ::kube::runtime::reflector::store();
     let (classes, classes_w) = ::kube::runtime::reflector::store();
+    let (drivers, drivers_w) = ::kube::runtime::reflector::store();
+    let capacities = Arc::new(super::capacity::Capacities::default());
     cache.set_volume_stores(VolumeStores {
         claims,
         volumes,
         classes,
+        drivers,
+        capacities: capacities.clone(),
     });
     let on_change = |cache: &Arc<ClusterCache>| {
         let cache = cache.clone();
         move || cache.volumes_changed()
     };
     vec![
+        tokio::spawn(super::capacity::reflect(
+            client.clone(),
+            capacities,
+            health.status("csistoragecapacities watch"),
+            on_change(&cache),
+        )),
+        reflect_into(
+            Api::<CSIDriver>::all(client.clone()),
+            drivers_w,
+            health.status("csidrivers watch"),
+            untrimmed,
+            on_change(&cache),
+        ),
         reflect_into(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             claims_w,

@@ -1977,6 +1977,8 @@ mod tests {
             claims,
             volumes,
             classes,
+            drivers: ::kube::runtime::reflector::store().0,
+            capacities: Default::default(),
         });
         classes_w.apply_watcher_event(&Event::Apply(
             serde_json::from_value(json!({"metadata": {"name": "local"},

@@ -25,20 +25,23 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::runtime::reflector::{ObjectRef, Store};
 use loadstar_common::quantity::parse_units;
 use loadstar_framework::snapshot::{
-    AttachableVolume, CandidateVolume, ClaimToBind, PodClaim, PodInfo, Provisioning, VolumeNeeds,
+    AttachableVolume, CandidateVolume, ClaimToBind, ClassCapacity, PodInfo, Provisioning,
+    VolumeNeeds,
 };
 use loadstar_policy::volume_zone::ZONE_LABELS;
 
 use crate::attach;
+use crate::capacity::Capacities;
 use crate::constraints::{label_selector, node_term};
 
 pub use crate::volume_lookup::{
-    BETA_CLASS, BIND_COMPLETED, BOUND_BY_CONTROLLER, PV_NOT_EXIST, SELECTED_NODE,
-    UNBOUND_IMMEDIATE, VolumeLookup, WAIT_FOR_FIRST_CONSUMER,
+    BETA_CLASS, BIND_COMPLETED, BOUND_BY_CONTROLLER, PV_NOT_EXIST, READ_WRITE_ONCE_POD,
+    SELECTED_NODE, UNBOUND_IMMEDIATE, VolumeLookup, WAIT_FOR_FIRST_CONSUMER, claim_is_for_pod,
+    controlled_by,
 };
 
 /// The live stores the volume reflectors fill.
@@ -50,6 +53,10 @@ pub struct VolumeStores {
     pub volumes: Store<PersistentVolume>,
     /// Storage classes.
     pub classes: Store<StorageClass>,
+    /// CSI drivers (whether they track storage capacity).
+    pub drivers: Store<CSIDriver>,
+    /// Storage capacities, per class.
+    pub capacities: Arc<Capacities>,
 }
 
 impl std::fmt::Debug for VolumeStores {
@@ -58,6 +65,7 @@ impl std::fmt::Debug for VolumeStores {
             .field("claims", &self.claims.state().len())
             .field("volumes", &self.volumes.state().len())
             .field("classes", &self.classes.state().len())
+            .field("drivers", &self.drivers.state().len())
             .finish()
     }
 }
@@ -71,6 +79,14 @@ impl VolumeLookup for VolumeStores {
     }
     fn class(&self, name: &str) -> Option<Arc<StorageClass>> {
         self.classes.get(&ObjectRef::new(name))
+    }
+    fn tracks_capacity(&self, driver: &str) -> bool {
+        self.drivers
+            .get(&ObjectRef::new(driver))
+            .is_some_and(|d| d.spec.storage_capacity == Some(true))
+    }
+    fn class_capacity(&self, class: &str) -> Option<Arc<ClassCapacity>> {
+        self.capacities.class(class)
     }
     fn volumes(&self) -> Vec<Arc<PersistentVolume>> {
         self.volumes.state()
@@ -129,28 +145,6 @@ pub fn fully_bound(claim: &PersistentVolumeClaim) -> bool {
         .and_then(|s| s.volume_name.as_deref())
         .is_some_and(|v| !v.is_empty())
         && annotation(&claim.metadata, BIND_COMPLETED).is_some()
-}
-
-/// The access mode that lets one pod only use a claim (`VolumeRestrictions` checks it
-/// across the cluster; upstream reads it on `persistentVolumeClaim` volumes only).
-pub const READ_WRITE_ONCE_POD: &str = "ReadWriteOncePod";
-
-/// Whether `claim`'s controlling owner is the pod with UID `pod_uid` (upstream's
-/// `metav1.IsControlledBy`, which `ephemeral.VolumeIsForPod` asks).
-pub fn controlled_by(claim: &PersistentVolumeClaim, pod_uid: &str) -> bool {
-    claim
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
-        .is_some_and(|o| o.uid == pod_uid)
-}
-
-/// Whether `claim`, looked up for one of `pod_uid`'s volumes, is the pod's to use: always
-/// for a `persistentVolumeClaim` volume, only while the pod controls it for an ephemeral one.
-pub fn claim_is_for_pod(claim: &PodClaim, pvc: &PersistentVolumeClaim, pod_uid: &str) -> bool {
-    !claim.ephemeral || controlled_by(pvc, pod_uid)
 }
 
 /// Resolves `pod`'s claims.
@@ -304,7 +298,17 @@ fn claim_to_bind(
         .collect();
     // Upstream walks its cache in no particular order; by name is at least repeatable.
     candidates.sort_by(|a, b| a.name.cmp(&b.name));
+    // `hasEnoughCapacity`: checked for a claim that requests storage, of a class whose CSI
+    // driver opts in, once the API server serves the capacities.
+    let requests_storage = spec
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .is_some_and(|r| r.contains_key("storage"));
+    let capacity = (requests_storage && lookup.tracks_capacity(&class.provisioner))
+        .then(|| lookup.class_capacity(class_name))
+        .flatten();
     let provisioning = Ok(Provisioning {
+        capacity,
         provisioner: class.provisioner.clone(),
         allowed_topologies: class
             .allowed_topologies
@@ -383,6 +387,7 @@ fn candidate(pv: &PersistentVolume, lookup: &impl VolumeLookup) -> Option<Candid
 mod tests {
     use super::*;
     use crate::volume_lookup::fake::Fake;
+    use loadstar_framework::snapshot::PodClaim;
     use serde_json::json;
 
     fn fake() -> Fake {
@@ -514,6 +519,47 @@ mod tests {
         assert_eq!(r.needs.unschedulable, None);
         assert_eq!(r.needs.to_bind.len(), 1);
         assert_eq!(r.needs.to_bind[0].name, "p-v");
+    }
+
+    #[test]
+    fn capacity_is_checked_for_storage_requests_of_tracking_drivers_once_served() {
+        let mut f = fake();
+        f.add_class(
+            json!({"metadata": {"name": "lvm"}, "provisioner": "lvm.csi.example.com",
+            "volumeBindingMode": "WaitForFirstConsumer"}),
+        );
+        f.add_claim(json!({"metadata": {"name": "thin", "namespace": "ns"},
+            "spec": {"storageClassName": "lvm",
+                     "resources": {"requests": {"storage": "1Gi"}}}}));
+        f.add_claim(json!({"metadata": {"name": "sizeless", "namespace": "ns"},
+            "spec": {"storageClassName": "lvm"}}));
+        let checked = |f: &Fake, claim: &str| {
+            let r = resolve(&pod(&[claim]), f);
+            let [c] = r.needs.to_bind.as_slice() else {
+                panic!("one claim to bind: {r:?}");
+            };
+            c.provisioning.as_ref().expect("class").capacity.clone()
+        };
+        let mut table = ClassCapacity::default();
+        table.add(Some(Default::default()), Some(1 << 40));
+        f.capacities = Some([("lvm".to_string(), Arc::new(table))].into());
+        // The driver does not opt in: not checked.
+        assert_eq!(checked(&f, "thin"), None);
+        f.tracking.insert("lvm.csi.example.com".into());
+        let table = checked(&f, "thin").expect("checked");
+        assert!(table.has_room(1 << 40, &Default::default()));
+        // No storage request: nothing to check (upstream).
+        assert_eq!(checked(&f, "sizeless"), None);
+        // Not served: not checked; served without a capacity for the class: an empty
+        // table, which no node has room in.
+        f.capacities = None;
+        assert_eq!(checked(&f, "thin"), None);
+        f.capacities = Some(Default::default());
+        assert!(
+            !checked(&f, "thin")
+                .expect("served")
+                .has_room(1, &Default::default())
+        );
     }
 
     #[test]

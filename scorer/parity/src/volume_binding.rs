@@ -21,7 +21,10 @@
 //! the claims to provision: what the Kubernetes layer writes (the volume's `claimRef`, the
 //! claim's `selected-node` annotation) before it binds the pod. The claims are resolved by
 //! the Kubernetes layer into [`VolumeNeeds`](loadstar_framework::snapshot::VolumeNeeds).
-//! Storage-capacity tracking (`CSIStorageCapacity`, alpha and off in 1.20) is not checked.
+//! - **Storage capacity** (`hasEnoughCapacity`; alpha in 1.19, GA in 1.24): a claim to
+//!   provision whose class's CSI driver opts into capacity tracking needs a
+//!   `CSIStorageCapacity` of its class that the node reaches with room for the request —
+//!   otherwise `node(s) did not have enough free storage`.
 use std::collections::{BTreeMap, HashSet};
 
 use loadstar_framework::snapshot::{CandidateVolume, ClaimToBind, NodeView, PodInfo};
@@ -36,6 +39,8 @@ pub const NAME: &str = "VolumeBinding";
 pub const REASON_NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
 /// An unbound claim finds neither a volume nor a provisioner for the node.
 pub const REASON_BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
+/// A claim to provision finds no storage capacity for it that the node reaches.
+pub const REASON_NOT_ENOUGH_SPACE: &str = "node(s) did not have enough free storage";
 
 /// How a pod's unbound claims would be met on one node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -128,6 +133,13 @@ pub fn plan(
         match &to_bind[i].provisioning {
             Err(e) => return Err(e.clone()),
             Ok(p) if !p.admits(labels) => return Err(REASON_BIND_CONFLICT.into()),
+            Ok(p)
+                if p.capacity
+                    .as_ref()
+                    .is_some_and(|c| !c.has_room(to_bind[i].request_bytes, labels)) =>
+            {
+                return Err(REASON_NOT_ENOUGH_SPACE.into());
+            }
             Ok(_) => out.provision.push(i),
         }
     }
@@ -283,6 +295,7 @@ mod tests {
             provisioning: Ok(Provisioning {
                 provisioner: loadstar_framework::volumes::NO_PROVISIONER.into(),
                 allowed_topologies: vec![],
+                capacity: None,
             }),
             ..Default::default()
         }
@@ -424,6 +437,7 @@ mod tests {
             provisioning: Ok(Provisioning {
                 provisioner: "csi.example.com".into(),
                 allowed_topologies: vec![vec![("zone".into(), vec!["a".into()])]],
+                capacity: None,
             }),
             ..claim("data", 1, vec![])
         };
@@ -451,6 +465,44 @@ mod tests {
             plan(&[broken], "n1", &zone("a")),
             Err("storageclass.storage.k8s.io \"gone\" not found".into())
         );
+    }
+
+    #[test]
+    fn a_driver_tracking_capacity_provisions_only_where_a_pool_has_room() {
+        use loadstar_framework::snapshot::{ClassCapacity, LabelSelector};
+        use std::sync::Arc;
+        let host =
+            |n: &str| BTreeMap::from([("kubernetes.io/hostname".to_string(), n.to_string())]);
+        let mut pools = ClassCapacity::default();
+        for (n, size) in [("n1", 10 * GIB), ("n2", GIB)] {
+            let topology = LabelSelector {
+                match_labels: host(n),
+                ..Default::default()
+            };
+            pools.add(Some(topology), Some(size));
+        }
+        let claim_of = |gib: i64, capacity: Option<Arc<ClassCapacity>>| ClaimToBind {
+            provisioning: Ok(Provisioning {
+                provisioner: "lvm.csi.example.com".into(),
+                allowed_topologies: vec![],
+                capacity,
+            }),
+            ..claim("data", gib, vec![])
+        };
+        let pools = Arc::new(pools);
+        let five = claim_of(5, Some(pools.clone()));
+        let fits = |c: &ClaimToBind, n: &str| plan(std::slice::from_ref(c), n, &host(n));
+        assert_eq!(fits(&five, "n1").map(|p| p.provision), Ok(vec![0]));
+        assert_eq!(fits(&five, "n2"), Err(REASON_NOT_ENOUGH_SPACE.into()));
+        assert_eq!(fits(&five, "n3"), Err(REASON_NOT_ENOUGH_SPACE.into()));
+        // Untracked (the driver does not opt in): provisioned anywhere its class allows.
+        assert!(fits(&claim_of(5, None), "n3").is_ok());
+        // Already placed on n2 by an earlier attempt: checked there too, as upstream.
+        let selected = ClaimToBind {
+            selected_node: Some("n2".into()),
+            ..five
+        };
+        assert_eq!(fits(&selected, "n2"), Err(REASON_NOT_ENOUGH_SPACE.into()));
     }
 
     #[test]

@@ -1,0 +1,143 @@
+//! Storage capacity for `VolumeBinding` (`CSIStorageCapacity`: alpha in 1.19, GA in 1.24):
+//! a watch over whichever `storage.k8s.io` version the API server serves (`v1` from 1.24,
+//! `v1beta1` from 1.21, `v1alpha1` when a 1.19–1.23 server has it on; none: capacity is not
+//! checked, as upstream with the feature off), read as [`DynamicObject`]s since k8s-openapi
+//! carries `v1` only, into `loadstar-kube-model`'s per-class [`Capacities`].
+use std::sync::Arc;
+
+use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use ::kube::runtime::WatchStreamExt;
+use ::kube::runtime::watcher::{self, Event};
+use ::kube::{Client, ResourceExt};
+use futures::StreamExt;
+use tracing::{info, warn};
+
+pub use loadstar_kube_model::capacity::{Capacities, Capacity, CapacityError, capacity};
+
+/// Applies one watch event to `capacities`.
+pub fn apply(capacities: &Capacities, ev: Event<DynamicObject>) {
+    let key = |o: &DynamicObject| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+    let read = |o: &DynamicObject| {
+        capacity(&key(o), &o.data)
+            .map_err(|e| warn!(error = %e, "ignoring a CSIStorageCapacity that cannot be read"))
+            .ok()
+    };
+    match ev {
+        Event::Init => capacities.relist_started(),
+        Event::InitApply(o) => capacities.relisted(key(&o), read(&o)),
+        Event::InitDone => capacities.relist_done(),
+        Event::Apply(o) => capacities.put(key(&o), read(&o)),
+        Event::Delete(o) => capacities.remove(&key(&o)),
+    }
+}
+
+/// The served `CSIStorageCapacity` resource, newest version first; `None` when none is.
+/// Discovery that fails other than with "not found" (the API server unreachable at start)
+/// is retried with the watches' backoff, so an outage at start does not turn the check off.
+async fn served(client: &Client) -> Option<ApiResource> {
+    let mut backoff = super::watch_health::watch_backoff();
+    loop {
+        let mut unsure = None;
+        for version in ["v1", "v1beta1", "v1alpha1"] {
+            match client
+                .list_api_group_resources(&format!("storage.k8s.io/{version}"))
+                .await
+            {
+                Ok(list)
+                    if list
+                        .resources
+                        .iter()
+                        .any(|r| r.name == "csistoragecapacities") =>
+                {
+                    return Some(ApiResource::from_gvk(&GroupVersionKind::gvk(
+                        "storage.k8s.io",
+                        version,
+                        "CSIStorageCapacity",
+                    )));
+                }
+                Ok(_) => {}
+                Err(::kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => unsure = Some(e),
+            }
+        }
+        let e = unsure?;
+        let delay = backoff
+            .next()
+            .unwrap_or(super::watch_health::WATCH_BACKOFF_MAX);
+        warn!(error = %e, ?delay, "cannot tell which CSIStorageCapacity version is served; retrying");
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Watches the capacities into `capacities` until aborted, calling `changed` after each
+/// change once listed; without a served version, logs it and returns (capacity is then not
+/// checked).
+pub(crate) async fn reflect(
+    client: Client,
+    capacities: Arc<Capacities>,
+    mut status: super::watch_health::WatchStatus,
+    changed: impl Fn() + Send + 'static,
+) {
+    let Some(resource) = served(&client).await else {
+        info!(
+            "the API server serves no CSIStorageCapacity version: storage capacity is not \
+             checked (as kube-scheduler with the feature off)"
+        );
+        return;
+    };
+    info!(api_version = %resource.api_version, "watching CSIStorageCapacities");
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
+        .backoff(super::watch_health::watch_backoff());
+    futures::pin_mut!(stream);
+    while let Some(ev) = stream.next().await {
+        status.observe(&ev);
+        if let Ok(ev) = ev {
+            let listed = matches!(ev, Event::InitDone);
+            let change = matches!(ev, Event::Apply(_) | Event::Delete(_));
+            apply(&capacities, ev);
+            if listed {
+                capacities.set_served();
+            }
+            if listed || change {
+                changed();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool(name: &str, capacity: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1alpha1", "kind": "CSIStorageCapacity",
+            "metadata": {"name": name, "namespace": "kube-system"},
+            "storageClassName": "lvm",
+            "nodeTopology": {"matchLabels": {"kubernetes.io/hostname": "n1"}},
+            "capacity": capacity
+        }))
+        .expect("object")
+    }
+
+    #[test]
+    fn watch_events_reach_the_tables_by_namespace_and_name() {
+        let caps = Capacities::default();
+        caps.set_served();
+        let n1 = [("kubernetes.io/hostname".to_string(), "n1".to_string())].into();
+        let room = |bytes: i64| caps.class("lvm").expect("served").has_room(bytes, &n1);
+        apply(&caps, Event::Init);
+        apply(&caps, Event::InitApply(pool("a", "1Gi")));
+        apply(&caps, Event::InitDone);
+        assert!(room(1 << 30) && !room(2 << 30));
+        apply(&caps, Event::Apply(pool("b", "4Gi")));
+        assert!(room(4 << 30));
+        apply(&caps, Event::Delete(pool("b", "4Gi")));
+        assert!(!room(2 << 30));
+        // Unreadable: dropped, with a warning, never a panic.
+        apply(&caps, Event::Apply(pool("a", "lots")));
+        assert!(!room(1));
+    }
+}
