@@ -631,12 +631,22 @@ const CONSTRAINT_FILTERS: &[(&str, &str, DeclaresConstraint)] = &[
         |p| !p.disks.is_empty(),
     ),
     (
+        "VolumeRestrictions",
+        "spec.volumes[].persistentVolumeClaim (ReadWriteOncePod claims)",
+        |p| {
+            p.volumes
+                .as_ref()
+                .is_some_and(|v| !v.read_write_once_pod.is_empty())
+        },
+    ),
+    (
         "VolumeBinding",
-        "spec.volumes[].persistentVolumeClaim",
+        "spec.volumes[] (persistentVolumeClaim, ephemeral)",
         |p| !p.claims.is_empty(),
     ),
+    // Upstream's VolumeZone reads `persistentVolumeClaim` volumes only.
     ("VolumeZone", "spec.volumes[].persistentVolumeClaim", |p| {
-        !p.claims.is_empty()
+        p.claims.iter().any(|c| !c.ephemeral)
     }),
     (
         "NodeVolumeLimits",
@@ -1048,7 +1058,8 @@ impl Profile {
         let mut unchecked = self.unchecked_constraints(pod);
         if !pod.claims.is_empty() && pod.volumes.is_none() {
             unchecked.push(
-                "spec.volumes[].persistentVolumeClaim (claims not resolved: no cluster state)"
+                "spec.volumes[] (persistentVolumeClaim, ephemeral: claims not resolved, no cluster \
+                 state)"
                     .to_string(),
             );
         }
@@ -1939,6 +1950,38 @@ mod tests {
              (profile \"bare\" has no PodTopologySpread filter) that Loadstar does not \
              implement or cannot check here (refused rather than placed in violation)."
         );
+        // Volume constraints: a ReadWriteOncePod claim needs VolumeRestrictions; a pod whose
+        // only claims are ephemeral volumes' needs VolumeBinding but not VolumeZone, which
+        // upstream does not run over them.
+        let names = |pod: &PodInfo| -> Vec<String> {
+            profile
+                .unchecked_constraints(pod)
+                .iter()
+                .filter_map(|u| u.split(" has no ").nth(1).map(str::to_string))
+                .collect()
+        };
+        let mut rwop = PodInfo {
+            claims: vec!["data".into()],
+            volumes: Some(crate::snapshot::VolumeNeeds {
+                read_write_once_pod: vec!["data".into()],
+                ..Default::default()
+            }),
+            ..PodInfo::default()
+        };
+        assert_eq!(
+            names(&rwop),
+            [
+                "VolumeRestrictions filter)",
+                "VolumeBinding filter)",
+                "VolumeZone filter)"
+            ]
+        );
+        rwop.claims = vec![crate::snapshot::PodClaim {
+            name: "p-scratch".into(),
+            ephemeral: true,
+        }];
+        rwop.volumes = Some(Default::default());
+        assert_eq!(names(&rwop), ["VolumeBinding filter)"]);
         // A field the converter marked unsupported.
         let pod = PodInfo {
             unsupported: vec!["spec.volumes[0].persistentVolumeClaim".into()],

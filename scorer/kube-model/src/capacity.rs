@@ -6,12 +6,49 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::storage::v1::CSIStorageCapacity;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use loadstar_common::quantity::parse_units;
 use loadstar_framework::snapshot::{ClassCapacity, LabelSelector};
+use loadstar_framework::volumes::NO_PROVISIONER;
 
 use crate::constraints;
+use crate::volume_lookup::VolumeLookup;
+
+/// Why a claim to provision waits while the scorer starts: it cannot tell yet whether its
+/// CSI driver tracks capacity, nor how much there is.
+pub const CAPACITY_UNKNOWN: &str =
+    "waiting for the CSIDriver and CSIStorageCapacity lists (storage capacity not known yet)";
+
+/// What `hasEnoughCapacity` checks for `claim`, a claim to bind of the class `class_name`:
+/// the class's capacities for a claim that requests storage, of a class whose CSI driver
+/// opts in, once the API server serves them; `None`: nothing to check. Until the drivers
+/// and capacities are listed, a claim that requests storage of a class that provisions
+/// waits (`Err`, the reason): it fails closed, as every other volume fact not known yet,
+/// since provisioning on a node without room would only be undone by the provisioner.
+pub fn claim_capacity(
+    claim: &PersistentVolumeClaim,
+    class_name: &str,
+    class: &StorageClass,
+    lookup: &impl VolumeLookup,
+) -> Result<Option<Arc<ClassCapacity>>, String> {
+    let requests_storage = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .is_some_and(|r| r.contains_key("storage"));
+    let provisions = !class.provisioner.is_empty() && class.provisioner != NO_PROVISIONER;
+    if requests_storage && provisions && !lookup.capacity_known() {
+        return Err(CAPACITY_UNKNOWN.to_string());
+    }
+    Ok(
+        (requests_storage && lookup.tracks_capacity(&class.provisioner))
+            .then(|| lookup.class_capacity(class_name))
+            .flatten(),
+    )
+}
 
 /// Why a `CSIStorageCapacity` could not be read (it then offers nothing).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -92,6 +129,9 @@ struct State {
     /// Whether the API server serves a version and it was listed (until then, and without
     /// one, capacity is not checked).
     served: bool,
+    /// Whether it is known yet how capacity is checked: the CSIDrivers and the capacities
+    /// listed, or no capacity version served.
+    known: bool,
     live: HashMap<String, Capacity>,
     /// Filled during a relist, swapped in when it completes.
     relist: Option<HashMap<String, Capacity>>,
@@ -104,9 +144,26 @@ impl Capacities {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Marks capacity tracking available (a served version was listed).
+    /// The capacities of a served version were listed (with the CSIDrivers): capacity is
+    /// checked from now on.
     pub fn set_served(&self) {
-        self.lock().served = true;
+        let mut s = self.lock();
+        s.served = true;
+        s.known = true;
+    }
+
+    /// No capacity version is served (and the CSIDrivers were listed): capacity is not
+    /// checked.
+    pub fn set_unserved(&self) {
+        let mut s = self.lock();
+        s.served = false;
+        s.known = true;
+    }
+
+    /// Whether it is known yet whether and how capacity is checked; until then a claim that
+    /// may need it waits, rather than be provisioned where there may be no room.
+    pub fn known(&self) -> bool {
+        self.lock().known
     }
 
     /// What the capacities of `class` offer; `None` while no version is served.
@@ -247,7 +304,9 @@ mod tests {
         caps.relisted("b".into(), read(pool("other", "n2", "10Gi")));
         caps.relist_done();
         assert_eq!(caps.class("lvm"), None, "not served yet: not checked");
+        assert!(!caps.known());
         caps.set_served();
+        assert!(caps.known());
         let lvm = caps.class("lvm").expect("served");
         assert!(lvm.has_room(5 << 30, &host("n1")));
         assert!(!lvm.has_room(5 << 30, &host("n2")), "another class's pool");
@@ -271,10 +330,17 @@ mod tests {
         bad["capacity"] = json!("lots");
         caps.put("b".into(), read(bad));
         assert!(!room("other", 1, "n2"));
-        // A relist replaces everything.
+        // A relist replaces everything: what it does not list is gone.
+        caps.put("c".into(), read(pool("lvm", "n3", "1Gi")));
+        assert!(room("lvm", 1, "n3"));
         caps.relist_started();
         caps.relisted("z".into(), read(pool("lvm", "n9", "1Ti")));
+        assert!(
+            room("lvm", 1, "n3"),
+            "the old list serves until the new one is complete"
+        );
         caps.relist_done();
         assert!(room("lvm", 1 << 40, "n9"));
+        assert!(!room("lvm", 1, "n3"));
     }
 }

@@ -49,6 +49,45 @@ pub fn claim_is_for_pod(
     !claim.ephemeral || controlled_by(pvc, pod_uid)
 }
 
+/// The annotation `key` of an object.
+pub fn annotation<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'a String> {
+    meta.annotations.as_ref().and_then(|a| a.get(key))
+}
+
+/// `GetPersistentVolumeClaimClass`: the beta annotation first, then `storageClassName`.
+pub fn claim_class(claim: &PersistentVolumeClaim) -> String {
+    annotation(&claim.metadata, BETA_CLASS)
+        .cloned()
+        .or_else(|| {
+            claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.clone())
+        })
+        .unwrap_or_default()
+}
+
+/// `GetPersistentVolumeClass`: the beta annotation first, then `storageClassName`.
+pub fn volume_class(pv: &PersistentVolume) -> String {
+    annotation(&pv.metadata, BETA_CLASS)
+        .cloned()
+        .or_else(|| pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
+        .unwrap_or_default()
+}
+
+/// Whether the claim is fully bound (a volume named and the binding completed).
+pub fn fully_bound(claim: &PersistentVolumeClaim) -> bool {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty())
+        && annotation(&claim.metadata, BIND_COMPLETED).is_some()
+}
+
 /// Where the claims, volumes and classes come from.
 pub trait VolumeLookup {
     /// The claim `namespace/name`.
@@ -79,6 +118,11 @@ pub trait VolumeLookup {
     fn class_capacity(&self, _class: &str) -> Option<Arc<ClassCapacity>> {
         None
     }
+    /// Whether the two answers above are known yet (the CSIDrivers and the capacities
+    /// listed, or none served); the default, `true`, is for lookups without them.
+    fn capacity_known(&self) -> bool {
+        true
+    }
 }
 
 /// An in-memory [`VolumeLookup`] for tests (this crate's, and with the `test-support`
@@ -108,6 +152,8 @@ pub mod fake {
         pub tracking: std::collections::HashSet<String>,
         /// Capacities by class; `None`: not served.
         pub capacities: Option<HashMap<String, Arc<loadstar_framework::snapshot::ClassCapacity>>>,
+        /// Whether the drivers and capacities are not listed yet.
+        pub capacity_unknown: bool,
     }
 
     impl Fake {
@@ -160,6 +206,9 @@ pub mod fake {
         ) -> Option<Arc<loadstar_framework::snapshot::ClassCapacity>> {
             let served = self.capacities.as_ref()?;
             Some(served.get(class).cloned().unwrap_or_default())
+        }
+        fn capacity_known(&self) -> bool {
+            !self.capacity_unknown
         }
     }
 }

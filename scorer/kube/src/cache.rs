@@ -298,6 +298,12 @@ impl ClusterCache {
         self.refresh_claimed();
     }
 
+    /// Storage capacity became known or changed: pending pods with claims to provision may
+    /// fit now (nothing placed attaches differently).
+    pub fn capacities_changed(&self) {
+        self.queue.with(|q| q.retry_all());
+    }
+
     /// A Service or controller changed: pending pods' default spreading may differ.
     pub fn controllers_changed(&self) {
         self.queue.with(|q| q.retry_all());

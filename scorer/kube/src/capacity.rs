@@ -7,12 +7,16 @@ use std::sync::Arc;
 
 use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use ::kube::runtime::WatchStreamExt;
+use ::kube::runtime::reflector::Store;
 use ::kube::runtime::watcher::{self, Event};
 use ::kube::{Client, ResourceExt};
 use futures::StreamExt;
+use k8s_openapi::api::storage::v1::CSIDriver;
 use tracing::{info, warn};
 
-pub use loadstar_kube_model::capacity::{Capacities, Capacity, CapacityError, capacity};
+pub use loadstar_kube_model::capacity::{
+    CAPACITY_UNKNOWN, Capacities, Capacity, CapacityError, capacity, claim_capacity,
+};
 
 /// Applies one watch event to `capacities`.
 pub fn apply(capacities: &Capacities, ev: Event<DynamicObject>) {
@@ -69,20 +73,30 @@ async fn served(client: &Client) -> Option<ApiResource> {
     }
 }
 
-/// Watches the capacities into `capacities` until aborted, calling `changed` after each
-/// change once listed; without a served version, logs it and returns (capacity is then not
-/// checked).
+/// Watches the capacities into `capacities` until aborted, calling `changed` when capacity
+/// becomes known and after each change. Capacity is known once the CSIDrivers (`drivers`)
+/// are listed and the capacities too, or no version is served (then, logged, it is not
+/// checked and this returns).
 pub(crate) async fn reflect(
     client: Client,
     capacities: Arc<Capacities>,
+    drivers: Store<CSIDriver>,
     mut status: super::watch_health::WatchStatus,
     changed: impl Fn() + Send + 'static,
 ) {
-    let Some(resource) = served(&client).await else {
+    let resource = served(&client).await;
+    // Until the drivers are listed, whether a driver tracks capacity is not known. An error
+    // means the store's writer is gone (the scorer is stopping).
+    if drivers.wait_until_ready().await.is_err() {
+        return;
+    }
+    let Some(resource) = resource else {
         info!(
             "the API server serves no CSIStorageCapacity version: storage capacity is not \
              checked (as kube-scheduler with the feature off)"
         );
+        capacities.set_unserved();
+        changed();
         return;
     };
     info!(api_version = %resource.api_version, "watching CSIStorageCapacities");

@@ -198,6 +198,9 @@ impl<L: VolumeLookup> VolumeLookup for Overlay<'_, L> {
     ) -> Option<Arc<loadstar_framework::snapshot::ClassCapacity>> {
         self.base.class_capacity(class)
     }
+    fn capacity_known(&self) -> bool {
+        self.base.capacity_known()
+    }
 }
 
 #[cfg(test)]

@@ -212,7 +212,7 @@ fn reflect_volumes(
         claims,
         volumes,
         classes,
-        drivers,
+        drivers: drivers.clone(),
         capacities: capacities.clone(),
     });
     let on_change = |cache: &Arc<ClusterCache>| {
@@ -223,8 +223,12 @@ fn reflect_volumes(
         tokio::spawn(super::capacity::reflect(
             client.clone(),
             capacities,
+            drivers.clone(),
             health.status("csistoragecapacities watch"),
-            on_change(&cache),
+            {
+                let cache = cache.clone();
+                move || cache.capacities_changed()
+            },
         )),
         reflect_into(
             Api::<CSIDriver>::all(client.clone()),

@@ -35,14 +35,15 @@ use loadstar_framework::snapshot::{
 use loadstar_policy::volume_zone::ZONE_LABELS;
 
 use crate::attach;
-use crate::capacity::Capacities;
+use crate::capacity::{Capacities, claim_capacity};
 use crate::constraints::{label_selector, node_term};
 
 pub use crate::volume_lookup::{
     BETA_CLASS, BIND_COMPLETED, BOUND_BY_CONTROLLER, PV_NOT_EXIST, READ_WRITE_ONCE_POD,
-    SELECTED_NODE, UNBOUND_IMMEDIATE, VolumeLookup, WAIT_FOR_FIRST_CONSUMER, claim_is_for_pod,
-    controlled_by,
+    SELECTED_NODE, UNBOUND_IMMEDIATE, VolumeLookup, WAIT_FOR_FIRST_CONSUMER, claim_class,
+    claim_is_for_pod, controlled_by, fully_bound,
 };
+use crate::volume_lookup::{annotation, volume_class};
 
 /// The live stores the volume reflectors fill.
 #[derive(Clone)]
@@ -88,6 +89,9 @@ impl VolumeLookup for VolumeStores {
     fn class_capacity(&self, class: &str) -> Option<Arc<ClassCapacity>> {
         self.capacities.class(class)
     }
+    fn capacity_known(&self) -> bool {
+        self.capacities.known()
+    }
     fn volumes(&self) -> Vec<Arc<PersistentVolume>> {
         self.volumes.state()
     }
@@ -110,41 +114,6 @@ fn unschedulable(reason: String) -> Resolution {
         },
         attachable: Vec::new(),
     }
-}
-
-fn annotation<'a>(meta: &'a kube::api::ObjectMeta, key: &str) -> Option<&'a String> {
-    meta.annotations.as_ref().and_then(|a| a.get(key))
-}
-
-/// `GetPersistentVolumeClaimClass`: the beta annotation first, then `storageClassName`.
-pub fn claim_class(claim: &PersistentVolumeClaim) -> String {
-    annotation(&claim.metadata, BETA_CLASS)
-        .cloned()
-        .or_else(|| {
-            claim
-                .spec
-                .as_ref()
-                .and_then(|s| s.storage_class_name.clone())
-        })
-        .unwrap_or_default()
-}
-
-/// `GetPersistentVolumeClass`: the beta annotation first, then `storageClassName`.
-fn volume_class(pv: &PersistentVolume) -> String {
-    annotation(&pv.metadata, BETA_CLASS)
-        .cloned()
-        .or_else(|| pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
-        .unwrap_or_default()
-}
-
-/// Whether the claim is fully bound (a volume named and the binding completed).
-pub fn fully_bound(claim: &PersistentVolumeClaim) -> bool {
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.as_deref())
-        .is_some_and(|v| !v.is_empty())
-        && annotation(&claim.metadata, BIND_COMPLETED).is_some()
 }
 
 /// Resolves `pod`'s claims.
@@ -298,15 +267,7 @@ fn claim_to_bind(
         .collect();
     // Upstream walks its cache in no particular order; by name is at least repeatable.
     candidates.sort_by(|a, b| a.name.cmp(&b.name));
-    // `hasEnoughCapacity`: checked for a claim that requests storage, of a class whose CSI
-    // driver opts in, once the API server serves the capacities.
-    let requests_storage = spec
-        .and_then(|s| s.resources.as_ref())
-        .and_then(|r| r.requests.as_ref())
-        .is_some_and(|r| r.contains_key("storage"));
-    let capacity = (requests_storage && lookup.tracks_capacity(&class.provisioner))
-        .then(|| lookup.class_capacity(class_name))
-        .flatten();
+    let capacity = claim_capacity(claim, class_name, class, lookup)?;
     let provisioning = Ok(Provisioning {
         capacity,
         provisioner: class.provisioner.clone(),
@@ -386,6 +347,7 @@ fn candidate(pv: &PersistentVolume, lookup: &impl VolumeLookup) -> Option<Candid
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capacity::CAPACITY_UNKNOWN;
     use crate::volume_lookup::fake::Fake;
     use loadstar_framework::snapshot::PodClaim;
     use serde_json::json;
@@ -550,6 +512,13 @@ mod tests {
         assert!(table.has_room(1 << 40, &Default::default()));
         // No storage request: nothing to check (upstream).
         assert_eq!(checked(&f, "sizeless"), None);
+        // Until the drivers and capacities are listed, such a claim waits (a class that
+        // does not provision has nothing to wait for).
+        f.capacity_unknown = true;
+        let waits = resolve(&pod(&["thin"]), &f).needs.unschedulable;
+        assert_eq!(waits.as_deref(), Some(CAPACITY_UNKNOWN));
+        assert_eq!(resolve(&pod(&["waiting"]), &f).needs.unschedulable, None);
+        f.capacity_unknown = false;
         // Not served: not checked; served without a capacity for the class: an empty
         // table, which no node has room in.
         f.capacities = None;
