@@ -813,6 +813,18 @@ async fn pod_constraints_are_honoured_or_refused_by_name_never_violated() -> Res
     Ok(())
 }
 
+/// A pending Loadstar pod `name` mounting `volumes`, kept to the test's own `nodes`: other
+/// tests create nodes in the same cluster meanwhile (CI saw a provisioned claim's pod placed
+/// on another test's node).
+fn pod_with_volumes(name: &str, volumes: serde_json::Value, nodes: &[String]) -> serde_json::Value {
+    let mut p = pod(name, Some(SCHEDULER), "100m", MI);
+    p["spec"]["volumes"] = volumes;
+    p["spec"]["affinity"] = json!({"nodeAffinity": {"required": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                               "values": nodes}]}]}}});
+    p
+}
+
 /// Claims of a `WaitForFirstConsumer` class, with a real PV controller
 /// (kube-controller-manager's `persistentvolume-binder`) completing what Loadstar starts, as
 /// it does for kube-scheduler: a static local volume that only one node can mount is chosen
@@ -893,15 +905,8 @@ async fn wait_for_first_consumer_claims_are_bound_before_their_pod() -> Result<(
     }
     let run = async {
         let with_claim = |name: &str, claim: &str| {
-            let mut p = pod(name, Some(SCHEDULER), "100m", MI);
-            p["spec"]["volumes"] =
-                json!([{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]);
-            // This test's nodes only: other tests create nodes in the same cluster meanwhile
-            // (CI saw the provisioned claim's pod placed on another test's node).
-            p["spec"]["affinity"] = json!({"nodeAffinity": {"required": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
-                                       "values": nodes}]}]}}});
-            p
+            let d = json!([{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]);
+            pod_with_volumes(name, d, &nodes)
         };
         create_pod(&client, &ns, with_claim("db", "data")).await?;
         create_pod(&client, &ns, with_claim("cache", "scratch")).await?;
@@ -1036,16 +1041,11 @@ async fn ephemeral_volumes_wait_for_their_claim_then_bind_with_it() -> Result<()
         .await?;
     let run = async {
         let with_scratch = |name: &str| {
-            let mut p = pod(name, Some(SCHEDULER), "100m", MI);
-            p["spec"]["volumes"] = json!([{"name": "scratch", "ephemeral": {
+            let scratch = json!([{"name": "scratch", "ephemeral": {
                 "volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"],
                     "storageClassName": class,
                     "resources": {"requests": {"storage": "1Gi"}}}}}}]);
-            // This test's nodes only (other tests create nodes in the same cluster).
-            p["spec"]["affinity"] = json!({"nodeAffinity": {"required": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
-                                       "values": nodes}]}]}}});
-            p
+            pod_with_volumes(name, scratch, &nodes)
         };
         // A claim named as `squat`'s ephemeral claim would be, created by someone else.
         claims
@@ -1212,14 +1212,8 @@ async fn storage_capacity_steers_provisioning_to_a_node_with_room() -> Result<()
                                  "resources": {"requests": {"storage": size}}}}))?,
                 )
                 .await?;
-            let mut p = pod(claim, Some(SCHEDULER), "100m", MI);
-            p["spec"]["volumes"] =
-                json!([{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]);
-            // This test's nodes only (other tests create nodes in the same cluster).
-            p["spec"]["affinity"] = json!({"nodeAffinity": {"required": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
-                                       "values": nodes}]}]}}});
-            create_pod(&client, &ns, p).await?;
+            let d = json!([{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]);
+            create_pod(&client, &ns, pod_with_volumes(claim, d, &nodes)).await?;
         }
         let selected_node = |claim: &'static str| {
             let claims = claims.clone();

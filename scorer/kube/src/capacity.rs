@@ -5,12 +5,10 @@
 //! carries `v1` only, into `loadstar-kube-model`'s per-class [`Capacities`].
 use std::sync::Arc;
 
-use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use ::kube::runtime::WatchStreamExt;
+use ::kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use ::kube::runtime::reflector::Store;
-use ::kube::runtime::watcher::{self, Event};
+use ::kube::runtime::watcher::Event;
 use ::kube::{Client, ResourceExt};
-use futures::StreamExt;
 use k8s_openapi::api::storage::v1::CSIDriver;
 use tracing::{info, warn};
 
@@ -81,7 +79,7 @@ pub(crate) async fn reflect(
     client: Client,
     capacities: Arc<Capacities>,
     drivers: Store<CSIDriver>,
-    mut status: super::watch_health::WatchStatus,
+    status: super::watch_health::WatchStatus,
     changed: impl Fn() + Send + 'static,
 ) {
     let resource = served(&client).await;
@@ -100,24 +98,18 @@ pub(crate) async fn reflect(
         return;
     };
     info!(api_version = %resource.api_version, "watching CSIStorageCapacities");
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
-    let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
-        .backoff(super::watch_health::watch_backoff());
-    futures::pin_mut!(stream);
-    while let Some(ev) = stream.next().await {
-        status.observe(&ev);
-        if let Ok(ev) = ev {
-            let listed = matches!(ev, Event::InitDone);
-            let change = matches!(ev, Event::Apply(_) | Event::Delete(_));
-            apply(&capacities, ev);
-            if listed {
-                capacities.set_served();
-            }
-            if listed || change {
-                changed();
-            }
+    super::watch_health::watch_dynamic(client, &resource, status, |ev| {
+        let listed = matches!(ev, Event::InitDone);
+        let change = matches!(ev, Event::Apply(_) | Event::Delete(_));
+        apply(&capacities, ev);
+        if listed {
+            capacities.set_served();
         }
-    }
+        if listed || change {
+            changed();
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -5,11 +5,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use ::kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use ::kube::runtime::WatchStreamExt;
-use ::kube::runtime::watcher::{self, Event};
+use ::kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use ::kube::runtime::watcher::Event;
 use ::kube::{Client, ResourceExt};
-use futures::StreamExt;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
 use loadstar_framework::preemption::DisruptionBudget;
 use tracing::{debug, info, warn};
@@ -161,20 +159,11 @@ async fn served(client: &Client) -> ApiResource {
 pub(crate) async fn reflect(
     client: Client,
     budgets: Arc<Budgets>,
-    mut status: super::watch_health::WatchStatus,
+    status: super::watch_health::WatchStatus,
 ) {
     let resource = served(&client).await;
     info!(api_version = %resource.api_version, "watching PodDisruptionBudgets");
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
-    let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
-        .backoff(super::watch_health::watch_backoff());
-    futures::pin_mut!(stream);
-    while let Some(ev) = stream.next().await {
-        status.observe(&ev);
-        if let Ok(ev) = ev {
-            budgets.apply(ev);
-        }
-    }
+    super::watch_health::watch_dynamic(client, &resource, status, |ev| budgets.apply(ev)).await;
 }
 
 #[cfg(test)]

@@ -7,7 +7,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ::kube::api::{Api, ApiResource, DynamicObject};
+use ::kube::runtime::WatchStreamExt;
 use ::kube::runtime::watcher;
+use futures::StreamExt;
 use loadstar_common::backoff::{Backoff, BackoffConfig};
 use loadstar_store::metrics::{Metrics, Readiness, WatchLabel};
 use tracing::{info, warn};
@@ -48,6 +51,27 @@ impl Iterator for WatchBackoff {
 impl ::kube::runtime::utils::Backoff for WatchBackoff {
     fn reset(&mut self) {
         self.0.reset();
+    }
+}
+
+/// Watches every object of `resource` (a kind read as [`DynamicObject`]s, in whichever
+/// version the API server serves) until aborted, with [`watch_backoff`], reporting to
+/// `status` and handing each event to `apply`.
+pub(crate) async fn watch_dynamic(
+    client: ::kube::Client,
+    resource: &ApiResource,
+    mut status: WatchStatus,
+    mut apply: impl FnMut(watcher::Event<DynamicObject>),
+) {
+    let api: Api<DynamicObject> = Api::all_with(client, resource);
+    let stream =
+        watcher::watcher(api, watcher::Config::default().any_semantic()).backoff(watch_backoff());
+    futures::pin_mut!(stream);
+    while let Some(ev) = stream.next().await {
+        status.observe(&ev);
+        if let Ok(ev) = ev {
+            apply(ev);
+        }
     }
 }
 
