@@ -1058,8 +1058,8 @@ impl Profile {
         let mut unchecked = self.unchecked_constraints(pod);
         if !pod.claims.is_empty() && pod.volumes.is_none() {
             unchecked.push(
-                "spec.volumes[] (persistentVolumeClaim, ephemeral: claims not resolved, no cluster \
-                 state)"
+                "spec.volumes[] (persistentVolumeClaim or ephemeral claims not resolved: no \
+                 cluster state)"
                     .to_string(),
             );
         }
