@@ -14,6 +14,7 @@ use loadstar_framework::snapshot::{ClassCapacity, LabelSelector};
 use loadstar_framework::volumes::NO_PROVISIONER;
 
 use crate::constraints;
+use crate::listing::{Listed, Listing};
 use crate::volume_lookup::VolumeLookup;
 
 /// Why a claim to provision waits while the scorer starts: it cannot tell yet whether its
@@ -132,9 +133,7 @@ struct State {
     /// Whether it is known yet how capacity is checked: the CSIDrivers and the capacities
     /// listed, or no capacity version served.
     known: bool,
-    live: HashMap<String, Capacity>,
-    /// Filled during a relist, swapped in when it completes.
-    relist: Option<HashMap<String, Capacity>>,
+    listing: Listing<Capacity>,
     /// Each class's table, dropped when one of its capacities changes.
     tables: HashMap<String, Arc<ClassCapacity>>,
 }
@@ -176,7 +175,7 @@ impl Capacities {
             return Some(t.clone());
         }
         let mut table = ClassCapacity::default();
-        for c in s.live.values().filter(|c| c.class == class) {
+        for c in s.listing.values().filter(|c| c.class == class) {
             table.add(c.topology.clone(), c.limit_bytes);
         }
         let table = Arc::new(table);
@@ -184,50 +183,18 @@ impl Capacities {
         Some(table)
     }
 
-    /// A full list starts.
-    pub fn relist_started(&self) {
-        self.lock().relist = Some(HashMap::new());
-    }
-
-    /// One object of the full list (`None`: unreadable, left out).
-    pub fn relisted(&self, key: String, c: Option<Capacity>) {
-        if let Some(c) = c {
-            self.lock()
-                .relist
-                .get_or_insert_with(HashMap::new)
-                .insert(key, c);
-        }
-    }
-
-    /// The full list is complete: it replaces what was known.
-    pub fn relist_done(&self) {
+    /// Applies one watch event; the tables of the classes it touches are built again
+    /// when next asked for.
+    pub fn apply(&self, ev: Listed<Capacity>) {
         let mut s = self.lock();
-        if let Some(fresh) = s.relist.take() {
-            s.live = fresh;
-            s.tables.clear();
-        }
-    }
-
-    /// An object was added or changed (`None`: it can no longer be read, so it is dropped
-    /// rather than kept at a stale size).
-    pub fn put(&self, key: String, c: Option<Capacity>) {
-        let mut s = self.lock();
-        let old = match c {
-            Some(c) => {
+        match &ev {
+            Listed::Done => s.tables.clear(),
+            Listed::Put(_, Some(c)) => {
                 s.tables.remove(&c.class);
-                s.live.insert(key, c)
             }
-            None => s.live.remove(&key),
-        };
-        if let Some(old) = old {
-            s.tables.remove(&old.class);
+            _ => {}
         }
-    }
-
-    /// An object was deleted.
-    pub fn remove(&self, key: &str) {
-        let mut s = self.lock();
-        if let Some(old) = s.live.remove(key) {
+        if let Some(old) = s.listing.apply(ev) {
             s.tables.remove(&old.class);
         }
     }
@@ -299,10 +266,10 @@ mod tests {
     #[test]
     fn tables_follow_the_watch_per_class_and_only_once_served() {
         let caps = Capacities::default();
-        caps.relist_started();
-        caps.relisted("a".into(), read(pool("lvm", "n1", "10Gi")));
-        caps.relisted("b".into(), read(pool("other", "n2", "10Gi")));
-        caps.relist_done();
+        caps.apply(Listed::Started);
+        caps.apply(Listed::One("a".into(), read(pool("lvm", "n1", "10Gi"))));
+        caps.apply(Listed::One("b".into(), read(pool("other", "n2", "10Gi"))));
+        caps.apply(Listed::Done);
         assert_eq!(caps.class("lvm"), None, "not served yet: not checked");
         assert!(!caps.known());
         caps.set_served();
@@ -312,7 +279,7 @@ mod tests {
         assert!(!lvm.has_room(5 << 30, &host("n2")), "another class's pool");
         // The table is kept until one of its class's capacities changes.
         assert!(Arc::ptr_eq(&lvm, &caps.class("lvm").expect("cached")));
-        caps.put("a".into(), read(pool("lvm", "n1", "1Gi")));
+        caps.apply(Listed::Put("a".into(), read(pool("lvm", "n1", "1Gi"))));
         let room = |class: &str, bytes: i64, node: &str| {
             caps.class(class)
                 .expect("served")
@@ -320,26 +287,26 @@ mod tests {
         };
         assert!(!room("lvm", 5 << 30, "n1"));
         // A capacity moved to another class leaves the old one.
-        caps.put("a".into(), read(pool("other", "n1", "10Gi")));
+        caps.apply(Listed::Put("a".into(), read(pool("other", "n1", "10Gi"))));
         assert!(!room("lvm", 1, "n1"));
         assert!(room("other", 5 << 30, "n1"));
-        caps.remove("a");
+        caps.apply(Listed::Gone("a".into()));
         assert!(!room("other", 5 << 30, "n1"));
         // An unreadable update drops the object rather than keep a stale size.
         let mut bad = pool("other", "n2", "10Gi");
         bad["capacity"] = json!("lots");
-        caps.put("b".into(), read(bad));
+        caps.apply(Listed::Put("b".into(), read(bad)));
         assert!(!room("other", 1, "n2"));
         // A relist replaces everything: what it does not list is gone.
-        caps.put("c".into(), read(pool("lvm", "n3", "1Gi")));
+        caps.apply(Listed::Put("c".into(), read(pool("lvm", "n3", "1Gi"))));
         assert!(room("lvm", 1, "n3"));
-        caps.relist_started();
-        caps.relisted("z".into(), read(pool("lvm", "n9", "1Ti")));
+        caps.apply(Listed::Started);
+        caps.apply(Listed::One("z".into(), read(pool("lvm", "n9", "1Ti"))));
         assert!(
             room("lvm", 1, "n3"),
             "the old list serves until the new one is complete"
         );
-        caps.relist_done();
+        caps.apply(Listed::Done);
         assert!(room("lvm", 1 << 40, "n9"));
         assert!(!room("lvm", 1, "n3"));
     }

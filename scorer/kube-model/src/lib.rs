@@ -6,5 +6,6 @@ pub mod attach;
 pub mod capacity;
 pub mod constraints;
 pub mod convert;
+pub mod listing;
 pub mod requests;
 pub mod volume_lookup;

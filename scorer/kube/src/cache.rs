@@ -338,10 +338,9 @@ impl ClusterCache {
                 .claims
                 .iter()
                 .filter(|c| {
-                    !c.ephemeral
-                        || stores
-                            .claim(&info.namespace, &c.name)
-                            .is_some_and(|pvc| volumes::controlled_by(&pvc, &info.uid))
+                    stores
+                        .claim(&info.namespace, &c.name)
+                        .is_some_and(|pvc| volumes::claim_is_for_pod(c, &pvc, &info.uid))
                 })
                 .flat_map(|c| attach::of_claim(&info.namespace, &c.name, stores))
                 .collect(),

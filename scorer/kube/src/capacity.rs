@@ -5,10 +5,10 @@
 //! carries `v1` only, into `loadstar-kube-model`'s per-class [`Capacities`].
 use std::sync::Arc;
 
+use ::kube::Client;
 use ::kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use ::kube::runtime::reflector::Store;
 use ::kube::runtime::watcher::Event;
-use ::kube::{Client, ResourceExt};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use tracing::{info, warn};
 
@@ -18,19 +18,11 @@ pub use loadstar_kube_model::capacity::{
 
 /// Applies one watch event to `capacities`.
 pub fn apply(capacities: &Capacities, ev: Event<DynamicObject>) {
-    let key = |o: &DynamicObject| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-    let read = |o: &DynamicObject| {
-        capacity(&key(o), &o.data)
+    capacities.apply(super::watch_health::listed(ev, |key, o| {
+        capacity(key, &o.data)
             .map_err(|e| warn!(error = %e, "ignoring a CSIStorageCapacity that cannot be read"))
             .ok()
-    };
-    match ev {
-        Event::Init => capacities.relist_started(),
-        Event::InitApply(o) => capacities.relisted(key(&o), read(&o)),
-        Event::InitDone => capacities.relist_done(),
-        Event::Apply(o) => capacities.put(key(&o), read(&o)),
-        Event::Delete(o) => capacities.remove(&key(&o)),
-    }
+    }));
 }
 
 /// The served `CSIStorageCapacity` resource, newest version first; `None` when none is.

@@ -2,7 +2,6 @@
 //! server serves (`policy/v1` from Kubernetes 1.21 on, `policy/v1beta1` before — the e2e
 //! server is 1.20, and k8s-openapi no longer carries v1beta1, so objects are read as
 //! [`DynamicObject`]s), kept as the framework's [`DisruptionBudget`]s.
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ::kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -10,6 +9,7 @@ use ::kube::runtime::watcher::Event;
 use ::kube::{Client, ResourceExt};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
 use loadstar_framework::preemption::DisruptionBudget;
+use loadstar_kube_model::listing::Listing;
 use tracing::{debug, info, warn};
 
 use super::constraints;
@@ -74,55 +74,23 @@ pub fn budget(obj: &DynamicObject) -> Result<DisruptionBudget, BudgetError> {
 /// The cluster's budgets, by `namespace/name`, as the watch last saw them.
 #[derive(Debug, Default)]
 pub struct Budgets {
-    inner: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    live: HashMap<String, DisruptionBudget>,
-    /// Filled during a relist, swapped in when it completes.
-    relist: Option<HashMap<String, DisruptionBudget>>,
+    inner: Mutex<Listing<DisruptionBudget>>,
 }
 
 impl Budgets {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Listing<DisruptionBudget>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every budget, for one preemption.
     pub fn all(&self) -> Vec<DisruptionBudget> {
-        self.lock().live.values().cloned().collect()
+        self.lock().values().cloned().collect()
     }
 
     /// Applies one watch event.
     pub fn apply(&self, ev: Event<DynamicObject>) {
-        let key =
-            |o: &DynamicObject| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-        let mut s = self.lock();
-        match ev {
-            Event::Init => s.relist = Some(HashMap::new()),
-            Event::InitApply(o) => {
-                if let Some(b) = checked(&o) {
-                    s.relist.get_or_insert_with(HashMap::new).insert(key(&o), b);
-                }
-            }
-            Event::InitDone => {
-                if let Some(fresh) = s.relist.take() {
-                    s.live = fresh;
-                }
-            }
-            Event::Apply(o) => match checked(&o) {
-                Some(b) => {
-                    s.live.insert(key(&o), b);
-                }
-                None => {
-                    s.live.remove(&key(&o));
-                }
-            },
-            Event::Delete(o) => {
-                s.live.remove(&key(&o));
-            }
-        }
+        self.lock()
+            .apply(super::watch_health::listed(ev, |_, o| checked(o)));
     }
 }
 

@@ -41,7 +41,7 @@ use crate::constraints::{label_selector, node_term};
 pub use crate::volume_lookup::{
     BETA_CLASS, BIND_COMPLETED, BOUND_BY_CONTROLLER, PV_NOT_EXIST, READ_WRITE_ONCE_POD,
     SELECTED_NODE, UNBOUND_IMMEDIATE, VolumeLookup, WAIT_FOR_FIRST_CONSUMER, claim_class,
-    claim_is_for_pod, controlled_by, fully_bound,
+    claim_is_for_pod, fully_bound,
 };
 use crate::volume_lookup::{annotation, volume_class};
 

@@ -7,11 +7,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ::kube::ResourceExt;
 use ::kube::api::{Api, ApiResource, DynamicObject};
 use ::kube::runtime::WatchStreamExt;
 use ::kube::runtime::watcher;
 use futures::StreamExt;
 use loadstar_common::backoff::{Backoff, BackoffConfig};
+use loadstar_kube_model::listing::Listed;
 use loadstar_store::metrics::{Metrics, Readiness, WatchLabel};
 use tracing::{info, warn};
 
@@ -72,6 +74,33 @@ pub(crate) async fn watch_dynamic(
         if let Ok(ev) = ev {
             apply(ev);
         }
+    }
+}
+
+/// `ev` for a [`Listing`](loadstar_kube_model::listing::Listing), keyed by `namespace/name`,
+/// its object converted by `read` (given the key and the object; `None`: unreadable).
+pub(crate) fn listed<T>(
+    ev: watcher::Event<DynamicObject>,
+    read: impl Fn(&str, &DynamicObject) -> Option<T>,
+) -> Listed<T> {
+    let key = |o: &DynamicObject| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+    let keyed = |o: &DynamicObject| {
+        let k = key(o);
+        let v = read(&k, o);
+        (k, v)
+    };
+    match ev {
+        watcher::Event::Init => Listed::Started,
+        watcher::Event::InitApply(o) => {
+            let (k, v) = keyed(&o);
+            Listed::One(k, v)
+        }
+        watcher::Event::InitDone => Listed::Done,
+        watcher::Event::Apply(o) => {
+            let (k, v) = keyed(&o);
+            Listed::Put(k, v)
+        }
+        watcher::Event::Delete(o) => Listed::Gone(key(&o)),
     }
 }
 
