@@ -296,6 +296,9 @@ pub struct Scorer {
     pub log: PathBuf,
 }
 
+/// How long a scorer may take to listen on gRPC after it is spawned.
+const SCORER_START_TIMEOUT: Duration = Duration::from_secs(30);
+
 pub fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
@@ -376,21 +379,40 @@ impl Scorer {
             .stderr(out)
             .stdin(Stdio::null());
         let child = cmd.spawn().context("starting loadstar-scorer")?;
-        let s = Scorer {
+        let mut s = Scorer {
             child: Some(child),
             identity: identity.to_string(),
             grpc,
             http,
             log,
         };
-        eventually("scorer gRPC port", Duration::from_secs(30), || async {
-            match tokio::net::TcpStream::connect(grpc).await {
-                Ok(_) => Ok(Ok(())),
-                Err(e) => Ok(Err(e.to_string())),
+        // A scorer that exits fails the start at once; either way the error carries its exit
+        // status and its log's last lines, so a CI log says why it never listened.
+        let deadline = Instant::now() + SCORER_START_TIMEOUT;
+        loop {
+            let seen = match tokio::net::TcpStream::connect(grpc).await {
+                Ok(_) => return Ok(s),
+                Err(e) => e.to_string(),
+            };
+            if let Some(status) = s.exited() {
+                bail!(
+                    "scorer {identity} exited ({status}) before its gRPC port {grpc} answered; \
+                     its log ({}) ends:\n{}",
+                    s.log.display(),
+                    s.log_tail()
+                );
             }
-        })
-        .await?;
-        Ok(s)
+            if Instant::now() >= deadline {
+                bail!(
+                    "scorer {identity} (pid {:?}) did not answer on its gRPC port {grpc} within \
+                     {SCORER_START_TIMEOUT:?} (last seen: {seen}); its log ({}) ends:\n{}",
+                    s.pid(),
+                    s.log.display(),
+                    s.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     pub fn endpoint(&self) -> String {
