@@ -1767,3 +1767,123 @@ async fn a_spread_constraints_taint_policy_leaves_out_untolerated_domains() -> R
     delete_nodes(&client, &nodes).await;
     result
 }
+
+/// `ImageLocality` (kube-scheduler's default score, in Loadstar's profiles since this
+/// commit) against real Nodes whose `status.images` say where an image is: Loadstar's
+/// `loadstar-requests` profile and kube-scheduler 1.20's default one both place a pod on
+/// the node holding its image (written without a tag, listed by the node as `:latest`);
+/// when the image moves to the other node (a status update, as a kubelet's after a pull and
+/// an image garbage collection), Loadstar's next pod follows it.
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn image_locality_places_pods_where_their_image_already_is() -> Result<()> {
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let ns = namespace(&client, "img").await?;
+    let nodes = [format!("{ns}-a"), format!("{ns}-b")];
+    for n in &nodes {
+        create_node(&client, n, "8", "32Gi").await?;
+    }
+    let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    // 100 GiB: whatever nodes earlier tests left in the cluster, the image's share of it
+    // stays far above the plugin's 23 MiB floor.
+    let set_images = |node: String, names: &'static [&'static str]| {
+        let api = node_api.clone();
+        async move {
+            let images: Vec<serde_json::Value> = if names.is_empty() {
+                vec![]
+            } else {
+                vec![json!({"names": names, "sizeBytes": 100i64 << 30})]
+            };
+            let patch = json!({"status": {"images": images}});
+            api.patch_status(
+                &node,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .with_context(|| format!("setting {node}'s images"))
+        }
+    };
+    const MODEL: &[&str] = &["e2e.invalid/model:latest", "e2e.invalid/model@sha256:00"];
+    set_images(nodes[1].clone(), MODEL).await?;
+    let pod = |name: &str, scheduler: &str| {
+        json!({"metadata": {"name": name}, "spec": {
+            "schedulerName": scheduler,
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname",
+                    "operator": "In", "values": &nodes}]}]}}},
+            "containers": [{"name": "c", "image": "e2e.invalid/model",
+                "resources": {"requests": {"cpu": "100m", "memory": MI}}}]}})
+    };
+    let peer = format!("{ns}-kube-scheduler");
+    let bin = e2e_support::required("LOADSTAR_E2E_KUBE_SCHEDULER_BIN", "tests/e2e/run.sh")?;
+    let config = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1beta1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  kubeconfig: {}
+profiles:
+- schedulerName: {peer}
+",
+        env.admin_kubeconfig.display()
+    );
+    let scorer = Scorer::start(&env, "img-1", "lease-img", &[]).await?;
+    {
+        let kube = e2e_support::kube_scheduler::KubeScheduler::start_with(
+            bin.as_ref(),
+            &config,
+            &env.logs,
+            "kube-scheduler-img",
+        )?;
+        create_pod(&client, &ns, pod("by-kube-scheduler", &peer)).await?;
+        create_pod(&client, &ns, pod("by-loadstar", "loadstar-requests")).await?;
+        let bound = wait_bound(&client, &ns, 2, Duration::from_secs(60))
+            .await
+            .with_context(|| kube.log_tail())?;
+        for name in ["by-kube-scheduler", "by-loadstar"] {
+            ensure!(
+                bound.get(name) == Some(&nodes[1]),
+                "{name} should be on {} (it holds the image): {bound:?}",
+                nodes[1]
+            );
+        }
+    }
+    // The image moves: Loadstar sees it through its Node watch before the next pod.
+    set_images(nodes[1].clone(), &[]).await?;
+    set_images(nodes[0].clone(), MODEL).await?;
+    let scorer_client = ScorerClient::connect(scorer.endpoint()).await?;
+    let image_score = |r: &pb::ScoreResponse, node: &str| {
+        r.ranked
+            .iter()
+            .find(|n| n.node_name == node)
+            .and_then(|n| n.plugins.iter().find(|p| p.plugin == "ImageLocality"))
+            .map(|p| p.score)
+    };
+    let probe = serde_json::to_string(&json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": &ns, "uid": "img-probe"},
+        "spec": {"containers": [{"name": "c", "image": "e2e.invalid/model"}]}}))?;
+    score_until(
+        &scorer_client,
+        "the image's move seen",
+        &probe,
+        &nodes,
+        |r| {
+            image_score(r, &nodes[0]).is_some_and(|s| s > 0) && image_score(r, &nodes[1]) == Some(0)
+        },
+    )
+    .await?;
+    create_pod(&client, &ns, pod("after-the-move", "loadstar-requests")).await?;
+    let bound = wait_bound(&client, &ns, 3, Duration::from_secs(30)).await?;
+    ensure!(
+        bound.get("after-the-move") == Some(&nodes[0]),
+        "after-the-move should follow the image to {}: {bound:?}",
+        nodes[0]
+    );
+    delete_nodes(&client, &nodes).await;
+    Ok(())
+}

@@ -2,6 +2,7 @@
 //! [`ClusterSnapshot`](snapshot::ClusterSnapshot) that scoring reads, the filter and score
 //! plugin traits, and [`Profile::evaluate`]. Pure: no I/O, no clock reads, no RPC.
 pub mod constraints;
+pub mod images;
 pub mod preemption;
 pub mod profile;
 pub mod sampling;

@@ -74,6 +74,7 @@ pub use crate::constraints::{
     SelectorOp, SelectorRequirement, SharedAffinity, SpreadConstraint, WeightedAffinityTerm,
     WhenUnsatisfiable,
 };
+pub use crate::images::{ImageSpread, NodeImages};
 pub use crate::volumes::{
     AttachKind, AttachableVolume, CandidateVolume, ClaimToBind, ClassCapacity, InlineDisk,
     PodClaim, Provisioning, VolumeNeeds,
@@ -156,6 +157,10 @@ pub struct PodInfo {
     /// select (upstream's `DefaultSelector`). `None` when it selects nothing or was not
     /// computed (no cluster state): default constraints then do not apply.
     pub default_spread_selector: Option<LabelSelector>,
+    /// The images it pulls, as written in the spec: its init containers' (sidecars
+    /// included), then its containers', then its `image` volumes' references
+    /// (`ImageLocality`).
+    pub images: Vec<String>,
 }
 
 /// Default CPU request upstream assumes for scoring a container without one (millicores).
@@ -233,6 +238,8 @@ pub struct KubeNode {
     /// Attach limits by resource name: the `attachable-volumes-*` allocatable entries,
     /// overridden per CSI driver by the node's CSINode `allocatable.count`.
     pub volume_limits: BTreeMap<String, i64>,
+    /// The container images the node holds (`status.images`), for `ImageLocality`.
+    pub images: NodeImages,
 }
 
 /// A pod bound or assumed on a node.
@@ -1348,6 +1355,8 @@ pub struct ClusterSnapshot {
     /// `None` where no Namespace watch feeds the store (then a pod whose own terms select
     /// namespaces by label is refused, see `Profile::evaluate`).
     pub namespaces: Option<Arc<NamespaceLabels>>,
+    /// How many nodes hold each image (`ImageLocality`); empty where no node lists images.
+    pub images: Arc<ImageSpread>,
     digests: DigestCache,
 }
 
@@ -1416,6 +1425,7 @@ impl ClusterSnapshot {
             index: Arc::new(index),
             generation,
             namespaces: None,
+            images: Arc::default(),
             digests: DigestCache::default(),
         }
     }
@@ -1436,6 +1446,7 @@ impl ClusterSnapshot {
                 index: previous.index.clone(),
                 generation,
                 namespaces: None,
+                images: Arc::default(),
                 digests: DigestCache::default(),
             },
             Err(nodes) => ClusterSnapshot::new(nodes, generation),

@@ -143,6 +143,7 @@ pub fn from_description(d: &pb::PodDescription) -> Result<PodInfo, PodSpecError>
             .collect(),
         tolerations,
         priority: d.priority,
+        images: d.images.clone(),
         ..PodInfo::default()
     })
 }
@@ -165,6 +166,15 @@ mod tests {
         assert_eq!(p.nonzero_cpu_millis, 500);
         assert_eq!(p.nonzero_memory_bytes, DEFAULT_NONZERO_MEMORY_BYTES);
         assert_eq!(p.limits.gpus, 1);
+        assert!(p.images.is_empty());
+        let d = pb::PodDescription {
+            images: vec!["nginx".into(), "proxy:1".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            from_description(&d).expect("valid").images,
+            ["nginx", "proxy:1"]
+        );
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! needs, and a `Node` into [`KubeNode`]. Only these conversions are kept, never the watched
 //! objects themselves. No I/O: everything here is unit-tested without a cluster.
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use loadstar_common::model::{ResourceList, ResourceListError};
 use thiserror::Error;
@@ -15,7 +16,7 @@ use loadstar_common::text::truncate;
 use loadstar_store::cluster::{ClusterError, PodDecoder};
 
 use loadstar_framework::snapshot::{
-    HostPort, KubeNode, Owner, PodInfo, Taint, TaintEffect, Toleration,
+    HostPort, KubeNode, NodeImages, Owner, PodInfo, Taint, TaintEffect, Toleration,
 };
 
 /// The object's name, or its `generateName` when it has none (what kube's
@@ -291,7 +292,28 @@ fn pod_info(pod: &Pod, facts: &PodFacts) -> Result<PodInfo, ConvertError> {
         disks: constraints::inline_disks(spec),
         attachable: crate::attach::inline(spec),
         default_spread_selector: None,
+        images: pod_images(spec),
     })
+}
+
+/// The images a pod pulls, in the order `ImageLocality` reads them: init containers
+/// (sidecars included), containers, then `image` volumes. A container without an image
+/// (the API server rejects one; a `pod_json` may lack it) pulls nothing.
+fn pod_images(spec: &PodSpec) -> Vec<String> {
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers);
+    let volumes = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.image.as_ref()?.reference.clone());
+    containers
+        .filter_map(|c| c.image.clone())
+        .chain(volumes)
+        .collect()
 }
 
 /// Reads whole core/v1 Pods (JSON) for the gRPC `Score` call's `pod_json`, through the
@@ -350,6 +372,21 @@ pub fn kube_node(node: &Node) -> Result<KubeNode, ConvertError> {
         .into_iter()
         .flatten()
         .any(|c| c.type_ == "Ready" && c.status == "True");
+    // Every name of every image, at the image's size (a negative size, which no kubelet
+    // reports, counts as none).
+    let images = NodeImages::new(
+        status
+            .and_then(|s| s.images.as_ref())
+            .into_iter()
+            .flatten()
+            .flat_map(|i| {
+                let size = i.size_bytes.unwrap_or(0).max(0);
+                i.names
+                    .iter()
+                    .flatten()
+                    .map(move |n| (Arc::<str>::from(n.as_str()), size))
+            }),
+    );
     Ok(KubeNode {
         volume_limits: crate::attach::allocatable_limits(&allocatable),
         allocatable,
@@ -357,11 +394,13 @@ pub fn kube_node(node: &Node) -> Result<KubeNode, ConvertError> {
         taints,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         ready,
+        images,
     })
 }
 
-/// Whether two conversions of a node differ in anything scheduling reads (to retry
-/// unschedulable pods only on relevant changes).
+/// Whether two conversions of a node differ in anything the filters read (to retry
+/// unschedulable pods only on relevant changes). Images are scored, never filtered on: see
+/// [`images_changed`].
 pub fn node_changed(a: &KubeNode, b: &KubeNode) -> bool {
     a.allocatable != b.allocatable
         || a.labels != b.labels
@@ -369,6 +408,11 @@ pub fn node_changed(a: &KubeNode, b: &KubeNode) -> bool {
         || a.unschedulable != b.unschedulable
         || a.ready != b.ready
         || a.volume_limits != b.volume_limits
+}
+
+/// Whether two conversions of a node list different images.
+pub fn images_changed(a: &KubeNode, b: &KubeNode) -> bool {
+    a.images != b.images
 }
 
 #[cfg(test)]
@@ -603,6 +647,51 @@ mod tests {
             kube_node(&bad),
             Err(ConvertError::NodeAllocatable { .. })
         ));
+    }
+
+    #[test]
+    fn nodes_list_every_name_of_their_images_and_pods_every_image_they_pull() {
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "status": {"images": [
+                {"names": ["registry.k8s.io/pause@sha256:ab", "registry.k8s.io/pause:3.9"],
+                 "sizeBytes": 300000},
+                {"names": ["app:v1"], "sizeBytes": 900000000},
+                {"names": ["odd:v1"], "sizeBytes": -5},
+                {"sizeBytes": 7}
+            ]}
+        }))
+        .expect("node json");
+        let k = kube_node(&n).expect("valid");
+        assert_eq!(k.images.entries().len(), 4);
+        assert_eq!(k.images.size("registry.k8s.io/pause:3.9"), Some(300_000));
+        assert_eq!(
+            k.images.size("registry.k8s.io/pause@sha256:ab"),
+            Some(300_000)
+        );
+        assert_eq!(k.images.size("app:v1"), Some(900_000_000));
+        assert_eq!(
+            k.images.size("odd:v1"),
+            Some(0),
+            "a negative size counts as none"
+        );
+        // A change of images alone is not a change the filters read.
+        let mut other = k.clone();
+        other.images = NodeImages::default();
+        assert!(!node_changed(&k, &other) && images_changed(&k, &other));
+
+        let p = pod(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "initContainers": [{"name": "sidecar", "image": "proxy:1", "restartPolicy": "Always"},
+                                   {"name": "init", "image": "setup"}],
+                "containers": [{"name": "a", "image": "app:v1"}, {"name": "b"}],
+                "volumes": [{"name": "model", "image": {"reference": "weights:7"}},
+                            {"name": "tmp", "emptyDir": {}}]
+            }
+        }));
+        let info = pod_facts(&p).info.expect("valid");
+        assert_eq!(info.images, ["proxy:1", "setup", "app:v1", "weights:7"]);
     }
 
     #[test]

@@ -528,25 +528,31 @@ impl ClusterCache {
                 return;
             }
         };
-        let changed = {
+        let (changed, images_changed) = {
             let mut inner = self.lock();
             if let Some(seen) = inner.relist_nodes.as_mut() {
                 seen.insert(name.clone());
             }
             converted.volume_limits =
                 attach::node_limits(&converted.allocatable, inner.csi_limits.get(&name));
-            let changed = inner
-                .nodes
-                .get(&name)
-                .is_none_or(|old| convert::node_changed(old, &converted));
-            if changed {
+            let (changed, images_changed) = match inner.nodes.get(&name) {
+                Some(old) => (
+                    convert::node_changed(old, &converted),
+                    convert::images_changed(old, &converted),
+                ),
+                None => (true, true),
+            };
+            if changed || images_changed {
                 inner.nodes.insert(name.clone(), converted.clone());
             }
-            changed
+            (changed, images_changed)
         };
-        if changed {
+        if changed || images_changed {
             self.store.set_kube_node(&name, Some(converted));
             self.bump_epoch();
+        }
+        // Images are only scored: a pod no node could take still cannot.
+        if changed {
             let retried = self.queue.with(|q| q.retry_all());
             if retried > 0 {
                 debug!(node = %name, retried, "node changed: retrying unschedulable pods");

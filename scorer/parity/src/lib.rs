@@ -1,7 +1,8 @@
 //! kube-scheduler 1.20's filter and score plugins as Loadstar runs them, one file each:
 //! node readiness and cordons, taints and tolerations, node affinity, host ports, requests
 //! (`NodeResourcesFit`, and the allocation scores `LeastAllocated`, `MostAllocated`,
-//! `BalancedAllocation` over [`resource_allocation`]), volumes (restrictions, zones, attach
+//! `BalancedAllocation` over [`resource_allocation`]), the images nodes hold
+//! (`ImageLocality`), volumes (restrictions, zones, attach
 //! limits, binding), topology spreading (`PodTopologySpread`, `SelectorSpread`) and
 //! inter-pod affinity; with the plugin arguments' parsing and errors ([`args`]) and the
 //! per-node codes the hot passes read ([`rows`]).
@@ -12,6 +13,7 @@
 //! name, and re-exports these modules under its own paths.
 pub mod args;
 pub mod balanced_allocation;
+pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod least_allocated;
 pub mod most_allocated;

@@ -22,8 +22,9 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use loadstar_common::model::{NodeCapacity, ResourceKind, ResourceList, ResourceLoad};
 use loadstar_common::window::WindowSummary;
 use loadstar_framework::snapshot::{
-    AffinityTerm, AgentNode, ClusterSnapshot, Inflight, KubeNode, LabelSelector, MeasuredPod,
-    NodeAllocation, NodeView, Owner, PodAffinity, PodInfo, PodOnNode, Taint, TaintEffect,
+    AffinityTerm, AgentNode, ClusterSnapshot, ImageSpread, Inflight, KubeNode, LabelSelector,
+    MeasuredPod, NodeAllocation, NodeImages, NodeView, Owner, PodAffinity, PodInfo, PodOnNode,
+    Taint, TaintEffect,
 };
 use loadstar_framework::{CycleContext, NodeSampling, Profile, SampleCursor};
 use loadstar_policy::config::ScorerConfig;
@@ -34,9 +35,10 @@ const GIB: i64 = 1 << 30;
 
 /// A deterministic cluster: 8–64 cores, 32–256 GiB, 3 zones, 10–30 pods per node, load on
 /// CPU/memory/network/disk in three windows (60/300/900 s), an in-flight estimate on 5 % of
-/// nodes, 1 % of nodes tainted, 0.4 % stale.
+/// nodes, 1 % of nodes tainted, 0.4 % stale, and up to 28 images per node ([`node_images`]).
 fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
     let mut rng = StdRng::seed_from_u64(seed);
+    let mut images = node_images(n, seed);
     let nodes = (0..n)
         .map(|i| {
             let cores = [8u32, 16, 32, 64][rng.random_range(0..4)];
@@ -72,6 +74,7 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                 unschedulable: false,
                 ready: true,
                 volume_limits: Default::default(),
+                images: images.next().unwrap_or_default(),
             };
             let mut load = loadstar_common::model::LoadSummary::default();
             for kind in [
@@ -197,8 +200,50 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
                 report_age_seconds: Some(1.0),
             }
         })
+        .collect::<Vec<NodeView>>();
+    let spread = ImageSpread::of(
+        nodes
+            .iter()
+            .filter_map(|n| n.kube.as_ref().map(|k| &k.images)),
+    );
+    let mut snap = ClusterSnapshot::new(nodes, 1);
+    snap.images = Arc::new(spread);
+    snap
+}
+
+/// Each node's images as a kubelet lists them (a tag and a digest name per image): the
+/// pause, mesh-proxy and node-agent images on every node, and 25 of 200 applications'
+/// images (50 MiB–2 GiB), one name shared by every node listing it as the store shares it.
+/// Drawn from their own generator, so the rest of the cluster is the same as without them.
+fn node_images(n: usize, seed: u64) -> impl Iterator<Item = NodeImages> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x1a6e);
+    let image = |tag: String, digest: String, size: i64| -> [(Arc<str>, i64); 2] {
+        [(Arc::from(tag), size), (Arc::from(digest), size)]
+    };
+    let everywhere: Vec<[(Arc<str>, i64); 2]> = [
+        ("registry.k8s.io/pause:3.9", 300_000),
+        ("registry.example.com/mesh/proxy:1.2", 150 << 20),
+        ("registry.example.com/node-agent:2", 80 << 20),
+    ]
+    .into_iter()
+    .map(|(name, size)| {
+        let repo = name.rsplit_once(':').map_or(name, |(r, _)| r);
+        image(name.into(), format!("{repo}@sha256:{:064x}", size), size)
+    })
+    .collect();
+    let apps: Vec<[(Arc<str>, i64); 2]> = (0..200)
+        .map(|k| {
+            image(
+                format!("registry.example.com/team/rs-{k}:v1"),
+                format!("registry.example.com/team/rs-{k}@sha256:{k:064x}"),
+                rng.random_range(50..2048) << 20,
+            )
+        })
         .collect();
-    ClusterSnapshot::new(nodes, 1)
+    (0..n).map(move |_| {
+        let mine = (0..25).map(|_| &apps[rng.random_range(0..apps.len())]);
+        NodeImages::new(everywhere.iter().chain(mine).flatten().cloned())
+    })
 }
 
 fn pod() -> PodInfo {
@@ -223,6 +268,11 @@ fn pod() -> PodInfo {
         },
         nonzero_cpu_millis: 500,
         nonzero_memory_bytes: GIB,
+        // Its app (on about one node in eight) and the mesh proxy (on every node).
+        images: vec![
+            "registry.example.com/mesh/proxy:1.2".into(),
+            "registry.example.com/team/rs-3:v1".into(),
+        ],
         ..Default::default()
     }
 }

@@ -13,10 +13,10 @@
 //! the `fallback` policy) each load-aware plugin falls back to requests as documented on it.
 // kube-scheduler's plugins live in `loadstar-parity`; re-exported under this crate's paths.
 pub use loadstar_parity::{
-    args, balanced_allocation, inter_pod_affinity, least_allocated, most_allocated, node_affinity,
-    node_ports, node_ready, node_resources_fit, node_volume_limits, pod_topology_spread,
-    resource_allocation, selector_spread, taint_toleration, volume_binding, volume_restrictions,
-    volume_zone,
+    args, balanced_allocation, image_locality, inter_pod_affinity, least_allocated, most_allocated,
+    node_affinity, node_ports, node_ready, node_resources_fit, node_volume_limits,
+    pod_topology_spread, resource_allocation, selector_spread, taint_toleration, volume_binding,
+    volume_restrictions, volume_zone,
 };
 
 pub mod config;

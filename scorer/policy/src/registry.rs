@@ -7,9 +7,10 @@ use crate::{
 };
 use loadstar_parity::args::PluginError;
 use loadstar_parity::{
-    balanced_allocation, inter_pod_affinity, least_allocated, most_allocated, node_affinity,
-    node_ports, node_ready, node_resources_fit, node_volume_limits, pod_topology_spread,
-    selector_spread, taint_toleration, volume_binding, volume_restrictions, volume_zone,
+    balanced_allocation, image_locality, inter_pod_affinity, least_allocated, most_allocated,
+    node_affinity, node_ports, node_ready, node_resources_fit, node_volume_limits,
+    pod_topology_spread, selector_spread, taint_toleration, volume_binding, volume_restrictions,
+    volume_zone,
 };
 
 /// Names of the filter plugins [`build_filter`] knows, in the order a profile usually runs
@@ -50,6 +51,7 @@ pub const SCORE_NAMES: &[&str] = &[
     node_affinity::NAME,
     inter_pod_affinity::NAME,
     pod_topology_spread::NAME,
+    image_locality::NAME,
     load_aware_scheduling::NAME,
 ];
 
@@ -165,6 +167,7 @@ pub fn build_score(
         pod_topology_spread::NAME => {
             Box::new(pod_topology_spread::PodTopologySpread::from_args(args)?)
         }
+        image_locality::NAME => Box::new(image_locality::ImageLocality::from_args(args)?),
         _ => {
             return Err(PluginError::Unknown {
                 kind: "score",

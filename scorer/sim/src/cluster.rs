@@ -199,6 +199,7 @@ impl NodeSpec {
             unschedulable: false,
             ready: true,
             volume_limits: Default::default(),
+            images: Default::default(),
         }
     }
 }

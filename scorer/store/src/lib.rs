@@ -4,6 +4,7 @@
 //! bindings, the record of recent placement decisions, and the scorer's metrics.
 pub mod cluster;
 pub mod decisions;
+mod images;
 pub mod metrics;
 mod store;
 pub mod validate;

@@ -16,10 +16,11 @@ use prost::Message;
 use prost::bytes::Bytes;
 use tokio::sync::broadcast;
 
+use crate::images::ImageBook;
 use crate::validate::{self, ReportError, ReportLimits};
 use loadstar_framework::snapshot::{
-    AgentNode, ClusterSnapshot, Inflight, KubeNode, NamespaceLabels, NodeAllocation, NodeView,
-    retire_inflight,
+    AgentNode, ClusterSnapshot, ImageSpread, Inflight, KubeNode, NamespaceLabels, NodeAllocation,
+    NodeView, retire_inflight,
 };
 
 const SHARDS: usize = 16;
@@ -169,6 +170,9 @@ pub struct NodeStore {
     config: StoreConfig,
     /// The cluster's namespaces and their labels, once a Namespace watch has listed them.
     namespaces: RwLock<Option<Arc<NamespaceLabels>>>,
+    /// Which nodes hold which images. Also serialises Kubernetes facts' updates
+    /// ([`NodeStore::set_kube_node`]), so its counts see one node's changes in order.
+    images: Mutex<ImageBook>,
 }
 
 impl std::fmt::Debug for NodeStore {
@@ -210,6 +214,7 @@ impl NodeStore {
             events: broadcast::channel(4096).0,
             config,
             namespaces: RwLock::new(None),
+            images: Mutex::default(),
         }
     }
 
@@ -459,37 +464,53 @@ impl NodeStore {
     }
 
     /// Sets (or clears, with `None`) what Kubernetes says about a node.
-    pub fn set_kube_node(&self, name: &str, kube: Option<KubeNode>) {
+    pub fn set_kube_node(&self, name: &str, mut kube: Option<KubeNode>) {
         let key: Arc<str> = Arc::from(name);
+        let mut book = self.images.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = kube.as_mut() {
+            book.intern(k);
+        }
+        let new = kube.map(Arc::new);
         let mut shard = lock_write(self.shard(name));
-        let kind = match (shard.get_mut(&key), kube) {
+        let (kind, old) = match (shard.get_mut(&key), new.clone()) {
             (Some(entry), k) => {
                 let was_visible = Self::visible(entry);
-                entry.kube = k.map(Arc::new);
+                let old = std::mem::replace(&mut entry.kube, k);
                 let visible = Self::visible(entry);
                 if Self::vacant(entry) {
                     shard.remove(&key);
                 }
-                match (was_visible, visible) {
+                let kind = match (was_visible, visible) {
                     (true, false) => ChangeKind::Removed,
                     (false, true) => ChangeKind::Added,
                     _ => ChangeKind::Updated,
-                }
+                };
+                (kind, old)
             }
             (None, Some(k)) => {
                 shard.insert(
                     key.clone(),
                     NodeEntry {
-                        kube: Some(Arc::new(k)),
+                        kube: Some(k),
                         ..Default::default()
                     },
                 );
-                ChangeKind::Added
+                (ChangeKind::Added, None)
             }
             (None, None) => return,
         };
         drop(shard);
+        book.replace(old.as_deref(), new.as_deref());
+        drop(book);
         self.bump(kind, key);
+    }
+
+    /// How many nodes hold each image, as snapshots carry it.
+    pub fn image_spread(&self) -> Arc<ImageSpread> {
+        self.images
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spread()
     }
 
     /// Changes the requests placed on a node (creating a hidden entry for a node not known,
@@ -599,11 +620,13 @@ impl NodeStore {
         // Read after the views: a change in between leaves the snapshot older than the
         // store's generation, so it is replaced, never kept as current.
         let namespaces = self.namespaces();
+        let images = self.image_spread();
         let mut snap = match previous {
             Some(previous) => ClusterSnapshot::new_after(nodes, generation, previous),
             None => ClusterSnapshot::new(nodes, generation),
         };
         snap.namespaces = namespaces;
+        snap.images = images;
         snap
     }
 
@@ -611,7 +634,8 @@ impl NodeStore {
     pub fn snapshot_now(&self) -> Arc<ClusterSnapshot> {
         let now = Instant::now();
         let (nodes, generation) = self.views(now);
-        let namespaces = self.namespaces(); // after the views, as in `snapshot_owned`
+        // After the views, as in `snapshot_owned`.
+        let (namespaces, images) = (self.namespaces(), self.image_spread());
         let previous = self.cached().map(|(_, snap)| snap);
         // Most nodes are unchanged since the last snapshot: they keep their order and their
         // digest rows are copied, not computed.
@@ -620,6 +644,7 @@ impl NodeStore {
             None => ClusterSnapshot::new(nodes, generation),
         };
         snap.namespaces = namespaces;
+        snap.images = images;
         let snap = Arc::new(snap);
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, snap.clone()));
         snap
@@ -1190,6 +1215,62 @@ mod tests {
         let c = store.snapshot();
         assert!(!Arc::ptr_eq(&a, &c));
         assert_eq!(c.nodes().len(), 1);
+    }
+
+    #[test]
+    fn snapshots_carry_which_nodes_hold_which_images_and_nodes_share_one_copy_of_a_name() {
+        use loadstar_framework::snapshot::NodeImages;
+        let store = NodeStore::new(StoreConfig::default());
+        let node = |names: &[&str]| KubeNode {
+            images: NodeImages::new(names.iter().map(|n| (Arc::<str>::from(*n), 1 << 20))),
+            ..KubeNode::default()
+        };
+        store.set_kube_node("a", Some(node(&["pause:3.9", "app:v1"])));
+        store.set_kube_node("b", Some(node(&["pause:3.9"])));
+        // An agent-only node is no Kubernetes node: not one of the nodes shares are over.
+        store
+            .apply_report(report("c", 1, 0.1, 0.1), Instant::now())
+            .expect("ok");
+        let snap = store.snapshot_now();
+        assert_eq!(snap.images.nodes(), 2);
+        assert_eq!(snap.images.nodes_with("pause:3.9"), 2);
+        assert_eq!(snap.images.nodes_with("app:v1"), 1);
+        let name = |n: &str| {
+            snap.get(n)
+                .expect("node")
+                .kube
+                .as_ref()
+                .expect("kube")
+                .images
+                .clone()
+        };
+        let (a, b) = (name("a"), name("b"));
+        let pause = |i: &NodeImages| {
+            i.entries()
+                .iter()
+                .find(|e| &*e.0 == "pause:3.9")
+                .expect("pause")
+                .0
+                .clone()
+        };
+        assert!(
+            Arc::ptr_eq(&pause(&a), &pause(&b)),
+            "one copy of a name every node lists"
+        );
+        // A node's images change, a node goes: the next snapshot counts again.
+        store.set_kube_node("a", Some(node(&["pause:3.9", "app:v2"])));
+        store.set_kube_node("b", None);
+        let snap = store.snapshot_now();
+        assert_eq!(
+            (
+                snap.images.nodes(),
+                snap.images.nodes_with("pause:3.9"),
+                snap.images.nodes_with("app:v1")
+            ),
+            (1, 1, 0)
+        );
+        assert_eq!(snap.images.nodes_with("app:v2"), 1);
+        assert_eq!(store.snapshot_owned(None).images, snap.images);
     }
 
     #[test]

@@ -97,6 +97,7 @@ fn kube(labels: &[(&str, &str)], taints: Vec<Taint>, gpus: i64) -> Arc<KubeNode>
         unschedulable: false,
         ready: true,
         volume_limits: BTreeMap::new(),
+        images: Default::default(),
     })
 }
 

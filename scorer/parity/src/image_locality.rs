@@ -1,0 +1,307 @@
+//! `ImageLocality`: prefer nodes that already hold the pod's images, so it starts without
+//! pulling them — kube-scheduler's default score plugin of that name
+//! (`pkg/scheduler/framework/plugins/imagelocality`), as current releases run it.
+//!
+//! - Each image the pod pulls (init containers, sidecars included, then containers, then
+//!   `image` volumes: upstream since 1.30 and 1.33) that the node lists adds its size
+//!   scaled by the share of nodes that list it (`size · nodes with it / nodes`), so an image
+//!   every node holds counts in full and one that only a few hold counts little — upstream's
+//!   guard against piling pods onto the few nodes that pulled an image first.
+//! - The sum is clamped to [23 MiB, 1000 MiB × the number of images] and scaled to 0–100
+//!   with integer division (`calculatePriority`). No normalisation over the nodes.
+//! - An image written without a tag is looked up as `:latest` (`normalizedImageName`); a
+//!   node's names are taken as its kubelet lists them.
+//! - How many nodes hold an image is the cluster's count when the snapshot was taken (the
+//!   store keeps it as nodes change, [`ImageSpread`](loadstar_framework::snapshot::ImageSpread)),
+//!   as upstream since 1.28 (kubernetes#116938); 1.20's cache froze each node's count when
+//!   that node last changed. 1.20 also read containers only.
+use std::borrow::Cow;
+
+use loadstar_framework::snapshot::{NodeView, PodInfo};
+use loadstar_framework::{CycleContext, MAX_NODE_SCORE, ScorePlugin};
+
+use crate::args::{NoArgs, PluginError, parse_args};
+
+/// Plugin name.
+pub const NAME: &str = "ImageLocality";
+
+/// Below this sum a node scores 0 (upstream's `minThreshold`, 23 MiB).
+pub const MIN_THRESHOLD: i64 = 23 << 20;
+/// Per image, the sum from which a node scores 100 (upstream's `maxContainerThreshold`,
+/// 1000 MiB).
+pub const MAX_IMAGE_THRESHOLD: i64 = 1000 << 20;
+
+/// The name a node would list an image under: `:latest` added when the reference has no
+/// tag (no `:` after its last `/`), as upstream's `normalizedImageName`. A digest reference
+/// (`name@sha256:…`) has one and is left as written.
+pub fn normalized_image_name(name: &str) -> Cow<'_, str> {
+    let last = |c: char| name.rfind(c).map_or(-1, |i| i as i64);
+    if last(':') <= last('/') {
+        Cow::Owned(format!("{name}:latest"))
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
+/// A node's score from the sum of its scaled image sizes for a pod pulling `images` images
+/// (upstream's `calculatePriority`).
+pub fn calculate_priority(sum: i64, images: usize) -> i64 {
+    let max = MAX_IMAGE_THRESHOLD.saturating_mul(i64::try_from(images).unwrap_or(i64::MAX));
+    let sum = if sum < MIN_THRESHOLD {
+        MIN_THRESHOLD
+    } else if sum > max {
+        max
+    } else {
+        sum
+    };
+    // In i128: 100 × a sum near i64::MAX must not overflow.
+    let score = i128::from(MAX_NODE_SCORE) * i128::from(sum - MIN_THRESHOLD)
+        / i128::from(max - MIN_THRESHOLD);
+    i64::try_from(score).unwrap_or(0)
+}
+
+/// The image-locality score.
+#[derive(Debug, Clone, Default)]
+pub struct ImageLocality;
+
+impl ImageLocality {
+    /// Builds it; it takes no arguments.
+    pub fn from_args(args: &serde_norway::Value) -> Result<Self, PluginError> {
+        parse_args::<NoArgs>(NAME, args)?;
+        Ok(ImageLocality)
+    }
+}
+
+impl ScorePlugin for ImageLocality {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+        let spread = &ctx.snapshot.images;
+        let total = f64::from(spread.nodes());
+        // The pod's images some node holds, each once with the share of nodes holding it
+        // and how many times the pod names it: one lookup per image and cycle, then one
+        // binary search per distinct image on each node (a pod naming an image thousands of
+        // times costs no more per node than naming it once).
+        let mut names: Vec<Cow<'_, str>> = pod
+            .images
+            .iter()
+            .map(|i| normalized_image_name(i))
+            .collect();
+        names.sort_unstable();
+        let mut held: Vec<(Cow<'_, str>, f64, i64)> = Vec::new();
+        for name in names {
+            match held.last_mut() {
+                Some((last, _, times)) if *last == name => *times += 1,
+                _ => {
+                    let with = spread.nodes_with(&name);
+                    held.push((name, f64::from(with) / total, 1));
+                }
+            }
+        }
+        held.retain(|(_, share, _)| *share > 0.0);
+        let images = pod.images.len();
+        if held.is_empty() {
+            out.fill(calculate_priority(0, images));
+            return;
+        }
+        for (o, node) in out.iter_mut().zip(nodes) {
+            let sum = match &node.kube {
+                Some(k) if !k.images.is_empty() => held
+                    .iter()
+                    .filter_map(|(name, share, times)| {
+                        // As upstream's `int64(float64(size) * spread)`, truncated, once per
+                        // container (or volume) naming the image.
+                        let scaled = (k.images.size(name)? as f64 * share) as i64;
+                        Some(scaled.saturating_mul(*times))
+                    })
+                    .fold(0i64, i64::saturating_add),
+                _ => 0,
+            };
+            *o = calculate_priority(sum, images);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use loadstar_framework::snapshot::{ClusterSnapshot, ImageSpread, NodeImages};
+    use loadstar_testkit::snapshot::*;
+
+    fn with_images(name: &str, images: &[(&[&str], i64)]) -> NodeView {
+        edit_kube(kube_node(name, 4000, 16 * GIB), |k| {
+            k.images = NodeImages::new(images.iter().flat_map(|(names, mib)| {
+                names.iter().map(move |n| (Arc::<str>::from(*n), mib * MIB))
+            }));
+        })
+    }
+
+    fn cluster(nodes: Vec<NodeView>) -> ClusterSnapshot {
+        let spread = ImageSpread::of(
+            nodes
+                .iter()
+                .filter_map(|n| n.kube.as_ref().map(|k| &k.images)),
+        );
+        let mut snap = snapshot(nodes);
+        snap.images = Arc::new(spread);
+        snap
+    }
+
+    fn pulling(containers: &[&str]) -> PodInfo {
+        PodInfo {
+            images: containers.iter().map(|s| s.to_string()).collect(),
+            ..pod(100, 100)
+        }
+    }
+
+    /// kube-scheduler's nodes of its image-locality tests: sizes in MiB.
+    fn n1() -> NodeView {
+        with_images(
+            "n1",
+            &[
+                (&["gcr.io/40:latest", "gcr.io/40:v1", "gcr.io/40:v1"], 40),
+                (&["gcr.io/300:latest", "gcr.io/300:v1"], 300),
+                (&["gcr.io/2000:latest"], 2000),
+            ],
+        )
+    }
+    fn n2() -> NodeView {
+        with_images(
+            "n2",
+            &[
+                (&["gcr.io/250:latest"], 250),
+                (&["gcr.io/10:latest", "gcr.io/10:v1"], 10),
+            ],
+        )
+    }
+
+    #[test]
+    fn scores_follow_upstreams_worked_examples() {
+        let plugin = ImageLocality;
+        // 40 MiB on one of two nodes: 20 < 23, floor; 250/2 = 125: 100·(125−23)/(2000−23).
+        let snap = cluster(vec![n1(), n2()]);
+        assert_eq!(
+            score_all(&plugin, &snap, &pulling(&["gcr.io/40", "gcr.io/250"])),
+            [0, 5]
+        );
+        // (40 + 300)/2 − 23 over 1977.
+        assert_eq!(
+            score_all(&plugin, &snap, &pulling(&["gcr.io/40", "gcr.io/300"])),
+            [7, 0]
+        );
+        // A 4000 MiB image on one of two nodes reaches the cap: 100.
+        let big = with_images(
+            "n1",
+            &[(&["gcr.io/4000:latest"], 4000), (&["gcr.io/30:latest"], 30)],
+        );
+        let snap = cluster(vec![big.clone(), n2()]);
+        assert_eq!(
+            score_all(&plugin, &snap, &pulling(&["gcr.io/10", "gcr.io/4000"])),
+            [100, 0]
+        );
+        // One of three nodes (one with no images): 4000/3 − 23 over 1977 = 66.
+        let snap = cluster(vec![big, n2(), kube_node("n3", 4000, 16 * GIB)]);
+        assert_eq!(
+            score_all(&plugin, &snap, &pulling(&["gcr.io/10", "gcr.io/4000"])),
+            [66, 0, 0]
+        );
+        // Three images: 600·2/3 + 900·2/3 vs 300/3 + the same, over 3000 − 23.
+        let a = with_images(
+            "n1",
+            &[
+                (&["gcr.io/600:latest"], 600),
+                (&["gcr.io/40:latest"], 40),
+                (&["gcr.io/900:latest"], 900),
+            ],
+        );
+        let b = with_images(
+            "n2",
+            &[
+                (&["gcr.io/300:latest"], 300),
+                (&["gcr.io/600:latest"], 600),
+                (&["gcr.io/900:latest"], 900),
+            ],
+        );
+        let snap = cluster(vec![a, b, kube_node("n3", 4000, 16 * GIB)]);
+        assert_eq!(
+            score_all(
+                &plugin,
+                &snap,
+                &pulling(&["gcr.io/300", "gcr.io/600", "gcr.io/900"])
+            ),
+            [32, 36, 0]
+        );
+    }
+
+    #[test]
+    fn init_containers_and_image_volumes_count_as_images_too() {
+        // The pod's list (conversion puts init containers and image volumes in it) sets
+        // both the sum and the cap: a second, absent image halves what the first is worth.
+        let snap = cluster(vec![
+            with_images("n1", &[(&["big:latest"], 1000)]),
+            kube_node("n2", 4000, 16 * GIB),
+        ]);
+        let one = score_all(&ImageLocality, &snap, &pulling(&["big"]));
+        let two = score_all(&ImageLocality, &snap, &pulling(&["big", "elsewhere:v1"]));
+        assert_eq!(one, [100 * (500 - 23) / (1000 - 23), 0]);
+        assert_eq!(two, [100 * (500 - 23) / (2000 - 23), 0]);
+    }
+
+    #[test]
+    fn an_image_named_by_several_containers_counts_once_per_container() {
+        let snap = cluster(vec![
+            with_images("n1", &[(&["a:latest"], 300), (&["b:v1"], 300)]),
+            kube_node("n2", 4000, 16 * GIB),
+        ]);
+        // Each of 3 containers adds 150 (300 on one node of two): 450 − 23 over 3000 − 23.
+        let three = score_all(&ImageLocality, &snap, &pulling(&["a", "a:latest", "b:v1"]));
+        assert_eq!(three, [100 * (450 - 23) / (3000 - 23), 0]);
+        // Thousands of mentions of one image: one lookup per node, the cap holds.
+        let many: Vec<&str> = std::iter::repeat_n("a", 5000).collect();
+        assert_eq!(
+            score_all(&ImageLocality, &snap, &pulling(&many)),
+            [100 * (150 * 5000 - 23) / (1000 * 5000 - 23), 0]
+        );
+    }
+
+    #[test]
+    fn names_are_normalised_like_upstreams() {
+        assert_eq!(normalized_image_name("nginx"), "nginx:latest");
+        assert_eq!(normalized_image_name("gcr.io/a/b"), "gcr.io/a/b:latest");
+        assert_eq!(
+            normalized_image_name("localhost:5000/app"),
+            "localhost:5000/app:latest"
+        );
+        assert_eq!(
+            normalized_image_name("localhost:5000/app:v2"),
+            "localhost:5000/app:v2"
+        );
+        assert_eq!(normalized_image_name("app@sha256:ab12"), "app@sha256:ab12");
+    }
+
+    #[test]
+    fn a_pod_whose_images_no_node_holds_scores_zero_everywhere_and_odd_input_never_panics() {
+        let snap = cluster(vec![n1(), n2()]);
+        assert_eq!(
+            score_all(&ImageLocality, &snap, &pulling(&["nowhere"])),
+            [0, 0]
+        );
+        assert_eq!(score_all(&ImageLocality, &snap, &pulling(&[])), [0, 0]);
+        assert_eq!(calculate_priority(i64::MAX, 1), 100);
+        assert_eq!(calculate_priority(i64::MAX, usize::MAX), 100);
+        assert_eq!(calculate_priority(0, 0), 0);
+        // A node without Kubernetes facts (agent only) scores 0 and is not one of the
+        // nodes an image's share is taken over.
+        let mut bare = kube_node("bare", 4000, 16 * GIB);
+        bare.kube = None;
+        let snap = cluster(vec![n1(), bare]);
+        assert_eq!(
+            score_all(&ImageLocality, &snap, &pulling(&["gcr.io/2000"])),
+            [0, 100]
+        );
+    }
+}
