@@ -1887,3 +1887,101 @@ profiles:
     delete_nodes(&client, &nodes).await;
     Ok(())
 }
+
+/// Topology spread counts as the cluster's own kube-scheduler release does, read from the
+/// API server's `/version`: on this 1.20 server, a constraint that states no node inclusion
+/// policy counts the pods of a node the pod's node affinity excludes when that node's
+/// domain is eligible (releases from 1.24 would not); one that states
+/// `nodeAffinityPolicy: Honor` leaves them out. Zone b: an SSD node (empty) and a plain
+/// node with two web pods Loadstar bound; zone c: an empty SSD node. The pod needs an SSD.
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn spread_counts_as_the_clusters_release_does() -> Result<()> {
+    use kube::api::{Patch, PatchParams};
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let ns = namespace(&client, "release").await?;
+    let tag = format!("{:06x}", rand_u32() & 0xff_ffff);
+    let zone_key = format!("e2e-zone-{tag}");
+    let nodes: Vec<String> = ["b1", "b2", "c1"]
+        .iter()
+        .map(|n| format!("rel-{tag}-{n}"))
+        .collect();
+    for (n, (zone, ssd)) in nodes.iter().zip([("b", true), ("b", false), ("c", true)]) {
+        create_node(&client, n, "8", "32Gi").await?;
+        let mut labels = json!({zone_key.as_str(): zone});
+        if ssd {
+            labels["disk"] = json!(format!("ssd-{tag}"));
+        }
+        Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+            .patch(
+                n,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": labels}})),
+            )
+            .await
+            .with_context(|| format!("labelling node {n}"))?;
+    }
+    let scorer = Scorer::start(&env, "rel-1", "lease-rel", &[]).await?;
+    let scorer_client = ScorerClient::connect(scorer.endpoint()).await?;
+    let run = async {
+        for i in 0..2 {
+            let mut p = pod(&format!("web-{i}"), Some(SCHEDULER), "100m", MI);
+            p["metadata"]["labels"]["app"] = json!(tag);
+            p["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": nodes[1]});
+            create_pod(&client, &ns, p).await?;
+        }
+        wait_bound(&client, &ns, 2, Duration::from_secs(30)).await?;
+        let asking = |policy: Option<&str>| {
+            let mut c = json!({"maxSkew": 1, "topologyKey": zone_key,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": tag}}});
+            if let Some(p) = policy {
+                c["nodeAffinityPolicy"] = json!(p);
+            }
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "asking", "namespace": ns, "uid": "rel-u",
+                             "labels": {"app": tag}},
+                "spec": {"schedulerName": "rel-nobody",
+                    "nodeSelector": {"disk": format!("ssd-{tag}")},
+                    "containers": [{"name": "c", "image": "registry.invalid/pause:3"}],
+                    "topologySpreadConstraints": [c]}})
+            .to_string()
+        };
+        let ranked = |r: &pb::ScoreResponse| {
+            let mut v: Vec<String> = r.ranked.iter().map(|n| n.node_name.clone()).collect();
+            v.sort();
+            v
+        };
+        // 1.20: zone b counts b2's 2 pods, zone c 0: b1 is refused for the skew.
+        score_until(
+            &scorer_client,
+            "unstated, as 1.20: only c1 fits",
+            &asking(None),
+            &nodes,
+            |r| {
+                ranked(r) == [nodes[2].clone()]
+                    && r.filtered
+                        .iter()
+                        .any(|f| f.node_name == nodes[0] && f.plugin == "PodTopologySpread")
+            },
+        )
+        .await?;
+        // Stated Honor: b2's pods are left out, zone b is 0, b1 fits too.
+        score_until(
+            &scorer_client,
+            "Honor: b1 and c1 fit",
+            &asking(Some("Honor")),
+            &nodes,
+            |r| ranked(r) == [nodes[0].clone(), nodes[2].clone()],
+        )
+        .await?;
+        anyhow::Ok(())
+    };
+    let result = run.await.with_context(|| scorer.log_tail());
+    delete_pods_now(&client, &ns).await;
+    delete_nodes(&client, &nodes).await;
+    result
+}

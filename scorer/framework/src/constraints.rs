@@ -302,6 +302,15 @@ pub struct NodeInclusion {
     pub honor_taints: bool,
 }
 
+impl NodeInclusion {
+    /// What current releases count a constraint that states no policy with:
+    /// `nodeAffinityPolicy: Honor`, `nodeTaintsPolicy: Ignore`.
+    pub const CURRENT_DEFAULT: NodeInclusion = NodeInclusion {
+        honor_affinity: true,
+        honor_taints: false,
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1357,6 +1357,11 @@ pub struct ClusterSnapshot {
     pub namespaces: Option<Arc<NamespaceLabels>>,
     /// How many nodes hold each image (`ImageLocality`); empty where no node lists images.
     pub images: Arc<ImageSpread>,
+    /// The node inclusion policies a topology spread constraint that states none counts
+    /// with: `None` for kube-scheduler 1.20–1.23 (every pod of an eligible domain counts),
+    /// [`NodeInclusion::CURRENT_DEFAULT`] for 1.24+ (only pods on nodes the pod's node
+    /// affinity admits, kubernetes#107009, then the 1.26+ policies' defaults).
+    pub spread_default_inclusion: Option<NodeInclusion>,
     digests: DigestCache,
 }
 
@@ -1426,6 +1431,7 @@ impl ClusterSnapshot {
             generation,
             namespaces: None,
             images: Arc::default(),
+            spread_default_inclusion: None,
             digests: DigestCache::default(),
         }
     }
@@ -1447,6 +1453,7 @@ impl ClusterSnapshot {
                 generation,
                 namespaces: None,
                 images: Arc::default(),
+                spread_default_inclusion: None,
                 digests: DigestCache::default(),
             },
             Err(nodes) => ClusterSnapshot::new(nodes, generation),

@@ -3,9 +3,11 @@
 //! the client, reflectors and runtime of `loadstar-kube` (which re-exports these modules
 //! under their old paths). Depends on `k8s-openapi` for the object types only.
 pub mod attach;
+pub mod binding;
 pub mod capacity;
 pub mod constraints;
 pub mod convert;
 pub mod listing;
+pub mod release;
 pub mod requests;
 pub mod volume_lookup;

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::CSINode;
 use loadstar_common::model::ResourceList;
 use tokio::sync::watch;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::attach;
 use super::convert::{self, PodFacts};
@@ -103,12 +103,14 @@ pub struct Synced {
     /// Namespaces listed (their labels are what affinity terms' namespace selectors read:
     /// without them an existing pod's term could not be checked against a newcomer).
     pub namespaces: bool,
+    /// The API server's version read (its release decides how spread constraints count).
+    pub version: bool,
 }
 
 impl Synced {
-    /// All three listed, as kube-scheduler waits for its informers' caches.
+    /// All listed and the version read, as kube-scheduler waits for its informers' caches.
     pub fn all(&self) -> bool {
-        self.nodes && self.pods && self.namespaces
+        self.nodes && self.pods && self.namespaces && self.version
     }
 }
 
@@ -328,6 +330,25 @@ impl ClusterCache {
         if !self.synced.borrow().namespaces {
             self.synced.send_modify(|s| s.namespaces = true);
         }
+    }
+
+    /// The API server's `/version` was read: Loadstar counts spread constraints as that
+    /// release's kube-scheduler does (`release::spread_default_inclusion`; an unreadable
+    /// version counts as current releases do), and the cache counts as synced for it.
+    pub fn server_version(&self, major: &str, minor: &str) {
+        let release = loadstar_kube_model::release::release(major, minor);
+        let inclusion = loadstar_kube_model::release::spread_default_inclusion(release);
+        info!(
+            major,
+            minor,
+            affinity_excludes_pods = inclusion.is_some(),
+            "API server version read: topology spread counts as this release's kube-scheduler"
+        );
+        if self.store.spread_default_inclusion() != inclusion {
+            self.store.set_spread_default_inclusion(inclusion);
+            self.queue.with(|q| q.retry_all());
+        }
+        self.synced.send_modify(|s| s.version = true);
     }
 
     /// What the claims of a pod on a node attach now (an ephemeral volume's claim only
@@ -1086,7 +1107,17 @@ mod tests {
         cache.pods_relist_done();
         assert!(!cache.synced().borrow().all(), "namespaces not listed yet");
         cache.namespaces_changed([]);
+        assert!(
+            !cache.synced().borrow().all(),
+            "the server's version not read yet"
+        );
+        cache.server_version("1", "20+");
         assert!(cache.synced().borrow().all());
+        assert_eq!(
+            store.spread_default_inclusion(),
+            None,
+            "1.20 counts every pod"
+        );
         let a = alloc(&store, "n1");
         assert_eq!(a.requested.cpu_millis, 500);
         assert_eq!(a.requested.pods, 1);

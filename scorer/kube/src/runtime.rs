@@ -351,6 +351,24 @@ fn reflect_namespaces(
     )
 }
 
+/// Reads the API server's version into the cache (which counts as synced only then),
+/// retried with the watches' backoff until the server answers.
+async fn read_version(client: Client, cache: Arc<ClusterCache>) {
+    let mut backoff = super::watch_health::watch_backoff();
+    loop {
+        match client.apiserver_version().await {
+            Ok(v) => return cache.server_version(&v.major, &v.minor),
+            Err(e) => {
+                let delay = backoff
+                    .next()
+                    .unwrap_or(super::watch_health::WATCH_BACKOFF_MAX);
+                warn!(error = %e, ?delay, "cannot read the API server's version; retrying");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
 /// Connects and starts everything; the returned runtime stops when `shutdown` resolves.
 pub async fn start(
     options: KubeOptions,
@@ -402,6 +420,7 @@ pub async fn start(
         cache.clone(),
         health.status("csinodes watch"),
     )));
+    volume_tasks.push(tokio::spawn(read_version(main.clone(), cache.clone())));
     let budgets = tokio::spawn(super::disruption::reflect(
         main.clone(),
         cache.budgets().clone(),

@@ -1479,6 +1479,7 @@ mod tests {
         cache.apply_pod(&high);
         cache.pods_relist_done();
         cache.namespaces_changed([]);
+        cache.server_version("1", "20");
         let running = Running::start(&scheduler);
         wait_for(&log, "the victim's deletion and the nomination", |l| {
             l.iter().any(|e| e.0 == "DELETE") && l.iter().any(|e| e.2.contains("nominatedNodeName"))
@@ -1552,6 +1553,7 @@ mod tests {
         p.spec.as_mut().expect("spec").priority = Some(10);
         cache.pods_relist_done();
         cache.namespaces_changed([]);
+        cache.server_version("1", "20");
         let facts = {
             cache.apply_pod(&p);
             cache.pod("ns/p").expect("cached")
@@ -1616,6 +1618,7 @@ mod tests {
         }
         cache.pods_relist_done();
         cache.namespaces_changed([]);
+        cache.server_version("1", "20");
         let running = Running::start(&scheduler);
         wait_for(&log, "two Scheduled events and c's condition", |l| {
             l.iter().filter(|e| e.2.contains("\"Scheduled\"")).count() == 2
@@ -1791,6 +1794,7 @@ mod tests {
         cache.apply_pod(&pod("a", "1"));
         cache.pods_relist_done();
         cache.namespaces_changed([]);
+        cache.server_version("1", "20");
     }
 
     /// The scheduler's runtime is a current-thread one, as the scorer's main runtime is by
@@ -1846,6 +1850,7 @@ mod tests {
         cache.apply_pod(&pod("open", "1"));
         cache.pods_relist_done();
         cache.namespaces_changed([]);
+        cache.server_version("1", "20");
         let running = Running::start(&scheduler);
         wait_for(&log, "the open pod's binding", |l| {
             l.iter().any(|e| e.1.ends_with("/pods/open/binding"))
@@ -1929,6 +1934,7 @@ mod tests {
         cache.apply_pod(&pod("good", "1"));
         cache.pods_relist_done();
         cache.namespaces_changed([]);
+        cache.server_version("1", "20");
         let running = Running::start(&scheduler);
         wait_for(
             &log,
@@ -2011,6 +2017,7 @@ mod tests {
         cache.apply_pod(&serde_json::from_value(p).expect("pod"));
         cache.pods_relist_done();
         cache.namespaces_changed([]);
+        cache.server_version("1", "20");
         w
     }
 

@@ -27,23 +27,18 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::runtime::reflector::{ObjectRef, Store};
-use loadstar_common::quantity::parse_units;
-use loadstar_framework::snapshot::{
-    AttachableVolume, CandidateVolume, ClaimToBind, ClassCapacity, PodInfo, Provisioning,
-    VolumeNeeds,
-};
+use loadstar_framework::snapshot::{AttachableVolume, ClassCapacity, PodInfo, VolumeNeeds};
 use loadstar_policy::volume_zone::ZONE_LABELS;
 
 use crate::attach;
-use crate::capacity::{Capacities, claim_capacity};
-use crate::constraints::{label_selector, node_term};
+use crate::capacity::Capacities;
 
 pub use crate::volume_lookup::{
     BETA_CLASS, BIND_COMPLETED, BOUND_BY_CONTROLLER, PV_NOT_EXIST, READ_WRITE_ONCE_POD,
     SELECTED_NODE, UNBOUND_IMMEDIATE, VolumeLookup, WAIT_FOR_FIRST_CONSUMER, claim_class,
     claim_is_for_pod, fully_bound,
 };
-use crate::volume_lookup::{annotation, volume_class};
+pub use loadstar_kube_model::binding::{candidate, claim_to_bind, volume_affinity};
 
 /// The live stores the volume reflectors fill.
 #[derive(Clone)]
@@ -196,28 +191,6 @@ pub fn resolve(pod: &PodInfo, lookup: &impl VolumeLookup) -> Resolution {
     out
 }
 
-/// A volume's required node affinity terms (`None`: any node).
-fn volume_affinity(
-    pv: &PersistentVolume,
-) -> Result<Option<Vec<loadstar_framework::snapshot::NodeSelectorTerm>>, String> {
-    let name = pv.metadata.name.as_deref().unwrap_or_default();
-    let Some(required) = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_affinity.as_ref())
-        .and_then(|a| a.required.as_ref())
-    else {
-        return Ok(None);
-    };
-    let mut terms = Vec::new();
-    for (i, t) in required.node_selector_terms.iter().enumerate() {
-        let term = node_term(&format!("persistentvolume {name} nodeAffinity term {i}"), t)
-            .map_err(|e| e.to_string())?;
-        terms.push(term);
-    }
-    Ok(Some(terms))
-}
-
 /// A volume's zone and region labels, for `VolumeZone`.
 fn volume_zones(pv: &PersistentVolume) -> Vec<(String, Vec<String>)> {
     let mut out = Vec::new();
@@ -234,114 +207,6 @@ fn volume_zones(pv: &PersistentVolume) -> Vec<(String, Vec<String>)> {
         out.push((k.clone(), zones));
     }
     out
-}
-
-/// An unbound `WaitForFirstConsumer` claim with its candidate volumes and provisioning.
-fn claim_to_bind(
-    namespace: &str,
-    name: &str,
-    claim: &PersistentVolumeClaim,
-    class_name: &str,
-    class: &StorageClass,
-    lookup: &impl VolumeLookup,
-) -> Result<ClaimToBind, String> {
-    let spec = claim.spec.as_ref();
-    let request_bytes = spec
-        .and_then(|s| s.resources.as_ref())
-        .and_then(|r| r.requests.as_ref())
-        .and_then(|r| r.get("storage"))
-        .map(|q| parse_units(&q.0))
-        .transpose()
-        .map_err(|e| format!("persistentvolumeclaim {name:?}: storage request: {e}"))?
-        .unwrap_or(0);
-    let selector = label_selector(
-        &format!("persistentvolumeclaim {name:?} selector"),
-        spec.and_then(|s| s.selector.as_ref()),
-    )
-    .map_err(|e| e.to_string())?;
-    let mut candidates: Vec<CandidateVolume> = lookup
-        .volumes()
-        .iter()
-        .filter(|pv| volume_class(pv) == class_name)
-        .filter_map(|pv| candidate(pv, lookup))
-        .collect();
-    // Upstream walks its cache in no particular order; by name is at least repeatable.
-    candidates.sort_by(|a, b| a.name.cmp(&b.name));
-    let capacity = claim_capacity(claim, class_name, class, lookup)?;
-    let provisioning = Ok(Provisioning {
-        capacity,
-        provisioner: class.provisioner.clone(),
-        allowed_topologies: class
-            .allowed_topologies
-            .iter()
-            .flatten()
-            .map(|term| {
-                term.match_label_expressions
-                    .iter()
-                    .flatten()
-                    .map(|r| (r.key.clone(), r.values.clone()))
-                    .collect()
-            })
-            .collect(),
-    });
-    Ok(ClaimToBind {
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-        uid: claim.metadata.uid.clone().unwrap_or_default(),
-        resource_version: claim.metadata.resource_version.clone().unwrap_or_default(),
-        request_bytes,
-        access_modes: spec
-            .and_then(|s| s.access_modes.clone())
-            .unwrap_or_default(),
-        volume_mode: spec
-            .and_then(|s| s.volume_mode.clone())
-            .unwrap_or_else(|| "Filesystem".into()),
-        selector,
-        class: class_name.to_string(),
-        selected_node: annotation(&claim.metadata, SELECTED_NODE)
-            .cloned()
-            .or_else(|| lookup.selected(namespace, name)),
-        candidates: Arc::new(candidates),
-        provisioning,
-    })
-}
-
-/// A volume as a candidate (`None` when its node affinity does not convert: such a volume
-/// admits no node anyway).
-fn candidate(pv: &PersistentVolume, lookup: &impl VolumeLookup) -> Option<CandidateVolume> {
-    let name = pv.metadata.name.clone().unwrap_or_default();
-    let spec = pv.spec.as_ref();
-    let capacity_bytes = spec
-        .and_then(|s| s.capacity.as_ref())
-        .and_then(|c| c.get("storage"))
-        .and_then(|q| parse_units(&q.0).ok())
-        .unwrap_or(0);
-    let claim_ref = spec
-        .and_then(|s| s.claim_ref.as_ref())
-        .map(|r| {
-            (
-                r.namespace.clone().unwrap_or_default(),
-                r.name.clone().unwrap_or_default(),
-                r.uid.clone().unwrap_or_default(),
-            )
-        })
-        .or_else(|| lookup.reserved(&name));
-    Some(CandidateVolume {
-        capacity_bytes,
-        volume_mode: spec
-            .and_then(|s| s.volume_mode.clone())
-            .unwrap_or_else(|| "Filesystem".into()),
-        access_modes: spec
-            .and_then(|s| s.access_modes.clone())
-            .unwrap_or_default(),
-        labels: pv.metadata.labels.clone().unwrap_or_default(),
-        node_affinity: volume_affinity(pv).ok()?,
-        available: pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Available"),
-        deleting: pv.metadata.deletion_timestamp.is_some(),
-        claim_ref,
-        resource_version: pv.metadata.resource_version.clone().unwrap_or_default(),
-        name,
-    })
 }
 
 #[cfg(test)]

@@ -172,6 +172,9 @@ fn default_constraints(a: &Args) -> Result<Vec<SpreadConstraint>, PluginError> {
 pub struct SpreadState {
     /// One entry per hard constraint, in the pod's order.
     pub constraints: Vec<ConstraintCounts>,
+    /// The inclusion policies the counts gave constraints that state none (the snapshot's
+    /// `spread_default_inclusion` at PreFilter), so updates count as the PreFilter did.
+    pub unstated: Option<NodeInclusion>,
 }
 
 /// Counts of one hard constraint.
@@ -250,6 +253,7 @@ pub fn prefilter_state(
     }
     SpreadState {
         constraints: counts,
+        unstated: None,
     }
 }
 
@@ -384,8 +388,29 @@ impl PodTopologySpread {
     }
 
     /// The pod's effective constraints: its own, else the defaults with the pod's default
-    /// selector (none when nothing selects the pod).
-    pub fn constraints<'a>(&'a self, pod: &'a PodInfo) -> Cow<'a, [SpreadConstraint]> {
+    /// selector (none when nothing selects the pod); those that state no node inclusion
+    /// policy get `unstated` (the cluster's release's counting, see
+    /// `ClusterSnapshot::spread_default_inclusion`).
+    pub fn constraints<'a>(
+        &'a self,
+        pod: &'a PodInfo,
+        unstated: Option<NodeInclusion>,
+    ) -> Cow<'a, [SpreadConstraint]> {
+        let cs = self.own_or_default(pod);
+        match unstated {
+            Some(u) if cs.iter().any(|c| c.inclusion.is_none()) => Cow::Owned(
+                cs.iter()
+                    .map(|c| SpreadConstraint {
+                        inclusion: c.inclusion.or(Some(u)),
+                        ..c.clone()
+                    })
+                    .collect(),
+            ),
+            _ => cs,
+        }
+    }
+
+    fn own_or_default<'a>(&'a self, pod: &'a PodInfo) -> Cow<'a, [SpreadConstraint]> {
         if !pod.spread_constraints.is_empty() {
             return Cow::Borrowed(&pod.spread_constraints);
         }
@@ -411,15 +436,18 @@ impl FilterPlugin for PodTopologySpread {
 
     fn skips(&self, state: Option<&PreFilterState>, pod: &PodInfo) -> bool {
         // PreFilter returns no state exactly when the pod has no hard constraint.
-        state.is_none() && hard_constraints(&self.constraints(pod)).is_empty()
+        state.is_none() && hard_constraints(&self.own_or_default(pod)).is_empty()
     }
 
     fn prefilter(&self, ctx: &CycleContext<'_>, pod: &PodInfo) -> Option<PreFilterState> {
-        let cs = self.constraints(pod);
+        let unstated = ctx.snapshot.spread_default_inclusion;
+        let cs = self.constraints(pod, unstated);
         if hard_constraints(&cs).is_empty() {
             return None;
         }
-        Some(Box::new(prefilter_state(ctx.snapshot.nodes(), pod, &cs)))
+        let mut state = prefilter_state(ctx.snapshot.nodes(), pod, &cs);
+        state.unstated = unstated;
+        Some(Box::new(state))
     }
 
     fn filter_prepared(
@@ -430,7 +458,7 @@ impl FilterPlugin for PodTopologySpread {
         node: &NodeView,
     ) -> Result<(), Reason> {
         match state.and_then(|s| s.downcast_ref::<SpreadState>()) {
-            Some(s) => check(s, pod, &self.constraints(pod), node),
+            Some(s) => check(s, pod, &self.constraints(pod, s.unstated), node),
             None => self.filter(ctx, pod, node),
         }
     }
@@ -444,7 +472,14 @@ impl FilterPlugin for PodTopologySpread {
         delta: i64,
     ) {
         if let Some(s) = state.downcast_mut::<SpreadState>() {
-            update_with_pod(s, pod, &self.constraints(pod), existing, node, delta);
+            update_with_pod(
+                s,
+                pod,
+                &self.constraints(pod, s.unstated),
+                existing,
+                node,
+                delta,
+            );
         }
     }
 
@@ -456,7 +491,7 @@ impl FilterPlugin for PodTopologySpread {
 
     /// Without a PreFilter state (a single-node check), computes it on the spot.
     fn filter(&self, ctx: &CycleContext<'_>, pod: &PodInfo, node: &NodeView) -> Result<(), Reason> {
-        let cs = self.constraints(pod);
+        let cs = self.constraints(pod, ctx.snapshot.spread_default_inclusion);
         if hard_constraints(&cs).is_empty() {
             return Ok(());
         }
@@ -492,7 +527,7 @@ impl ScorePlugin for PodTopologySpread {
     }
 
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
-        let cs = self.constraints(pod);
+        let cs = self.constraints(pod, ctx.snapshot.spread_default_inclusion);
         let soft: Vec<&SpreadConstraint> = cs
             .iter()
             .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::ScheduleAnyway)
@@ -819,6 +854,54 @@ mod tests {
             n
         };
         assert_eq!(feasible(soft_taint(), &p), vec!["c1"]);
+    }
+
+    #[test]
+    fn a_1_24_or_later_cluster_counts_unstated_constraints_as_current_releases_do() {
+        // As below: zone b's plain node b2 holds 2 web pods, the pod needs an SSD.
+        let ssd = |n: NodeView| {
+            edit_kube(n, |k| {
+                k.labels.insert("disk".into(), "ssd".into());
+            })
+        };
+        let nodes = vec![
+            ssd(node("b1", Some("b"), 0)),
+            node("b2", Some("b"), 2),
+            ssd(node("c1", Some("c"), 0)),
+        ];
+        let mut p = spread(1, "zone");
+        p.node_selector = l(&[("disk", "ssd")]);
+        let mut snap = snapshot(nodes);
+        let plugin = PodTopologySpread::default();
+        let verdicts =
+            |snap: &loadstar_framework::snapshot::ClusterSnapshot, p: &PodInfo| -> Vec<bool> {
+                let c = ctx(snap);
+                let state = plugin.prefilter(&c, p);
+                snap.nodes()
+                    .iter()
+                    .map(|n| plugin.filter_prepared(&c, state.as_ref(), p, n).is_ok())
+                    .collect()
+            };
+        // kube-scheduler 1.20–1.23: b2's pods count in zone b; only zone c fits.
+        assert_eq!(verdicts(&snap, &p), [false, false, true]);
+        // 1.24+: b2 fails the pod's selector, so its pods do not count; zone b is 0.
+        snap.spread_default_inclusion = Some(NodeInclusion::CURRENT_DEFAULT);
+        assert_eq!(verdicts(&snap, &p), [true, true, true]);
+        // The PreFilter state remembers how it counted: updates agree with it.
+        let c = ctx(&snap);
+        let mut state = plugin.prefilter(&c, &p).expect("hard constraint");
+        let b2 = &snap.nodes()[1];
+        let victim = b2.alloc.pods.first().expect("a pod").clone();
+        plugin.prefilter_update(&mut state, &p, &victim, b2, -1);
+        let s = state.downcast_ref::<SpreadState>().expect("spread state");
+        assert_eq!(
+            s.constraints[0].per_value["b"], 0,
+            "b2's pods never counted"
+        );
+        assert_eq!(s.unstated, Some(NodeInclusion::CURRENT_DEFAULT));
+        // A stated policy wins over the cluster's default.
+        policies(&mut p, false, false);
+        assert_eq!(verdicts(&snap, &p), [false, false, true]);
     }
 
     #[test]

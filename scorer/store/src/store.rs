@@ -20,7 +20,7 @@ use crate::images::ImageBook;
 use crate::validate::{self, ReportError, ReportLimits};
 use loadstar_framework::snapshot::{
     AgentNode, ClusterSnapshot, ImageSpread, Inflight, KubeNode, NamespaceLabels, NodeAllocation,
-    NodeView, retire_inflight,
+    NodeInclusion, NodeView, retire_inflight,
 };
 
 const SHARDS: usize = 16;
@@ -170,6 +170,9 @@ pub struct NodeStore {
     config: StoreConfig,
     /// The cluster's namespaces and their labels, once a Namespace watch has listed them.
     namespaces: RwLock<Option<Arc<NamespaceLabels>>>,
+    /// How spread constraints that state no node inclusion policy count (the cluster's
+    /// release's way; current releases' until told otherwise).
+    spread_default_inclusion: RwLock<Option<NodeInclusion>>,
     /// Which nodes hold which images. Also serialises Kubernetes facts' updates
     /// ([`NodeStore::set_kube_node`]), so its counts see one node's changes in order.
     images: Mutex<ImageBook>,
@@ -215,6 +218,7 @@ impl NodeStore {
             config,
             namespaces: RwLock::new(None),
             images: Mutex::default(),
+            spread_default_inclusion: RwLock::new(Some(NodeInclusion::CURRENT_DEFAULT)),
         }
     }
 
@@ -224,6 +228,22 @@ impl NodeStore {
     pub fn set_namespaces(&self, namespaces: Arc<NamespaceLabels>) {
         *lock_write(&self.namespaces) = Some(namespaces);
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Sets how spread constraints that state no node inclusion policy count
+    /// (`ClusterSnapshot::spread_default_inclusion`): the Kubernetes side, once it knows the
+    /// cluster's release. Bumps the generation when it changes.
+    pub fn set_spread_default_inclusion(&self, inclusion: Option<NodeInclusion>) {
+        let mut held = lock_write(&self.spread_default_inclusion);
+        if *held != inclusion {
+            *held = inclusion;
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// How snapshots count spread constraints that state no node inclusion policy.
+    pub fn spread_default_inclusion(&self) -> Option<NodeInclusion> {
+        *lock_read(&self.spread_default_inclusion)
     }
 
     /// The namespace labels snapshots carry (`None` until a watch sets them).
@@ -621,12 +641,14 @@ impl NodeStore {
         // store's generation, so it is replaced, never kept as current.
         let namespaces = self.namespaces();
         let images = self.image_spread();
+        let inclusion = self.spread_default_inclusion();
         let mut snap = match previous {
             Some(previous) => ClusterSnapshot::new_after(nodes, generation, previous),
             None => ClusterSnapshot::new(nodes, generation),
         };
         snap.namespaces = namespaces;
         snap.images = images;
+        snap.spread_default_inclusion = inclusion;
         snap
     }
 
@@ -636,6 +658,7 @@ impl NodeStore {
         let (nodes, generation) = self.views(now);
         // After the views, as in `snapshot_owned`.
         let (namespaces, images) = (self.namespaces(), self.image_spread());
+        let inclusion = self.spread_default_inclusion();
         let previous = self.cached().map(|(_, snap)| snap);
         // Most nodes are unchanged since the last snapshot: they keep their order and their
         // digest rows are copied, not computed.
@@ -645,6 +668,7 @@ impl NodeStore {
         };
         snap.namespaces = namespaces;
         snap.images = images;
+        snap.spread_default_inclusion = inclusion;
         let snap = Arc::new(snap);
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, snap.clone()));
         snap
@@ -1271,6 +1295,21 @@ mod tests {
         );
         assert_eq!(snap.images.nodes_with("app:v2"), 1);
         assert_eq!(store.snapshot_owned(None).images, snap.images);
+    }
+
+    #[test]
+    fn snapshots_count_spread_as_the_clusters_release_does() {
+        let store = NodeStore::new(StoreConfig::default());
+        let current = Some(NodeInclusion::CURRENT_DEFAULT);
+        assert_eq!(store.snapshot_now().spread_default_inclusion, current);
+        let before = store.generation();
+        store.set_spread_default_inclusion(None);
+        assert!(store.generation() > before, "a change is a new generation");
+        assert_eq!(store.snapshot_now().spread_default_inclusion, None);
+        assert_eq!(store.snapshot_owned(None).spread_default_inclusion, None);
+        let before = store.generation();
+        store.set_spread_default_inclusion(None);
+        assert_eq!(store.generation(), before, "no change, no new generation");
     }
 
     #[test]
