@@ -74,7 +74,7 @@ pub use crate::constraints::{
     SelectorOp, SelectorRequirement, SharedAffinity, SpreadConstraint, WeightedAffinityTerm,
     WhenUnsatisfiable,
 };
-pub use crate::images::{ImageSpread, NodeImages};
+pub use crate::images::{ImageIndex, ImageSpread, NodeImages};
 pub use crate::volumes::{
     AttachKind, AttachableVolume, CandidateVolume, ClaimToBind, ClassCapacity, InlineDisk,
     PodClaim, Provisioning, VolumeNeeds,
@@ -1362,6 +1362,8 @@ pub struct ClusterSnapshot {
     /// [`NodeInclusion::CURRENT_DEFAULT`] for 1.24+ (only pods on nodes the pod's node
     /// affinity admits, kubernetes#107009, then the 1.26+ policies' defaults).
     pub spread_default_inclusion: Option<NodeInclusion>,
+    /// Which nodes hold each image, built on first use ([`ClusterSnapshot::image_index`]).
+    image_index: std::sync::OnceLock<Arc<ImageIndex>>,
     digests: DigestCache,
 }
 
@@ -1417,6 +1419,45 @@ impl ClusterSnapshot {
         rows
     }
 
+    /// Which nodes of this snapshot hold each image (`ImageLocality`): built on first use,
+    /// or taken from an earlier snapshot by [`ClusterSnapshot::inherit_image_index`].
+    pub fn image_index(&self) -> Arc<ImageIndex> {
+        self.image_index
+            .get_or_init(|| {
+                Arc::new(ImageIndex::build(
+                    self.nodes
+                        .iter()
+                        .map(|n| n.kube.as_ref().map(|k| &k.images)),
+                ))
+            })
+            .clone()
+    }
+
+    /// Takes `previous`'s image index if it has built one that holds here: the same nodes
+    /// in the same order (a shared `index`), each with the very same image list (the store
+    /// keeps a node's list when an update leaves it equal, so a pointer comparison tells;
+    /// nodes whose facts did not change at all are not even opened). Editing nodes in place
+    /// ([`ClusterSnapshot::nodes_mut`]) must leave their images alone.
+    pub fn inherit_image_index(&self, previous: &ClusterSnapshot) {
+        let Some(index) = previous.image_index.get() else {
+            return;
+        };
+        let same = Arc::ptr_eq(&self.index, &previous.index)
+            && self.nodes.len() == previous.nodes.len()
+            && self
+                .nodes
+                .iter()
+                .zip(&previous.nodes)
+                .all(|(a, b)| match (&a.kube, &b.kube) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a.images.same(&b.images),
+                    (None, None) => true,
+                    _ => false,
+                });
+        if same {
+            let _ = self.image_index.set(index.clone());
+        }
+    }
+
     /// Builds a snapshot from node views (sorted here).
     pub fn new(mut nodes: Vec<NodeView>, generation: u64) -> ClusterSnapshot {
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -1432,6 +1473,7 @@ impl ClusterSnapshot {
             namespaces: None,
             images: Arc::default(),
             spread_default_inclusion: None,
+            image_index: std::sync::OnceLock::new(),
             digests: DigestCache::default(),
         }
     }
@@ -1454,6 +1496,7 @@ impl ClusterSnapshot {
                 namespaces: None,
                 images: Arc::default(),
                 spread_default_inclusion: None,
+                image_index: std::sync::OnceLock::new(),
                 digests: DigestCache::default(),
             },
             Err(nodes) => ClusterSnapshot::new(nodes, generation),

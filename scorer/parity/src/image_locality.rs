@@ -11,6 +11,8 @@
 //!   with integer division (`calculatePriority`). No normalisation over the nodes.
 //! - An image written without a tag is looked up as `:latest` (`normalizedImageName`); a
 //!   node's names are taken as its kubelet lists them.
+//! - Scoring reads the snapshot's index of which nodes hold which image, so a pod costs
+//!   the nodes holding its images, not a search of every node's list.
 //! - How many nodes hold an image is the cluster's count when the snapshot was taken (the
 //!   store keeps it as nodes change, [`ImageSpread`](loadstar_framework::snapshot::ImageSpread)),
 //!   as upstream since 1.28 (kubernetes#116938); 1.20's cache froze each node's count when
@@ -72,18 +74,13 @@ impl ImageLocality {
     }
 }
 
-impl ScorePlugin for ImageLocality {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+impl ImageLocality {
+    /// The pod's images some node holds, each once, with the share of nodes holding it and
+    /// how many times the pod names it: one lookup per image and cycle, so a pod naming an
+    /// image thousands of times costs no more per node than naming it once.
+    fn held<'p>(ctx: &CycleContext<'_>, pod: &'p PodInfo) -> Vec<(Cow<'p, str>, f64, i64)> {
         let spread = &ctx.snapshot.images;
         let total = f64::from(spread.nodes());
-        // The pod's images some node holds, each once with the share of nodes holding it
-        // and how many times the pod names it: one lookup per image and cycle, then one
-        // binary search per distinct image on each node (a pod naming an image thousands of
-        // times costs no more per node than naming it once).
         let mut names: Vec<Cow<'_, str>> = pod
             .images
             .iter()
@@ -101,25 +98,68 @@ impl ScorePlugin for ImageLocality {
             }
         }
         held.retain(|(_, share, _)| *share > 0.0);
+        held
+    }
+}
+
+/// One container's (or volume's) part for an image of `size` bytes held by `share` of the
+/// nodes, times the containers naming it: upstream's `int64(float64(size) * spread)`,
+/// truncated, once per container.
+fn scaled(size: i64, share: f64, times: i64) -> i64 {
+    ((size as f64 * share) as i64).saturating_mul(times)
+}
+
+impl ScorePlugin for ImageLocality {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    /// Node by node: a binary search of each node's list per image (the fallback where
+    /// the nodes' snapshot indices are not known).
+    fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
+        let held = Self::held(ctx, pod);
         let images = pod.images.len();
-        if held.is_empty() {
-            out.fill(calculate_priority(0, images));
-            return;
-        }
         for (o, node) in out.iter_mut().zip(nodes) {
             let sum = match &node.kube {
-                Some(k) if !k.images.is_empty() => held
+                Some(k) if !held.is_empty() => held
                     .iter()
                     .filter_map(|(name, share, times)| {
-                        // As upstream's `int64(float64(size) * spread)`, truncated, once per
-                        // container (or volume) naming the image.
-                        let scaled = (k.images.size(name)? as f64 * share) as i64;
-                        Some(scaled.saturating_mul(*times))
+                        Some(scaled(k.images.size(name)?, *share, *times))
                     })
                     .fold(0i64, i64::saturating_add),
                 _ => 0,
             };
             *o = calculate_priority(sum, images);
+        }
+    }
+
+    /// Over the snapshot's [`ImageIndex`](loadstar_framework::snapshot::ImageIndex): only
+    /// the nodes that hold one of the pod's images are touched, in contiguous lists.
+    fn score_indexed(
+        &self,
+        ctx: &CycleContext<'_>,
+        pod: &PodInfo,
+        _nodes: &[&NodeView],
+        indices: &[usize],
+        out: &mut [i64],
+    ) {
+        let held = Self::held(ctx, pod);
+        let images = pod.images.len();
+        if held.is_empty() {
+            out.fill(calculate_priority(0, images));
+            return;
+        }
+        let index = ctx.snapshot.image_index();
+        let mut sums = vec![0i64; ctx.snapshot.nodes().len()];
+        for (name, share, times) in &held {
+            for &(i, size) in index.holders(name) {
+                if let Some(sum) = sums.get_mut(i as usize) {
+                    *sum = sum.saturating_add(scaled(size, *share, *times));
+                }
+            }
+        }
+        for (o, &i) in out.iter_mut().zip(indices) {
+            *o = calculate_priority(sums.get(i).copied().unwrap_or(0), images);
         }
     }
 }

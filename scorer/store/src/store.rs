@@ -488,7 +488,12 @@ impl NodeStore {
         let key: Arc<str> = Arc::from(name);
         let mut book = self.images.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = kube.as_mut() {
-            book.intern(k);
+            // An equal list stays the one held (snapshots tell unchanged images by pointer,
+            // `ClusterSnapshot::inherit_image_index`); a new one shares the book's names.
+            match self.kube_node(name) {
+                Some(held) if held.images == k.images => k.images = held.images.clone(),
+                _ => book.intern(k),
+            }
         }
         let new = kube.map(Arc::new);
         let mut shard = lock_write(self.shard(name));
@@ -649,6 +654,9 @@ impl NodeStore {
         snap.namespaces = namespaces;
         snap.images = images;
         snap.spread_default_inclusion = inclusion;
+        if let Some(previous) = previous {
+            snap.inherit_image_index(previous);
+        }
         snap
     }
 
@@ -662,13 +670,16 @@ impl NodeStore {
         let previous = self.cached().map(|(_, snap)| snap);
         // Most nodes are unchanged since the last snapshot: they keep their order and their
         // digest rows are copied, not computed.
-        let mut snap = match previous {
-            Some(previous) => ClusterSnapshot::new_after(nodes, generation, &previous),
+        let mut snap = match &previous {
+            Some(previous) => ClusterSnapshot::new_after(nodes, generation, previous),
             None => ClusterSnapshot::new(nodes, generation),
         };
         snap.namespaces = namespaces;
         snap.images = images;
         snap.spread_default_inclusion = inclusion;
+        if let Some(previous) = &previous {
+            snap.inherit_image_index(previous);
+        }
         let snap = Arc::new(snap);
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, snap.clone()));
         snap
@@ -1295,6 +1306,39 @@ mod tests {
         );
         assert_eq!(snap.images.nodes_with("app:v2"), 1);
         assert_eq!(store.snapshot_owned(None).images, snap.images);
+    }
+
+    #[test]
+    fn image_indexes_carry_over_until_a_nodes_images_change() {
+        use loadstar_framework::snapshot::NodeImages;
+        let store = NodeStore::new(StoreConfig::default());
+        let node = |names: &[&str], cpu_millis: i64| {
+            let mut k = KubeNode {
+                images: NodeImages::new(names.iter().map(|n| (Arc::<str>::from(*n), 7))),
+                ..KubeNode::default()
+            };
+            k.allocatable.cpu_millis = cpu_millis;
+            k
+        };
+        store.set_kube_node("a", Some(node(&["app:v1"], 1000)));
+        store.set_kube_node("b", Some(node(&["app:v1"], 1000)));
+        let first = store.snapshot_now();
+        let index = first.image_index();
+        assert_eq!(index.holders("app:v1"), [(0, 7), (1, 7)]);
+        // Another of a node's facts changes, its images stay equal: the index carries over.
+        store.set_kube_node("a", Some(node(&["app:v1"], 2000)));
+        let second = store.snapshot_now();
+        assert!(Arc::ptr_eq(&index, &second.image_index()));
+        assert!(Arc::ptr_eq(
+            &index,
+            &store.snapshot_owned(Some(&second)).image_index()
+        ));
+        // A node's images change: the next snapshot indexes again.
+        store.set_kube_node("b", Some(node(&["app:v2"], 1000)));
+        let third = store.snapshot_now();
+        assert!(!Arc::ptr_eq(&index, &third.image_index()));
+        assert_eq!(third.image_index().holders("app:v1"), [(0, 7)]);
+        assert_eq!(third.image_index().holders("app:v2"), [(1, 7)]);
     }
 
     #[test]
