@@ -1631,6 +1631,26 @@ async fn sidecars_and_pod_level_requests_count_as_upstream_counts_them() -> Resu
 
 /// Asks `Score` about `pod_json` over `nodes` until `accept` takes the answer (30 s); on a
 /// timeout the error shows the last answer's ranked nodes and refusals.
+/// Adds `labels` to node `name`.
+async fn label_node(client: &kube::Client, name: &str, labels: serde_json::Value) -> Result<()> {
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .with_context(|| format!("labelling node {name}"))?;
+    Ok(())
+}
+
+/// The nodes a `Score` answer ranks, by name.
+fn ranked_names(r: &pb::ScoreResponse) -> Vec<String> {
+    let mut v: Vec<String> = r.ranked.iter().map(|n| n.node_name.clone()).collect();
+    v.sort();
+    v
+}
+
 async fn score_until(
     scorer: &ScorerClient<tonic::transport::Channel>,
     what: &str,
@@ -1673,7 +1693,6 @@ async fn score_until(
 #[tokio::test]
 #[ignore = "needs a real API server: run tests/e2e/run.sh"]
 async fn a_spread_constraints_taint_policy_leaves_out_untolerated_domains() -> Result<()> {
-    use kube::api::{Patch, PatchParams};
     let Some(env) = env_or_skip() else {
         return Ok(());
     };
@@ -1694,14 +1713,7 @@ async fn a_spread_constraints_taint_policy_leaves_out_untolerated_domains() -> R
         };
         create_node_with(&client, n, "8", "32Gi", spec).await?;
         let zone = ["a", "b", "c"][i];
-        Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-            .patch(
-                n,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {zone_key.as_str(): zone}}})),
-            )
-            .await
-            .with_context(|| format!("labelling node {n}"))?;
+        label_node(&client, n, json!({zone_key.as_str(): zone})).await?;
     }
     let scorer = Scorer::start(&env, "pol-1", "lease-pol", &[]).await?;
     let scorer_client = ScorerClient::connect(scorer.endpoint()).await?;
@@ -1734,11 +1746,6 @@ async fn a_spread_constraints_taint_policy_leaves_out_untolerated_domains() -> R
                 .iter()
                 .any(|f| f.node_name == node && f.plugin == "PodTopologySpread")
         };
-        let ranked = |r: &pb::ScoreResponse| {
-            let mut v: Vec<String> = r.ranked.iter().map(|n| n.node_name.clone()).collect();
-            v.sort();
-            v
-        };
         // Ignore (the default, stated or not): zone c's 0 is the minimum, so a and b
         // (1 + 1 − 0 > 1) are refused for the skew; c is refused for its taint.
         for policy in [None, Some("Ignore")] {
@@ -1747,7 +1754,7 @@ async fn a_spread_constraints_taint_policy_leaves_out_untolerated_domains() -> R
                 &format!("{policy:?}: none fits"),
                 &asking(policy),
                 &nodes,
-                |r| ranked(r).is_empty() && skewed(r, &nodes[0]) && skewed(r, &nodes[1]),
+                |r| ranked_names(r).is_empty() && skewed(r, &nodes[0]) && skewed(r, &nodes[1]),
             )
             .await?;
         }
@@ -1757,7 +1764,7 @@ async fn a_spread_constraints_taint_policy_leaves_out_untolerated_domains() -> R
             "Honor: a and b fit",
             &asking(Some("Honor")),
             &nodes,
-            |r| ranked(r) == nodes[..2],
+            |r| ranked_names(r) == nodes[..2],
         )
         .await?;
         anyhow::Ok(())
@@ -1897,7 +1904,6 @@ profiles:
 #[tokio::test]
 #[ignore = "needs a real API server: run tests/e2e/run.sh"]
 async fn spread_counts_as_the_clusters_release_does() -> Result<()> {
-    use kube::api::{Patch, PatchParams};
     let Some(env) = env_or_skip() else {
         return Ok(());
     };
@@ -1915,14 +1921,7 @@ async fn spread_counts_as_the_clusters_release_does() -> Result<()> {
         if ssd {
             labels["disk"] = json!(format!("ssd-{tag}"));
         }
-        Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-            .patch(
-                n,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": labels}})),
-            )
-            .await
-            .with_context(|| format!("labelling node {n}"))?;
+        label_node(&client, n, labels).await?;
     }
     let scorer = Scorer::start(&env, "rel-1", "lease-rel", &[]).await?;
     let scorer_client = ScorerClient::connect(scorer.endpoint()).await?;
@@ -1950,11 +1949,6 @@ async fn spread_counts_as_the_clusters_release_does() -> Result<()> {
                     "topologySpreadConstraints": [c]}})
             .to_string()
         };
-        let ranked = |r: &pb::ScoreResponse| {
-            let mut v: Vec<String> = r.ranked.iter().map(|n| n.node_name.clone()).collect();
-            v.sort();
-            v
-        };
         // 1.20: zone b counts b2's 2 pods, zone c 0: b1 is refused for the skew.
         score_until(
             &scorer_client,
@@ -1962,7 +1956,7 @@ async fn spread_counts_as_the_clusters_release_does() -> Result<()> {
             &asking(None),
             &nodes,
             |r| {
-                ranked(r) == [nodes[2].clone()]
+                ranked_names(r) == [nodes[2].clone()]
                     && r.filtered
                         .iter()
                         .any(|f| f.node_name == nodes[0] && f.plugin == "PodTopologySpread")
@@ -1975,7 +1969,7 @@ async fn spread_counts_as_the_clusters_release_does() -> Result<()> {
             "Honor: b1 and c1 fit",
             &asking(Some("Honor")),
             &nodes,
-            |r| ranked(r) == [nodes[0].clone(), nodes[2].clone()],
+            |r| ranked_names(r) == [nodes[0].clone(), nodes[2].clone()],
         )
         .await?;
         anyhow::Ok(())

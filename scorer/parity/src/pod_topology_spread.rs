@@ -856,14 +856,15 @@ mod tests {
         assert_eq!(feasible(soft_taint(), &p), vec!["c1"]);
     }
 
-    #[test]
-    fn a_1_24_or_later_cluster_counts_unstated_constraints_as_current_releases_do() {
-        // As below: zone b's plain node b2 holds 2 web pods, the pod needs an SSD.
-        let ssd = |n: NodeView| {
-            edit_kube(n, |k| {
-                k.labels.insert("disk".into(), "ssd".into());
-            })
-        };
+    fn ssd(n: NodeView) -> NodeView {
+        edit_kube(n, |k| {
+            k.labels.insert("disk".into(), "ssd".into());
+        })
+    }
+
+    /// Zone b has an SSD node b1 (empty) and a plain node b2 with 2 web pods; zone c an
+    /// empty SSD node. The pod, spread by zone with maxSkew 1, needs an SSD.
+    fn ssd_zones() -> (Vec<NodeView>, PodInfo) {
         let nodes = vec![
             ssd(node("b1", Some("b"), 0)),
             node("b2", Some("b"), 2),
@@ -871,6 +872,12 @@ mod tests {
         ];
         let mut p = spread(1, "zone");
         p.node_selector = l(&[("disk", "ssd")]);
+        (nodes, p)
+    }
+
+    #[test]
+    fn a_1_24_or_later_cluster_counts_unstated_constraints_as_current_releases_do() {
+        let (nodes, mut p) = ssd_zones();
         let mut snap = snapshot(nodes);
         let plugin = PodTopologySpread::default();
         let verdicts =
@@ -906,20 +913,7 @@ mod tests {
 
     #[test]
     fn stated_policies_count_only_pods_on_nodes_that_pass_them() {
-        // Zone b has an SSD node b1 (empty) and a plain node b2 with 2 web pods; zone c an
-        // empty SSD node. The pod needs an SSD.
-        let ssd = |n: NodeView| {
-            edit_kube(n, |k| {
-                k.labels.insert("disk".into(), "ssd".into());
-            })
-        };
-        let nodes = vec![
-            ssd(node("b1", Some("b"), 0)),
-            node("b2", Some("b"), 2),
-            ssd(node("c1", Some("c"), 0)),
-        ];
-        let mut p = spread(1, "zone");
-        p.node_selector = l(&[("disk", "ssd")]);
+        let (nodes, mut p) = ssd_zones();
         // 1.20 counts b2's pods in zone b (b = 2, c = 0): only c1 fits.
         assert_eq!(feasible(nodes.clone(), &p), vec!["c1"]);
         // Stated, as the releases with the fields count: b2 does not pass, zone b is 0.
