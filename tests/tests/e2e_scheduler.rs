@@ -1629,8 +1629,6 @@ async fn sidecars_and_pod_level_requests_count_as_upstream_counts_them() -> Resu
     result
 }
 
-/// Asks `Score` about `pod_json` over `nodes` until `accept` takes the answer (30 s); on a
-/// timeout the error shows the last answer's ranked nodes and refusals.
 /// Adds `labels` to node `name`.
 async fn label_node(client: &kube::Client, name: &str, labels: serde_json::Value) -> Result<()> {
     Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
@@ -1651,6 +1649,8 @@ fn ranked_names(r: &pb::ScoreResponse) -> Vec<String> {
     v
 }
 
+/// Asks `Score` about `pod_json` over `nodes` until `accept` takes the answer (30 s); on a
+/// timeout the error shows the last answer's ranked nodes and refusals.
 async fn score_until(
     scorer: &ScorerClient<tonic::transport::Channel>,
     what: &str,
@@ -1840,59 +1840,65 @@ profiles:
         env.admin_kubeconfig.display()
     );
     let scorer = Scorer::start(&env, "img-1", "lease-img", &[]).await?;
-    {
-        let kube = e2e_support::kube_scheduler::KubeScheduler::start_with(
-            bin.as_ref(),
-            &config,
-            &env.logs,
-            "kube-scheduler-img",
-        )?;
-        create_pod(&client, &ns, pod("by-kube-scheduler", &peer)).await?;
-        create_pod(&client, &ns, pod("by-loadstar", "loadstar-requests")).await?;
-        let bound = wait_bound(&client, &ns, 2, Duration::from_secs(60))
-            .await
-            .with_context(|| kube.log_tail())?;
-        for name in ["by-kube-scheduler", "by-loadstar"] {
-            ensure!(
-                bound.get(name) == Some(&nodes[1]),
-                "{name} should be on {} (it holds the image): {bound:?}",
-                nodes[1]
-            );
+    let run = async {
+        {
+            let kube = e2e_support::kube_scheduler::KubeScheduler::start_with(
+                bin.as_ref(),
+                &config,
+                &env.logs,
+                "kube-scheduler-img",
+            )?;
+            create_pod(&client, &ns, pod("by-kube-scheduler", &peer)).await?;
+            create_pod(&client, &ns, pod("by-loadstar", "loadstar-requests")).await?;
+            let bound = wait_bound(&client, &ns, 2, Duration::from_secs(60))
+                .await
+                .with_context(|| kube.log_tail())?;
+            for name in ["by-kube-scheduler", "by-loadstar"] {
+                ensure!(
+                    bound.get(name) == Some(&nodes[1]),
+                    "{name} should be on {} (it holds the image): {bound:?}",
+                    nodes[1]
+                );
+            }
         }
-    }
-    // The image moves: Loadstar sees it through its Node watch before the next pod.
-    set_images(nodes[1].clone(), &[]).await?;
-    set_images(nodes[0].clone(), MODEL).await?;
-    let scorer_client = ScorerClient::connect(scorer.endpoint()).await?;
-    let image_score = |r: &pb::ScoreResponse, node: &str| {
-        r.ranked
-            .iter()
-            .find(|n| n.node_name == node)
-            .and_then(|n| n.plugins.iter().find(|p| p.plugin == "ImageLocality"))
-            .map(|p| p.score)
-    };
-    let probe = serde_json::to_string(&json!({"apiVersion": "v1", "kind": "Pod",
+        // The image moves: Loadstar sees it through its Node watch before the next pod.
+        set_images(nodes[1].clone(), &[]).await?;
+        set_images(nodes[0].clone(), MODEL).await?;
+        let scorer_client = ScorerClient::connect(scorer.endpoint()).await?;
+        let image_score = |r: &pb::ScoreResponse, node: &str| {
+            r.ranked
+                .iter()
+                .find(|n| n.node_name == node)
+                .and_then(|n| n.plugins.iter().find(|p| p.plugin == "ImageLocality"))
+                .map(|p| p.score)
+        };
+        let probe = serde_json::to_string(&json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "probe", "namespace": &ns, "uid": "img-probe"},
         "spec": {"containers": [{"name": "c", "image": "e2e.invalid/model"}]}}))?;
-    score_until(
-        &scorer_client,
-        "the image's move seen",
-        &probe,
-        &nodes,
-        |r| {
-            image_score(r, &nodes[0]).is_some_and(|s| s > 0) && image_score(r, &nodes[1]) == Some(0)
-        },
-    )
-    .await?;
-    create_pod(&client, &ns, pod("after-the-move", "loadstar-requests")).await?;
-    let bound = wait_bound(&client, &ns, 3, Duration::from_secs(30)).await?;
-    ensure!(
-        bound.get("after-the-move") == Some(&nodes[0]),
-        "after-the-move should follow the image to {}: {bound:?}",
-        nodes[0]
-    );
+        score_until(
+            &scorer_client,
+            "the image's move seen",
+            &probe,
+            &nodes,
+            |r| {
+                image_score(r, &nodes[0]).is_some_and(|s| s > 0)
+                    && image_score(r, &nodes[1]) == Some(0)
+            },
+        )
+        .await?;
+        create_pod(&client, &ns, pod("after-the-move", "loadstar-requests")).await?;
+        let bound = wait_bound(&client, &ns, 3, Duration::from_secs(30)).await?;
+        ensure!(
+            bound.get("after-the-move") == Some(&nodes[0]),
+            "after-the-move should follow the image to {}: {bound:?}",
+            nodes[0]
+        );
+        anyhow::Ok(())
+    };
+    let result = run.await.with_context(|| scorer.log_tail());
+    delete_pods_now(&client, &ns).await;
     delete_nodes(&client, &nodes).await;
-    Ok(())
+    result
 }
 
 /// Topology spread counts as the cluster's own kube-scheduler release does, read from the

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One node's images: every name the node lists for an image, with that image's size in
-/// bytes, sorted by name, one entry per name (a name listed twice keeps its first size, as
-/// upstream's cache does). Cheap to clone.
+/// bytes, sorted by name, one entry per name (a name the node lists twice keeps its first
+/// size). Cheap to clone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeImages(Arc<[(Arc<str>, i64)]>);
 

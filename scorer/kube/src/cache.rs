@@ -570,6 +570,13 @@ impl ClusterCache {
         };
         if changed || images_changed {
             self.store.set_kube_node(&name, Some(converted));
+            // Keep the store's image list (whose names every node shares), not a second copy.
+            if let Some(held) = self.store.kube_node(&name).filter(|_| images_changed)
+                && let Some(k) = self.lock().nodes.get_mut(&name)
+                && k.images == held.images
+            {
+                k.images = held.images.clone();
+            }
             self.bump_epoch();
         }
         // Images are only scored: a pod no node could take still cannot.

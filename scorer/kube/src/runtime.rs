@@ -352,17 +352,23 @@ fn reflect_namespaces(
 }
 
 /// Reads the API server's version into the cache (which counts as synced only then),
-/// retried with the watches' backoff until the server answers.
-async fn read_version(client: Client, cache: Arc<ClusterCache>) {
+/// retried with the watches' backoff until the server answers; meanwhile `/readyz` says
+/// why the scorer is not ready.
+async fn read_version(client: Client, cache: Arc<ClusterCache>, readiness: Arc<Readiness>) {
+    const WHAT: &str = "API server version";
     let mut backoff = super::watch_health::watch_backoff();
     loop {
         match client.apiserver_version().await {
-            Ok(v) => return cache.server_version(&v.major, &v.minor),
+            Ok(v) => {
+                readiness.unblock(WHAT);
+                return cache.server_version(&v.major, &v.minor);
+            }
             Err(e) => {
                 let delay = backoff
                     .next()
                     .unwrap_or(super::watch_health::WATCH_BACKOFF_MAX);
                 warn!(error = %e, ?delay, "cannot read the API server's version; retrying");
+                readiness.block(WHAT, format!("GET /version failed: {e}"));
                 tokio::time::sleep(delay).await;
             }
         }
@@ -420,7 +426,11 @@ pub async fn start(
         cache.clone(),
         health.status("csinodes watch"),
     )));
-    volume_tasks.push(tokio::spawn(read_version(main.clone(), cache.clone())));
+    volume_tasks.push(tokio::spawn(read_version(
+        main.clone(),
+        cache.clone(),
+        options.readiness.clone(),
+    )));
     let budgets = tokio::spawn(super::disruption::reflect(
         main.clone(),
         cache.budgets().clone(),

@@ -358,8 +358,9 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
     info!(grpc = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(),
           http = %http.local_addr().map(|a| a.to_string()).unwrap_or_default(),
           "loadstar-scorer serving");
-    // Ready once the node, pod and namespace caches have synced: a replica that has not seen the
-    // cluster yet must not receive Score-by-reference or Bind calls.
+    // Ready once the node, pod and namespace caches have synced and the API server's version
+    // is read: a replica that has not seen the cluster yet must not receive Score-by-reference
+    // or Bind calls.
     let ready_when = kube.as_ref().map(|rt| {
         let mut synced = rt.cache.synced();
         Box::pin(async move {
