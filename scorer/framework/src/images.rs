@@ -1,8 +1,10 @@
 //! Container images on nodes, for `ImageLocality`: each node's images as its kubelet lists
-//! them in `status.images`, and how many nodes hold each image name — what kube-scheduler's
-//! cache keeps as each node's `ImageStates` and their `NumNodes`.
+//! them in `status.images`, and an index of which nodes hold each image name — what
+//! kube-scheduler's cache keeps as each node's `ImageStates` and their `NumNodes`.
+use std::cmp::Ordering;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::hash_map::Entry;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// One node's images: every name the node lists for an image, with that image's size in
 /// bytes, sorted by name, one entry per name (a name the node lists twice keeps its first
@@ -33,7 +35,7 @@ impl NodeImages {
         &self.0
     }
 
-    /// Whether `other` is this very list (not an equal copy): what snapshots compare to
+    /// Whether `other` is this very list (not an equal copy): what an index compares to
     /// tell that a node's images did not change.
     pub fn same(&self, other: &NodeImages) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
@@ -51,75 +53,67 @@ impl NodeImages {
     }
 }
 
-/// How many nodes list each image name, and how many nodes there are: what
-/// `ImageLocality` scales an image's size by (upstream's `NumNodes / totalNumNodes`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ImageSpread {
-    nodes_with: HashMap<Arc<str>, u32>,
-    nodes: u32,
-}
+/// One indexed node: its name, and its images (`None`: a node without Kubernetes facts,
+/// which neither holds images nor counts among the nodes).
+type Indexed = (Arc<str>, Option<NodeImages>);
 
-impl ImageSpread {
-    /// A spread of `nodes` nodes where each name is listed by the given number of them
-    /// (entries with no node are left out).
-    pub fn new(nodes: u32, nodes_with: impl IntoIterator<Item = (Arc<str>, u32)>) -> ImageSpread {
-        ImageSpread {
-            nodes_with: nodes_with.into_iter().filter(|(_, c)| *c > 0).collect(),
-            nodes,
-        }
-    }
+/// A node as a snapshot shows it to [`ImageIndex`]: borrowed, so that comparing a
+/// snapshot's nodes with an index's costs no reference count.
+type NodeRef<'a> = (&'a Arc<str>, Option<&'a NodeImages>);
 
-    /// The spread over these nodes' images.
-    pub fn of<'a>(nodes: impl IntoIterator<Item = &'a NodeImages>) -> ImageSpread {
-        let mut spread = ImageSpread::default();
-        for images in nodes {
-            spread.nodes += 1;
-            for (name, _) in images.entries() {
-                *spread.nodes_with.entry(name.clone()).or_default() += 1;
-            }
-        }
-        spread
-    }
-
-    /// How many nodes list `name`.
-    pub fn nodes_with(&self, name: &str) -> u32 {
-        self.nodes_with.get(name).copied().unwrap_or(0)
-    }
-
-    /// How many nodes there are (with or without images).
-    pub fn nodes(&self) -> u32 {
-        self.nodes
-    }
-
-    /// Whether any node lists any image.
-    pub fn is_empty(&self) -> bool {
-        self.nodes_with.is_empty()
-    }
-}
-
-/// Which nodes of one snapshot hold each image name, by the node's index in the snapshot,
-/// with the image's size there: what `ImageLocality` reads, so that scoring a pod costs the
-/// nodes that hold its images rather than a search of every node's list (a cache miss or
-/// more per node). Built in one pass over the nodes' lists, once per snapshot whose nodes or
-/// images changed ([`ClusterSnapshot::image_index`](crate::snapshot::ClusterSnapshot::image_index)).
-#[derive(Debug, Default)]
-pub struct ImageIndex {
-    holders: HashMap<Arc<str>, Holders>,
+fn owned(nodes: &[NodeRef<'_>]) -> Vec<Indexed> {
+    nodes
+        .iter()
+        .map(|&(name, images)| (name.clone(), images.cloned()))
+        .collect()
 }
 
 /// The nodes holding one image: (snapshot index, size in bytes), by index.
-type Holders = Vec<(u32, i64)>;
+type Positions = Vec<(u32, i64)>;
+
+/// [`Positions`] shared between an index and the one patched from it until the image's
+/// holders change.
+type Holders = Arc<Positions>;
+
+/// Which nodes of one snapshot hold each image name, by the node's index in the snapshot,
+/// with the image's size there, and how many nodes have Kubernetes facts: all that
+/// `ImageLocality` reads (an image's share of nodes is `holders(name).len() / nodes()`), so
+/// scoring a pod costs the nodes that hold its images rather than a search of every node's
+/// list (a cache miss or more per node).
+///
+/// Built in one pass over the nodes' lists ([`ImageIndex::build`]), or patched from an
+/// earlier snapshot's index where few nodes changed ([`ImageIndex::after`]); it records the
+/// nodes it indexes so that the patch needs nothing else.
+#[derive(Debug, Default)]
+pub struct ImageIndex {
+    holders: HashMap<Arc<str>, Holders>,
+    /// What was indexed, in snapshot order.
+    nodes: Vec<Indexed>,
+    /// Nodes with Kubernetes facts.
+    with_facts: u32,
+    /// Whether `nodes` is sorted by name (as a snapshot's nodes are), which a patch for a
+    /// node set that changed relies on.
+    sorted: bool,
+}
 
 impl ImageIndex {
-    /// The index of `nodes`' images (`None`: a node without Kubernetes facts).
+    /// The index of `nodes`' images, in snapshot order (name, images; `None`: a node
+    /// without Kubernetes facts).
     ///
     /// Names are grouped by the address of their `Arc` first: the store gives every node
     /// the one copy of a name it holds, so hashing an address replaces hashing a string
     /// per entry (hundreds of thousands at 5 000 nodes); groups of equal names under
     /// different copies are merged by name at the end.
-    pub fn build<'a>(nodes: impl IntoIterator<Item = Option<&'a NodeImages>>) -> ImageIndex {
-        let mut by_copy: HashMap<usize, (Arc<str>, Holders), AddressHash> = HashMap::default();
-        for (i, images) in nodes.into_iter().enumerate() {
+    pub fn build<'a>(
+        nodes: impl IntoIterator<Item = (&'a Arc<str>, Option<&'a NodeImages>)>,
+    ) -> ImageIndex {
+        let nodes: Vec<NodeRef<'a>> = nodes.into_iter().collect();
+        Self::build_owned(owned(&nodes))
+    }
+
+    fn build_owned(nodes: Vec<Indexed>) -> ImageIndex {
+        let mut by_copy: HashMap<usize, (Arc<str>, Positions), AddressHash> = HashMap::default();
+        for (i, (_, images)) in nodes.iter().enumerate() {
             let (Some(images), Ok(i)) = (images, u32::try_from(i)) else {
                 continue;
             };
@@ -132,24 +126,288 @@ impl ImageIndex {
                     .push((i, *size));
             }
         }
-        let mut holders: HashMap<Arc<str>, Holders> = HashMap::new();
-        for (name, nodes) in by_copy.into_values() {
+        let mut holders: HashMap<Arc<str>, Positions> = HashMap::new();
+        for (name, list) in by_copy.into_values() {
             match holders.entry(name) {
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(nodes);
+                Entry::Vacant(e) => {
+                    e.insert(list);
                 }
-                std::collections::hash_map::Entry::Occupied(mut e) => {
-                    e.get_mut().extend(nodes);
+                Entry::Occupied(mut e) => {
+                    e.get_mut().extend(list);
                     e.get_mut().sort_unstable_by_key(|&(i, _)| i);
                 }
             }
         }
-        ImageIndex { holders }
+        ImageIndex {
+            holders: holders.into_iter().map(|(n, l)| (n, Arc::new(l))).collect(),
+            with_facts: facts(&nodes),
+            sorted: nodes.is_sorted_by(|a, b| a.0 < b.0),
+            nodes,
+        }
+    }
+
+    /// The index of `nodes` (as for [`ImageIndex::build`]) made from `previous`, an earlier
+    /// snapshot's: `previous` itself where no node came, went or changed its images (the
+    /// store keeps an equal list as the same allocation, so a pointer compare tells);
+    /// patched where few did — the holders of the images those nodes dropped or gained,
+    /// and, where nodes came or went, every node's position; built anew otherwise.
+    ///
+    /// The walk over both node lists compares names by pointer first (the store hands
+    /// every snapshot the same name), so an unchanged cluster costs a pass of pointer
+    /// compares: no hashing, no string compare.
+    pub fn after<'a>(
+        previous: &Arc<ImageIndex>,
+        nodes: impl IntoIterator<Item = (&'a Arc<str>, Option<&'a NodeImages>)>,
+    ) -> Arc<ImageIndex> {
+        let nodes: Vec<NodeRef<'a>> = nodes.into_iter().collect();
+        // Past a quarter of the nodes, a build (one pass) beats patching node by node.
+        let limit = nodes.len() / 4 + 1;
+        Self::patched(previous, &nodes, limit)
+    }
+
+    /// [`ImageIndex::after`], patching only where at most `limit` nodes came, went or
+    /// changed their images.
+    fn patched(previous: &Arc<ImageIndex>, nodes: &[NodeRef<'_>], limit: usize) -> Arc<ImageIndex> {
+        let Some(walk) = Walk::of(previous, nodes) else {
+            return Arc::new(Self::build_owned(owned(nodes)));
+        };
+        if walk.is_empty() && walk.moved.is_none() {
+            return previous.clone();
+        }
+        if walk.touched() > limit {
+            return Arc::new(Self::build_owned(owned(nodes)));
+        }
+        let mut holders = previous.holders.clone();
+        if let Some(moved) = &walk.moved {
+            // Nodes came or went: every position moves (in order, as both lists are sorted
+            // by name), and the nodes that went leave every list.
+            for list in holders.values_mut() {
+                let mut remapped: Positions = Vec::with_capacity(list.len());
+                remapped.extend(list.iter().filter_map(|&(p, size)| {
+                    let to = moved.get(p as usize).copied()??;
+                    Some((u32::try_from(to).ok()?, size))
+                }));
+                *list = Arc::new(remapped);
+            }
+        }
+        let none = NodeImages::default();
+        let changes = walk
+            .changed
+            .iter()
+            .map(|&(old, new)| (previous.nodes[old].1.as_ref(), new))
+            .chain(walk.added.iter().map(|&new| (None, new)));
+        for (old, new) in changes {
+            let Ok(at) = u32::try_from(new) else {
+                continue;
+            };
+            let before = old.unwrap_or(&none).entries();
+            let after = nodes[new].1.unwrap_or(&none).entries();
+            // Both lists are sorted by name: only the names dropped, gained or resized
+            // touch a holder list (a node that pulls one image leaves the others alone).
+            let (mut i, mut j) = (0, 0);
+            while i < before.len() || j < after.len() {
+                let order = match (before.get(i), after.get(j)) {
+                    (Some(a), Some(b)) if Arc::ptr_eq(&a.0, &b.0) => Ordering::Equal,
+                    (Some(a), Some(b)) => a.0.cmp(&b.0),
+                    (Some(_), None) => Ordering::Less,
+                    (None, _) => Ordering::Greater,
+                };
+                match order {
+                    Ordering::Less => {
+                        if let Some(list) = holders.get_mut(&*before[i].0)
+                            && let Ok(k) = list.binary_search_by_key(&at, |&(p, _)| p)
+                        {
+                            Arc::make_mut(list).remove(k);
+                        }
+                        i += 1;
+                    }
+                    Ordering::Greater => {
+                        let (name, size) = &after[j];
+                        let list = Arc::make_mut(holders.entry(name.clone()).or_default());
+                        // No entry at `at` yet: the node's old names were `before`'s.
+                        if let Err(k) = list.binary_search_by_key(&at, |&(p, _)| p) {
+                            list.insert(k, (at, *size));
+                        }
+                        j += 1;
+                    }
+                    Ordering::Equal => {
+                        let (name, size) = &after[j];
+                        if before[i].1 != *size
+                            && let Some(list) = holders.get_mut(&**name)
+                            && let Ok(k) = list.binary_search_by_key(&at, |&(p, _)| p)
+                        {
+                            Arc::make_mut(list)[k].1 = *size;
+                        }
+                        i += 1;
+                        j += 1;
+                    }
+                }
+            }
+        }
+        holders.retain(|_, list| !list.is_empty());
+        let nodes = owned(nodes);
+        Arc::new(ImageIndex {
+            holders,
+            with_facts: facts(&nodes),
+            sorted: true,
+            nodes,
+        })
     }
 
     /// The nodes (snapshot indices, ascending) that list `name`, with its size on each.
     pub fn holders(&self, name: &str) -> &[(u32, i64)] {
-        self.holders.get(name).map_or(&[], Vec::as_slice)
+        self.holders.get(name).map_or(&[], |l| l.as_slice())
+    }
+
+    /// How many nodes have Kubernetes facts (upstream's `totalNumNodes`).
+    pub fn nodes(&self) -> u32 {
+        self.with_facts
+    }
+}
+
+fn facts(nodes: &[Indexed]) -> u32 {
+    u32::try_from(nodes.iter().filter(|(_, i)| i.is_some()).count()).unwrap_or(u32::MAX)
+}
+
+/// How a snapshot's nodes differ from those an index was made of.
+struct Walk {
+    /// Old position → new position (`None`: the node went); `None` when every node kept
+    /// its position.
+    moved: Option<Vec<Option<usize>>>,
+    /// Nodes in both whose images changed: (old position, new position).
+    changed: Vec<(usize, usize)>,
+    /// Nodes that came (new positions).
+    added: Vec<usize>,
+    /// How many went.
+    removed: usize,
+}
+
+impl Walk {
+    /// Walks `previous`'s nodes and `nodes` side by side (both sorted by name); `None`
+    /// where either is not sorted, which only a build can index.
+    fn of(previous: &ImageIndex, nodes: &[NodeRef<'_>]) -> Option<Walk> {
+        let old = &previous.nodes;
+        let mut walk = Walk {
+            moved: None,
+            changed: Vec::new(),
+            added: Vec::new(),
+            removed: 0,
+        };
+        let same_images = |a: &Option<NodeImages>, b: Option<&NodeImages>| match (a, b) {
+            (Some(a), Some(b)) => a.same(b) || a == b,
+            (None, None) => true,
+            _ => false,
+        };
+        // The common case first: the same names at the same positions.
+        if old.len() == nodes.len() && old.iter().zip(nodes).all(|(a, b)| Arc::ptr_eq(&a.0, b.0)) {
+            for (i, (a, b)) in old.iter().zip(nodes).enumerate() {
+                if !same_images(&a.1, b.1) {
+                    walk.changed.push((i, i));
+                }
+            }
+            return Some(walk);
+        }
+        if !previous.sorted || !nodes.is_sorted_by(|a, b| a.0 < b.0) {
+            return None;
+        }
+        let mut moved = vec![None; old.len()];
+        let (mut i, mut j) = (0, 0);
+        while i < old.len() || j < nodes.len() {
+            let order = match (old.get(i), nodes.get(j)) {
+                (Some(a), Some(b)) if Arc::ptr_eq(&a.0, b.0) => Ordering::Equal,
+                (Some(a), Some(b)) => a.0.cmp(b.0),
+                (Some(_), None) => Ordering::Less,
+                (None, _) => Ordering::Greater,
+            };
+            match order {
+                Ordering::Less => {
+                    walk.removed += 1;
+                    i += 1;
+                }
+                Ordering::Greater => {
+                    walk.added.push(j);
+                    j += 1;
+                }
+                Ordering::Equal => {
+                    moved[i] = Some(j);
+                    if !same_images(&old[i].1, nodes[j].1) {
+                        walk.changed.push((i, j));
+                    }
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        walk.moved = Some(moved);
+        Some(walk)
+    }
+
+    /// Nodes that came, went or changed their images.
+    fn touched(&self) -> usize {
+        self.changed.len() + self.added.len() + self.removed
+    }
+
+    fn is_empty(&self) -> bool {
+        self.touched() == 0
+    }
+}
+
+/// A snapshot's image index: built (or patched from `seed`, an earlier snapshot's) on first
+/// use. Cloning a snapshot shares what was built.
+#[derive(Debug, Default)]
+pub(crate) struct IndexCell {
+    built: OnceLock<Arc<ImageIndex>>,
+    /// The index to patch from, dropped once this one is made (it would keep a whole
+    /// earlier index alive for as long as the snapshot lives).
+    seed: Mutex<Option<Arc<ImageIndex>>>,
+}
+
+impl Clone for IndexCell {
+    fn clone(&self) -> IndexCell {
+        IndexCell {
+            built: self.built.clone(),
+            seed: Mutex::new(self.seed()),
+        }
+    }
+}
+
+impl IndexCell {
+    /// What a later snapshot should patch from: the index made here, else this one's seed.
+    pub(crate) fn seed(&self) -> Option<Arc<ImageIndex>> {
+        self.built.get().cloned().or_else(|| {
+            self.seed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        })
+    }
+
+    /// Sets the index to patch from (before first use).
+    pub(crate) fn set_seed(&mut self, seed: Option<Arc<ImageIndex>>) {
+        *self
+            .seed
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = seed;
+    }
+
+    /// The index of `nodes`, made on first call.
+    pub(crate) fn get<'a>(
+        &self,
+        nodes: impl IntoIterator<Item = (&'a Arc<str>, Option<&'a NodeImages>)>,
+    ) -> Arc<ImageIndex> {
+        self.built
+            .get_or_init(|| {
+                let seed = self
+                    .seed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                match seed {
+                    Some(seed) => ImageIndex::after(&seed, nodes),
+                    None => Arc::new(ImageIndex::build(nodes)),
+                }
+            })
+            .clone()
     }
 }
 
@@ -188,9 +446,29 @@ impl std::hash::Hasher for AddressHasher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn images(entries: &[(&str, i64)]) -> NodeImages {
         NodeImages::new(entries.iter().map(|(n, s)| (Arc::from(*n), *s)))
+    }
+
+    fn names(n: &[&str]) -> Vec<Arc<str>> {
+        n.iter().map(|s| Arc::from(*s)).collect()
+    }
+
+    fn view(v: &[Indexed]) -> Vec<(&Arc<str>, Option<&NodeImages>)> {
+        v.iter().map(|(n, i)| (n, i.as_ref())).collect()
+    }
+
+    /// Every name's holders, sorted by name: what two indexes must agree on.
+    fn contents(index: &ImageIndex) -> Vec<(String, Vec<(u32, i64)>)> {
+        let mut v: Vec<_> = index
+            .holders
+            .iter()
+            .map(|(n, l)| (n.to_string(), l.to_vec()))
+            .collect();
+        v.sort();
+        v
     }
 
     #[test]
@@ -205,33 +483,110 @@ mod tests {
     }
 
     #[test]
-    fn spread_counts_nodes_per_name_and_every_node() {
-        let spread = ImageSpread::of(&[
-            images(&[("a", 1), ("b", 2)]),
-            images(&[("a", 1)]),
-            NodeImages::default(),
-        ]);
-        assert_eq!(spread.nodes(), 3);
-        assert_eq!(spread.nodes_with("a"), 2);
-        assert_eq!(spread.nodes_with("b"), 1);
-        assert_eq!(spread.nodes_with("c"), 0);
+    fn the_index_lists_holders_by_position_and_counts_nodes_with_facts() {
         // Equal names under different copies (nodes built apart) still group together.
-        let index = ImageIndex::build([
-            Some(&images(&[("a", 1), ("b", 2)])),
-            None,
-            Some(&images(&[("a", 3)])),
-        ]);
+        let n = names(&["n1", "n2", "n3"]);
+        let (a, c) = (images(&[("a", 1), ("b", 2)]), images(&[("a", 3)]));
+        let index = ImageIndex::build([(&n[0], Some(&a)), (&n[1], None), (&n[2], Some(&c))]);
         assert_eq!(index.holders("a"), [(0, 1), (2, 3)]);
         assert_eq!(index.holders("b"), [(0, 2)]);
         assert!(index.holders("c").is_empty());
-        let built = ImageSpread::new(
-            3,
-            [
-                (Arc::from("a"), 2),
-                (Arc::from("b"), 1),
-                (Arc::from("z"), 0),
-            ],
+        assert_eq!(index.nodes(), 2);
+    }
+
+    #[test]
+    fn an_unchanged_cluster_keeps_its_index_and_a_change_patches_only_what_moved() {
+        let n = names(&["n1", "n2", "n3", "n4"]);
+        let lists: Vec<NodeImages> = (0..4)
+            .map(|i| images(&[("pause", 1), (["a", "b", "c", "d"][i], 10)]))
+            .collect();
+        let nodes = |l: &[NodeImages]| -> Vec<(Arc<str>, Option<NodeImages>)> {
+            n.iter().cloned().zip(l.iter().cloned().map(Some)).collect()
+        };
+        let first = Arc::new(ImageIndex::build(view(&nodes(&lists))));
+        let same = ImageIndex::after(&first, view(&nodes(&lists)));
+        assert!(
+            Arc::ptr_eq(&first, &same),
+            "nothing changed: the same index"
         );
-        assert_eq!(built, spread);
+        let mut changed = lists.clone();
+        changed[1] = images(&[("pause", 1), ("e", 10)]);
+        let patched = ImageIndex::after(&first, view(&nodes(&changed)));
+        assert_eq!(patched.holders("b"), []);
+        assert_eq!(patched.holders("e"), [(1, 10)]);
+        assert!(
+            Arc::ptr_eq(&first.holders["c"], &patched.holders["c"]),
+            "an image no changed node lists keeps its list"
+        );
+    }
+
+    /// A cluster of up to 12 nodes named from 16, each holding some of 6 images (or having
+    /// no Kubernetes facts), sorted by name as a snapshot is.
+    fn cluster() -> impl Strategy<Value = Vec<(Arc<str>, Option<NodeImages>)>> {
+        proptest::collection::btree_map(
+            0u8..16,
+            proptest::option::weighted(0.9, proptest::collection::vec((0u8..6, 1i64..4), 0..5)),
+            0..12,
+        )
+        .prop_map(|m| {
+            m.into_iter()
+                .map(|(n, imgs)| {
+                    let imgs = imgs.map(|v| {
+                        NodeImages::new(
+                            v.into_iter()
+                                .map(|(i, s)| (Arc::<str>::from(format!("img{i}")), s)),
+                        )
+                    });
+                    (Arc::<str>::from(format!("node{n:02}")), imgs)
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        /// However nodes come, go and change their images, the index made from an earlier
+        /// one equals an index built afresh.
+        #[test]
+        fn an_index_made_after_another_equals_one_built_anew(
+            before in cluster(),
+            after in cluster(),
+            keep in proptest::collection::vec(any::<bool>(), 16),
+        ) {
+            // Nodes named in both keep their `Arc` (as the store's do) unless `keep` says
+            // not, and some keep their very image list.
+            let after: Vec<(Arc<str>, Option<NodeImages>)> = after
+                .into_iter()
+                .enumerate()
+                .map(|(k, (name, imgs))| match before.iter().find(|(n, _)| *n == name) {
+                    Some((held, old)) if keep[k] => (held.clone(), old.clone()),
+                    Some((held, _)) => (held.clone(), imgs),
+                    None => (name, imgs),
+                })
+                .collect();
+            let first = Arc::new(ImageIndex::build(view(&before)));
+            let built = ImageIndex::build(view(&after));
+            // As `after` chooses (mostly a build, in clusters this small), and patched
+            // however many nodes changed.
+            let made = ImageIndex::after(&first, view(&after));
+            let patched = ImageIndex::patched(&first, &view(&after), usize::MAX);
+            for made in [&made, &patched] {
+                prop_assert_eq!(contents(made), contents(&built));
+                prop_assert_eq!(made.nodes(), built.nodes());
+            }
+            // And patched again, back to where it started.
+            let back = ImageIndex::patched(&patched, &view(&before), usize::MAX);
+            prop_assert_eq!(contents(&back), contents(&first));
+            prop_assert_eq!(back.nodes(), first.nodes());
+        }
+    }
+
+    #[test]
+    fn unsorted_nodes_are_built_not_patched() {
+        let n = names(&["b", "a", "c"]);
+        let (x, y) = (images(&[("x", 1)]), images(&[("y", 2)]));
+        let first = Arc::new(ImageIndex::build([(&n[0], Some(&x)), (&n[1], Some(&y))]));
+        let made = ImageIndex::after(&first, [(&n[2], Some(&x)), (&n[1], Some(&y))]);
+        assert_eq!(made.holders("x"), [(0, 1)]);
+        assert_eq!(made.holders("y"), [(1, 2)]);
     }
 }

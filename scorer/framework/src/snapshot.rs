@@ -74,7 +74,8 @@ pub use crate::constraints::{
     SelectorOp, SelectorRequirement, SharedAffinity, SpreadConstraint, WeightedAffinityTerm,
     WhenUnsatisfiable,
 };
-pub use crate::images::{ImageIndex, ImageSpread, NodeImages};
+use crate::images::IndexCell;
+pub use crate::images::{ImageIndex, NodeImages};
 pub use crate::volumes::{
     AttachKind, AttachableVolume, CandidateVolume, ClaimToBind, ClassCapacity, InlineDisk,
     PodClaim, Provisioning, VolumeNeeds,
@@ -1355,15 +1356,13 @@ pub struct ClusterSnapshot {
     /// `None` where no Namespace watch feeds the store (then a pod whose own terms select
     /// namespaces by label is refused, see `Profile::evaluate`).
     pub namespaces: Option<Arc<NamespaceLabels>>,
-    /// How many nodes hold each image (`ImageLocality`); empty where no node lists images.
-    pub images: Arc<ImageSpread>,
     /// The node inclusion policies a topology spread constraint that states none counts
     /// with: `None` for kube-scheduler 1.20–1.23 (every pod of an eligible domain counts),
     /// [`NodeInclusion::CURRENT_DEFAULT`] for 1.24+ (only pods on nodes the pod's node
     /// affinity admits, kubernetes#107009, then the 1.26+ policies' defaults).
     pub spread_default_inclusion: Option<NodeInclusion>,
-    /// Which nodes hold each image, built on first use ([`ClusterSnapshot::image_index`]).
-    image_index: std::sync::OnceLock<Arc<ImageIndex>>,
+    /// Which nodes hold each image, made on first use ([`ClusterSnapshot::image_index`]).
+    image_index: IndexCell,
     digests: DigestCache,
 }
 
@@ -1419,43 +1418,18 @@ impl ClusterSnapshot {
         rows
     }
 
-    /// Which nodes of this snapshot hold each image (`ImageLocality`): built on first use,
-    /// or taken from an earlier snapshot by [`ClusterSnapshot::inherit_image_index`].
-    pub fn image_index(&self) -> Arc<ImageIndex> {
-        self.image_index
-            .get_or_init(|| {
-                Arc::new(ImageIndex::build(
-                    self.nodes
-                        .iter()
-                        .map(|n| n.kube.as_ref().map(|k| &k.images)),
-                ))
-            })
-            .clone()
-    }
-
-    /// Takes `previous`'s image index if it has built one that holds here: the same nodes
-    /// in the same order (a shared `index`), each with the very same image list (the store
-    /// keeps a node's list when an update leaves it equal, so a pointer comparison tells;
-    /// nodes whose facts did not change at all are not even opened). Editing nodes in place
+    /// Which nodes of this snapshot hold each image, and how many nodes have Kubernetes
+    /// facts (`ImageLocality`): made on first use. A snapshot made with
+    /// [`ClusterSnapshot::new_after`] patches the index its predecessor made (or would
+    /// have patched from), see [`ImageIndex::after`]: the very same index where no node
+    /// came, went or changed its images. Editing nodes in place
     /// ([`ClusterSnapshot::nodes_mut`]) must leave their images alone.
-    pub fn inherit_image_index(&self, previous: &ClusterSnapshot) {
-        let Some(index) = previous.image_index.get() else {
-            return;
-        };
-        let same = Arc::ptr_eq(&self.index, &previous.index)
-            && self.nodes.len() == previous.nodes.len()
-            && self
-                .nodes
+    pub fn image_index(&self) -> Arc<ImageIndex> {
+        self.image_index.get(
+            self.nodes
                 .iter()
-                .zip(&previous.nodes)
-                .all(|(a, b)| match (&a.kube, &b.kube) {
-                    (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a.images.same(&b.images),
-                    (None, None) => true,
-                    _ => false,
-                });
-        if same {
-            let _ = self.image_index.set(index.clone());
-        }
+                .map(|n| (&n.name, n.kube.as_ref().map(|k| &k.images))),
+        )
     }
 
     /// Builds a snapshot from node views (sorted here).
@@ -1471,15 +1445,15 @@ impl ClusterSnapshot {
             index: Arc::new(index),
             generation,
             namespaces: None,
-            images: Arc::default(),
             spread_default_inclusion: None,
-            image_index: std::sync::OnceLock::new(),
+            image_index: IndexCell::default(),
             digests: DigestCache::default(),
         }
     }
 
     /// [`ClusterSnapshot::new`] for a later snapshot of the cluster `previous` shows, with
-    /// digest tables seeded from it ([`ClusterSnapshot::seed_digests_from`]). Nodes come and
+    /// digest tables seeded from it ([`ClusterSnapshot::seed_digests_from`]) and its image
+    /// index made from `previous`'s ([`ClusterSnapshot::image_index`]). Nodes come and
     /// go rarely: when `nodes` has exactly `previous`'s names, each node takes its previous
     /// position (one index lookup each, where sorting thousands of names costs a string
     /// compare and two cache misses per step) and the snapshot shares `previous`'s index.
@@ -1488,20 +1462,20 @@ impl ClusterSnapshot {
         generation: u64,
         previous: &ClusterSnapshot,
     ) -> ClusterSnapshot {
-        let snap = match in_order_of(nodes, previous) {
+        let mut snap = match in_order_of(nodes, previous) {
             Ok(nodes) => ClusterSnapshot {
                 nodes,
                 index: previous.index.clone(),
                 generation,
                 namespaces: None,
-                images: Arc::default(),
                 spread_default_inclusion: None,
-                image_index: std::sync::OnceLock::new(),
+                image_index: IndexCell::default(),
                 digests: DigestCache::default(),
             },
             Err(nodes) => ClusterSnapshot::new(nodes, generation),
         };
         snap.seed_digests_from(previous);
+        snap.image_index.set_seed(previous.image_index.seed());
         snap
     }
 

@@ -13,13 +13,12 @@
 //!   node's names are taken as its kubelet lists them.
 //! - Scoring reads the snapshot's index of which nodes hold which image, so a pod costs
 //!   the nodes holding its images, not a search of every node's list.
-//! - How many nodes hold an image is the cluster's count when the snapshot was taken (the
-//!   store keeps it as nodes change, [`ImageSpread`](loadstar_framework::snapshot::ImageSpread)),
-//!   as upstream since 1.28 (kubernetes#116938); 1.20's cache froze each node's count when
-//!   that node last changed. 1.20 also read containers only.
+//! - How many nodes hold an image is the cluster's count when the snapshot was taken (read
+//!   from the same index), as upstream since 1.28 (kubernetes#116938); 1.20's cache froze
+//!   each node's count when that node last changed. 1.20 also read containers only.
 use std::borrow::Cow;
 
-use loadstar_framework::snapshot::{NodeView, PodInfo};
+use loadstar_framework::snapshot::{ImageIndex, NodeView, PodInfo};
 use loadstar_framework::{CycleContext, MAX_NODE_SCORE, ScorePlugin};
 
 use crate::args::{NoArgs, PluginError, parse_args};
@@ -78,9 +77,8 @@ impl ImageLocality {
     /// The pod's images some node holds, each once, with the share of nodes holding it and
     /// how many times the pod names it: one lookup per image and cycle, so a pod naming an
     /// image thousands of times costs no more per node than naming it once.
-    fn held<'p>(ctx: &CycleContext<'_>, pod: &'p PodInfo) -> Vec<(Cow<'p, str>, f64, i64)> {
-        let spread = &ctx.snapshot.images;
-        let total = f64::from(spread.nodes());
+    fn held<'p>(index: &ImageIndex, pod: &'p PodInfo) -> Vec<(Cow<'p, str>, f64, i64)> {
+        let total = f64::from(index.nodes());
         let mut names: Vec<Cow<'_, str>> = pod
             .images
             .iter()
@@ -92,8 +90,8 @@ impl ImageLocality {
             match held.last_mut() {
                 Some((last, _, times)) if *last == name => *times += 1,
                 _ => {
-                    let with = spread.nodes_with(&name);
-                    held.push((name, f64::from(with) / total, 1));
+                    let with = index.holders(&name).len() as f64;
+                    held.push((name, with / total, 1));
                 }
             }
         }
@@ -117,8 +115,12 @@ impl ScorePlugin for ImageLocality {
     /// Node by node: a binary search of each node's list per image (the fallback where
     /// the nodes' snapshot indices are not known).
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
-        let held = Self::held(ctx, pod);
         let images = pod.images.len();
+        if images == 0 {
+            out.fill(calculate_priority(0, 0));
+            return;
+        }
+        let held = Self::held(&ctx.snapshot.image_index(), pod);
         for (o, node) in out.iter_mut().zip(nodes) {
             let sum = match &node.kube {
                 Some(k) if !held.is_empty() => held
@@ -143,13 +145,17 @@ impl ScorePlugin for ImageLocality {
         indices: &[usize],
         out: &mut [i64],
     ) {
-        let held = Self::held(ctx, pod);
         let images = pod.images.len();
+        if images == 0 {
+            out.fill(calculate_priority(0, 0));
+            return;
+        }
+        let index = ctx.snapshot.image_index();
+        let held = Self::held(&index, pod);
         if held.is_empty() {
             out.fill(calculate_priority(0, images));
             return;
         }
-        let index = ctx.snapshot.image_index();
         let mut sums = vec![0i64; ctx.snapshot.nodes().len()];
         for (name, share, times) in &held {
             for &(i, size) in index.holders(name) {
@@ -169,7 +175,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use loadstar_framework::snapshot::{ClusterSnapshot, ImageSpread, NodeImages};
+    use loadstar_framework::snapshot::NodeImages;
     use loadstar_testkit::snapshot::*;
 
     fn with_images(name: &str, images: &[(&[&str], i64)]) -> NodeView {
@@ -178,17 +184,6 @@ mod tests {
                 names.iter().map(move |n| (Arc::<str>::from(*n), mib * MIB))
             }));
         })
-    }
-
-    fn cluster(nodes: Vec<NodeView>) -> ClusterSnapshot {
-        let spread = ImageSpread::of(
-            nodes
-                .iter()
-                .filter_map(|n| n.kube.as_ref().map(|k| &k.images)),
-        );
-        let mut snap = snapshot(nodes);
-        snap.images = Arc::new(spread);
-        snap
     }
 
     fn pulling(containers: &[&str]) -> PodInfo {
@@ -223,7 +218,7 @@ mod tests {
     fn scores_follow_upstreams_worked_examples() {
         let plugin = ImageLocality;
         // 40 MiB on one of two nodes: 20 < 23, floor; 250/2 = 125: 100·(125−23)/(2000−23).
-        let snap = cluster(vec![n1(), n2()]);
+        let snap = snapshot(vec![n1(), n2()]);
         assert_eq!(
             score_all(&plugin, &snap, &pulling(&["gcr.io/40", "gcr.io/250"])),
             [0, 5]
@@ -238,13 +233,13 @@ mod tests {
             "n1",
             &[(&["gcr.io/4000:latest"], 4000), (&["gcr.io/30:latest"], 30)],
         );
-        let snap = cluster(vec![big.clone(), n2()]);
+        let snap = snapshot(vec![big.clone(), n2()]);
         assert_eq!(
             score_all(&plugin, &snap, &pulling(&["gcr.io/10", "gcr.io/4000"])),
             [100, 0]
         );
         // One of three nodes (one with no images): 4000/3 − 23 over 1977 = 66.
-        let snap = cluster(vec![big, n2(), kube_node("n3", 4000, 16 * GIB)]);
+        let snap = snapshot(vec![big, n2(), kube_node("n3", 4000, 16 * GIB)]);
         assert_eq!(
             score_all(&plugin, &snap, &pulling(&["gcr.io/10", "gcr.io/4000"])),
             [66, 0, 0]
@@ -266,7 +261,7 @@ mod tests {
                 (&["gcr.io/900:latest"], 900),
             ],
         );
-        let snap = cluster(vec![a, b, kube_node("n3", 4000, 16 * GIB)]);
+        let snap = snapshot(vec![a, b, kube_node("n3", 4000, 16 * GIB)]);
         assert_eq!(
             score_all(
                 &plugin,
@@ -281,7 +276,7 @@ mod tests {
     fn init_containers_and_image_volumes_count_as_images_too() {
         // The pod's list (conversion puts init containers and image volumes in it) sets
         // both the sum and the cap: a second, absent image halves what the first is worth.
-        let snap = cluster(vec![
+        let snap = snapshot(vec![
             with_images("n1", &[(&["big:latest"], 1000)]),
             kube_node("n2", 4000, 16 * GIB),
         ]);
@@ -293,7 +288,7 @@ mod tests {
 
     #[test]
     fn an_image_named_by_several_containers_counts_once_per_container() {
-        let snap = cluster(vec![
+        let snap = snapshot(vec![
             with_images("n1", &[(&["a:latest"], 300), (&["b:v1"], 300)]),
             kube_node("n2", 4000, 16 * GIB),
         ]);
@@ -325,7 +320,7 @@ mod tests {
 
     #[test]
     fn a_pod_whose_images_no_node_holds_scores_zero_everywhere_and_odd_input_never_panics() {
-        let snap = cluster(vec![n1(), n2()]);
+        let snap = snapshot(vec![n1(), n2()]);
         assert_eq!(
             score_all(&ImageLocality, &snap, &pulling(&["nowhere"])),
             [0, 0]
@@ -338,7 +333,7 @@ mod tests {
         // nodes an image's share is taken over.
         let mut bare = kube_node("bare", 4000, 16 * GIB);
         bare.kube = None;
-        let snap = cluster(vec![n1(), bare]);
+        let snap = snapshot(vec![n1(), bare]);
         assert_eq!(
             score_all(&ImageLocality, &snap, &pulling(&["gcr.io/2000"])),
             [0, 100]

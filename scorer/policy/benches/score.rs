@@ -22,9 +22,9 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use loadstar_common::model::{NodeCapacity, ResourceKind, ResourceList, ResourceLoad};
 use loadstar_common::window::WindowSummary;
 use loadstar_framework::snapshot::{
-    AffinityTerm, AgentNode, ClusterSnapshot, ImageIndex, ImageSpread, Inflight, KubeNode,
-    LabelSelector, MeasuredPod, NodeAllocation, NodeImages, NodeView, Owner, PodAffinity, PodInfo,
-    PodOnNode, Taint, TaintEffect,
+    AffinityTerm, AgentNode, ClusterSnapshot, ImageIndex, Inflight, KubeNode, LabelSelector,
+    MeasuredPod, NodeAllocation, NodeImages, NodeView, Owner, PodAffinity, PodInfo, PodOnNode,
+    Taint, TaintEffect,
 };
 use loadstar_framework::{CycleContext, NodeSampling, Profile, SampleCursor};
 use loadstar_policy::config::ScorerConfig;
@@ -201,14 +201,7 @@ fn cluster(n: usize, seed: u64) -> ClusterSnapshot {
             }
         })
         .collect::<Vec<NodeView>>();
-    let spread = ImageSpread::of(
-        nodes
-            .iter()
-            .filter_map(|n| n.kube.as_ref().map(|k| &k.images)),
-    );
-    let mut snap = ClusterSnapshot::new(nodes, 1);
-    snap.images = Arc::new(spread);
-    snap
+    ClusterSnapshot::new(nodes, 1)
 }
 
 /// Each node's images as a kubelet lists them (a tag and a digest name per image): the
@@ -584,6 +577,70 @@ fn bench_profiles(c: &mut Criterion) {
     group.finish();
 }
 
+/// What the image index costs a snapshot on its first ImageLocality score: a build (the
+/// first snapshot, or one where more than a quarter of the nodes changed), and the patch of
+/// the previous snapshot's index where one node's images changed, or one node joined.
+fn bench_image_index(snap: &ClusterSnapshot) {
+    type Node = (Arc<str>, Option<NodeImages>);
+    let nodes: Vec<Node> = snap
+        .nodes()
+        .iter()
+        .map(|n| (n.name.clone(), n.kube.as_ref().map(|k| k.images.clone())))
+        .collect();
+    fn view(v: &[(Arc<str>, Option<NodeImages>)]) -> Vec<(&Arc<str>, Option<&NodeImages>)> {
+        v.iter().map(|(n, i)| (n, i.as_ref())).collect()
+    }
+    let mean_ms = |runs: u32, mut f: Box<dyn FnMut() + '_>| {
+        let start = Instant::now();
+        for _ in 0..runs {
+            f();
+        }
+        start.elapsed().as_secs_f64() * 1e3 / f64::from(runs)
+    };
+    let built = Arc::new(ImageIndex::build(view(&nodes)));
+    let build = mean_ms(
+        20,
+        Box::new(|| drop(black_box(ImageIndex::build(view(&nodes))))),
+    );
+    // One node pulls a new image (its list gains a name).
+    let mut changed = nodes.clone();
+    let mid = changed.len() / 2;
+    if let Some(images) = &changed[mid].1 {
+        changed[mid].1 =
+            Some(NodeImages::new(images.entries().iter().cloned().chain([(
+                Arc::<str>::from("registry.example/new:v1"),
+                100 << 20,
+            )])));
+    }
+    let patch = mean_ms(
+        200,
+        Box::new(|| drop(black_box(ImageIndex::after(&built, view(&changed))))),
+    );
+    // One node joins in the middle of the name order (every later position moves).
+    let mut joined = nodes.clone();
+    joined.insert(
+        mid,
+        (
+            Arc::from(format!("{}-joined", nodes[mid - 1].0)),
+            changed[mid].1.clone(),
+        ),
+    );
+    let join = mean_ms(
+        50,
+        Box::new(|| drop(black_box(ImageIndex::after(&built, view(&joined))))),
+    );
+    let unchanged = mean_ms(
+        200,
+        Box::new(|| drop(black_box(ImageIndex::after(&built, view(&nodes))))),
+    );
+    println!(
+        "image index of {} nodes (two names per image, up to 28 images each): built in \
+         {build:.2} ms; from the last snapshot's: unchanged {unchanged:.3} ms, one node's \
+         images changed {patch:.3} ms, one node joined {join:.2} ms (means)",
+        built.nodes(),
+    );
+}
+
 fn bench_plugins(c: &mut Criterion) {
     if !selected("plugins") {
         return;
@@ -591,23 +648,7 @@ fn bench_plugins(c: &mut Criterion) {
     let profile = default_profile();
     let pod = pod();
     let snap = cluster(5_000, 42);
-    // What a snapshot whose nodes' images changed pays once, on its first ImageLocality
-    // score (later snapshots take it over while no node's images change).
-    let runs = 20u32;
-    let start = Instant::now();
-    for _ in 0..runs {
-        black_box(ImageIndex::build(
-            snap.nodes()
-                .iter()
-                .map(|n| n.kube.as_ref().map(|k| &k.images)),
-        ));
-    }
-    println!(
-        "image index of {} nodes (two names per image, up to 28 images each): built in \
-         {:.2} ms (mean of {runs})",
-        snap.images.nodes(),
-        start.elapsed().as_secs_f64() * 1e3 / f64::from(runs)
-    );
+    bench_image_index(&snap);
     let table = snap.digests(profile.window_seconds);
     let mut current = Vec::new();
     // As `Profile::evaluate` builds it: rows checked once, memos allowed.

@@ -1,18 +1,15 @@
-//! The store's count of which nodes hold which container images (upstream's scheduler-cache
-//! `imageStates`), kept as nodes' Kubernetes facts change so a snapshot carries the
-//! cluster's [`ImageSpread`] without a pass over every node's images.
+//! The one copy of each container image name the store's nodes share (upstream's
+//! scheduler-cache `imageStates` keys): a name thousands of nodes list is held once, and
+//! the snapshots' image indexes group names by that copy's address.
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use loadstar_framework::snapshot::{ImageSpread, KubeNode};
+use loadstar_framework::snapshot::KubeNode;
 
-/// Image names → how many nodes list them, and how many nodes have Kubernetes facts.
+/// Image names → how many nodes list them (a name no node lists is dropped).
 #[derive(Debug, Default)]
 pub(crate) struct ImageBook {
     counts: HashMap<Arc<str>, u32>,
-    nodes: u32,
-    /// The spread last handed out; `None` once a count changed since.
-    published: Option<Arc<ImageSpread>>,
 }
 
 impl ImageBook {
@@ -33,15 +30,8 @@ impl ImageBook {
     pub(crate) fn replace(&mut self, old: Option<&KubeNode>, new: Option<&KubeNode>) {
         let images = |k: Option<&KubeNode>| k.map(|k| k.images.clone()).unwrap_or_default();
         let (before, after) = (images(old), images(new));
-        if old.is_some() == new.is_some() && before == after {
+        if before.same(&after) || before == after {
             return;
-        }
-        self.published = None;
-        if old.is_some() {
-            self.nodes = self.nodes.saturating_sub(1);
-        }
-        if new.is_some() {
-            self.nodes += 1;
         }
         for (name, _) in before.entries() {
             if let Some(c) = self.counts.get_mut(&**name) {
@@ -54,18 +44,6 @@ impl ImageBook {
         for (name, _) in after.entries() {
             *self.counts.entry(name.clone()).or_default() += 1;
         }
-    }
-
-    /// The current spread (rebuilt only after a change).
-    pub(crate) fn spread(&mut self) -> Arc<ImageSpread> {
-        self.published
-            .get_or_insert_with(|| {
-                Arc::new(ImageSpread::new(
-                    self.nodes,
-                    self.counts.iter().map(|(n, c)| (n.clone(), *c)),
-                ))
-            })
-            .clone()
     }
 }
 
@@ -84,44 +62,25 @@ mod tests {
     #[test]
     fn counts_follow_nodes_added_changed_and_removed() {
         let mut book = ImageBook::default();
+        let count = |book: &ImageBook, name: &str| book.counts.get(name).copied();
         let (a, b) = (node(&["app:v1", "pause:3"]), node(&["pause:3"]));
         book.replace(None, Some(&a));
         book.replace(None, Some(&b));
         book.replace(None, Some(&KubeNode::default()));
-        let s = book.spread();
         assert_eq!(
-            (s.nodes(), s.nodes_with("pause:3"), s.nodes_with("app:v1")),
-            (3, 2, 1)
+            (count(&book, "pause:3"), count(&book, "app:v1")),
+            (Some(2), Some(1))
         );
         let a2 = node(&["app:v2", "pause:3"]);
         book.replace(Some(&a), Some(&a2));
-        let s = book.spread();
+        book.replace(Some(&a2), Some(&a2.clone()));
         assert_eq!(
-            (s.nodes(), s.nodes_with("app:v1"), s.nodes_with("app:v2")),
-            (3, 0, 1)
+            (count(&book, "app:v1"), count(&book, "app:v2")),
+            (None, Some(1)),
+            "names no node lists are dropped; an unchanged list counts once"
         );
         book.replace(Some(&b), None);
-        let s = book.spread();
-        assert_eq!((s.nodes(), s.nodes_with("pause:3")), (2, 1));
-        assert!(
-            !book.counts.contains_key("app:v1"),
-            "names no node lists are dropped"
-        );
-    }
-
-    #[test]
-    fn the_spread_is_shared_until_a_count_changes() {
-        let mut book = ImageBook::default();
-        let a = node(&["app:v1"]);
-        book.replace(None, Some(&a));
-        let first = book.spread();
-        book.replace(Some(&a), Some(&a.clone()));
-        assert!(
-            Arc::ptr_eq(&first, &book.spread()),
-            "same images: nothing rebuilt"
-        );
-        book.replace(Some(&a), None);
-        assert_eq!(book.spread().nodes(), 0);
+        assert_eq!(count(&book, "pause:3"), Some(1));
     }
 
     #[test]

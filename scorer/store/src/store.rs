@@ -19,8 +19,8 @@ use tokio::sync::broadcast;
 use crate::images::ImageBook;
 use crate::validate::{self, ReportError, ReportLimits};
 use loadstar_framework::snapshot::{
-    AgentNode, ClusterSnapshot, ImageSpread, Inflight, KubeNode, NamespaceLabels, NodeAllocation,
-    NodeInclusion, NodeView, retire_inflight,
+    AgentNode, ClusterSnapshot, Inflight, KubeNode, NamespaceLabels, NodeAllocation, NodeInclusion,
+    NodeView, retire_inflight,
 };
 
 const SHARDS: usize = 16;
@@ -173,8 +173,8 @@ pub struct NodeStore {
     /// How spread constraints that state no node inclusion policy count (the cluster's
     /// release's way; current releases' until told otherwise).
     spread_default_inclusion: RwLock<Option<NodeInclusion>>,
-    /// Which nodes hold which images. Also serialises Kubernetes facts' updates
-    /// ([`NodeStore::set_kube_node`]), so its counts see one node's changes in order.
+    /// The one copy of each image name that nodes share. Also serialises Kubernetes facts'
+    /// updates ([`NodeStore::set_kube_node`]), so its counts see one node's changes in order.
     images: Mutex<ImageBook>,
 }
 
@@ -488,8 +488,8 @@ impl NodeStore {
         let key: Arc<str> = Arc::from(name);
         let mut book = self.images.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = kube.as_mut() {
-            // An equal list stays the one held (snapshots tell unchanged images by pointer,
-            // `ClusterSnapshot::inherit_image_index`); a new one shares the book's names.
+            // An equal list stays the one held (snapshots' image indexes tell unchanged
+            // images by pointer, `ImageIndex::after`); a new one shares the book's names.
             match self.kube_node(name) {
                 Some(held) if held.images == k.images => k.images = held.images.clone(),
                 _ => book.intern(k),
@@ -528,14 +528,6 @@ impl NodeStore {
         book.replace(old.as_deref(), new.as_deref());
         drop(book);
         self.bump(kind, key);
-    }
-
-    /// How many nodes hold each image, as snapshots carry it.
-    pub fn image_spread(&self) -> Arc<ImageSpread> {
-        self.images
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .spread()
     }
 
     /// Changes the requests placed on a node (creating a hidden entry for a node not known,
@@ -645,18 +637,13 @@ impl NodeStore {
         // Read after the views: a change in between leaves the snapshot older than the
         // store's generation, so it is replaced, never kept as current.
         let namespaces = self.namespaces();
-        let images = self.image_spread();
         let inclusion = self.spread_default_inclusion();
         let mut snap = match previous {
             Some(previous) => ClusterSnapshot::new_after(nodes, generation, previous),
             None => ClusterSnapshot::new(nodes, generation),
         };
         snap.namespaces = namespaces;
-        snap.images = images;
         snap.spread_default_inclusion = inclusion;
-        if let Some(previous) = previous {
-            snap.inherit_image_index(previous);
-        }
         snap
     }
 
@@ -665,7 +652,7 @@ impl NodeStore {
         let now = Instant::now();
         let (nodes, generation) = self.views(now);
         // After the views, as in `snapshot_owned`.
-        let (namespaces, images) = (self.namespaces(), self.image_spread());
+        let namespaces = self.namespaces();
         let inclusion = self.spread_default_inclusion();
         let previous = self.cached().map(|(_, snap)| snap);
         // Most nodes are unchanged since the last snapshot: they keep their order and their
@@ -675,11 +662,7 @@ impl NodeStore {
             None => ClusterSnapshot::new(nodes, generation),
         };
         snap.namespaces = namespaces;
-        snap.images = images;
         snap.spread_default_inclusion = inclusion;
-        if let Some(previous) = &previous {
-            snap.inherit_image_index(previous);
-        }
         let snap = Arc::new(snap);
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, snap.clone()));
         snap
@@ -1267,9 +1250,10 @@ mod tests {
             .apply_report(report("c", 1, 0.1, 0.1), Instant::now())
             .expect("ok");
         let snap = store.snapshot_now();
-        assert_eq!(snap.images.nodes(), 2);
-        assert_eq!(snap.images.nodes_with("pause:3.9"), 2);
-        assert_eq!(snap.images.nodes_with("app:v1"), 1);
+        let index = snap.image_index();
+        assert_eq!(index.nodes(), 2);
+        assert_eq!(index.holders("pause:3.9"), [(0, 1 << 20), (1, 1 << 20)]);
+        assert_eq!(index.holders("app:v1"), [(0, 1 << 20)]);
         let name = |n: &str| {
             snap.get(n)
                 .expect("node")
@@ -1292,20 +1276,17 @@ mod tests {
             Arc::ptr_eq(&pause(&a), &pause(&b)),
             "one copy of a name every node lists"
         );
-        // A node's images change, a node goes: the next snapshot counts again.
+        // A node's images change, a node goes: the next snapshot's index (patched from
+        // the last one) shows it, as one built afresh does.
         store.set_kube_node("a", Some(node(&["pause:3.9", "app:v2"])));
         store.set_kube_node("b", None);
-        let snap = store.snapshot_now();
-        assert_eq!(
-            (
-                snap.images.nodes(),
-                snap.images.nodes_with("pause:3.9"),
-                snap.images.nodes_with("app:v1")
-            ),
-            (1, 1, 0)
-        );
-        assert_eq!(snap.images.nodes_with("app:v2"), 1);
-        assert_eq!(store.snapshot_owned(None).images, snap.images);
+        for snap in [store.snapshot_now(), Arc::new(store.snapshot_owned(None))] {
+            let index = snap.image_index();
+            assert_eq!(index.nodes(), 1);
+            assert_eq!(index.holders("pause:3.9"), [(0, 1 << 20)]);
+            assert_eq!(index.holders("app:v1"), []);
+            assert_eq!(index.holders("app:v2"), [(0, 1 << 20)]);
+        }
     }
 
     #[test]
@@ -1333,12 +1314,18 @@ mod tests {
             &index,
             &store.snapshot_owned(Some(&second)).image_index()
         ));
-        // A node's images change: the next snapshot indexes again.
+        // A node's images change: the next snapshot's index is patched.
         store.set_kube_node("b", Some(node(&["app:v2"], 1000)));
         let third = store.snapshot_now();
         assert!(!Arc::ptr_eq(&index, &third.image_index()));
         assert_eq!(third.image_index().holders("app:v1"), [(0, 7)]);
         assert_eq!(third.image_index().holders("app:v2"), [(1, 7)]);
+        // A node joins before the others: every position moves, and the index says so.
+        store.set_kube_node("0", Some(node(&["app:v2"], 1000)));
+        let fourth = store.snapshot_now();
+        assert_eq!(fourth.image_index().holders("app:v1"), [(1, 7)]);
+        assert_eq!(fourth.image_index().holders("app:v2"), [(0, 7), (2, 7)]);
+        assert_eq!(fourth.image_index().nodes(), 3);
     }
 
     #[test]
