@@ -91,9 +91,6 @@ pub struct ImageIndex {
     nodes: Vec<Indexed>,
     /// Nodes with Kubernetes facts.
     with_facts: u32,
-    /// Whether `nodes` is sorted by name (as a snapshot's nodes are), which a patch for a
-    /// node set that changed relies on.
-    sorted: bool,
 }
 
 impl ImageIndex {
@@ -141,7 +138,6 @@ impl ImageIndex {
         ImageIndex {
             holders: holders.into_iter().map(|(n, l)| (n, Arc::new(l))).collect(),
             with_facts: facts(&nodes),
-            sorted: nodes.is_sorted_by(|a, b| a.0 < b.0),
             nodes,
         }
     }
@@ -168,9 +164,7 @@ impl ImageIndex {
     /// [`ImageIndex::after`], patching only where at most `limit` nodes came, went or
     /// changed their images.
     fn patched(previous: &Arc<ImageIndex>, nodes: &[NodeRef<'_>], limit: usize) -> Arc<ImageIndex> {
-        let Some(walk) = Walk::of(previous, nodes) else {
-            return Arc::new(Self::build_owned(owned(nodes)));
-        };
+        let walk = Walk::of(previous, nodes);
         if walk.is_empty() && walk.moved.is_none() {
             return previous.clone();
         }
@@ -179,8 +173,8 @@ impl ImageIndex {
         }
         let mut holders = previous.holders.clone();
         if let Some(moved) = &walk.moved {
-            // Nodes came or went: every position moves (in order, as both lists are sorted
-            // by name), and the nodes that went leave every list.
+            // Nodes came or went: every position moves (in order: the walk pairs nodes
+            // only forwards), and the nodes that went leave every list.
             for list in holders.values_mut() {
                 let mut remapped: Positions = Vec::with_capacity(list.len());
                 remapped.extend(list.iter().filter_map(|&(p, size)| {
@@ -202,7 +196,7 @@ impl ImageIndex {
             };
             let before = old.unwrap_or(&none).entries();
             let after = nodes[new].1.unwrap_or(&none).entries();
-            // Both lists are sorted by name: only the names dropped, gained or resized
+            // A node's lists are sorted by name: only the names dropped, gained or resized
             // touch a holder list (a node that pulls one image leaves the others alone).
             let (mut i, mut j) = (0, 0);
             while i < before.len() || j < after.len() {
@@ -249,7 +243,6 @@ impl ImageIndex {
         Arc::new(ImageIndex {
             holders,
             with_facts: facts(&nodes),
-            sorted: true,
             nodes,
         })
     }
@@ -283,9 +276,11 @@ struct Walk {
 }
 
 impl Walk {
-    /// Walks `previous`'s nodes and `nodes` side by side (both sorted by name); `None`
-    /// where either is not sorted, which only a build can index.
-    fn of(previous: &ImageIndex, nodes: &[NodeRef<'_>]) -> Option<Walk> {
+    /// Walks `previous`'s nodes and `nodes` side by side, pairing equal names (a
+    /// snapshot's nodes are sorted by name, so every node is paired or found new or gone).
+    /// Pairs are made only forwards in both lists, so positions map in order whatever the
+    /// lists hold: unsorted lists cost more nodes touched (or a build), never a wrong index.
+    fn of(previous: &ImageIndex, nodes: &[NodeRef<'_>]) -> Walk {
         let old = &previous.nodes;
         let mut walk = Walk {
             moved: None,
@@ -298,22 +293,24 @@ impl Walk {
             (None, None) => true,
             _ => false,
         };
-        // The common case first: the same names at the same positions.
+        // The common case first, with nothing to allocate: the same names (the very same
+        // `Arc`s, as the store hands out) at the same positions.
         if old.len() == nodes.len() && old.iter().zip(nodes).all(|(a, b)| Arc::ptr_eq(&a.0, b.0)) {
             for (i, (a, b)) in old.iter().zip(nodes).enumerate() {
                 if !same_images(&a.1, b.1) {
                     walk.changed.push((i, i));
                 }
             }
-            return Some(walk);
-        }
-        if !previous.sorted || !nodes.is_sorted_by(|a, b| a.0 < b.0) {
-            return None;
+            return walk;
         }
         let mut moved = vec![None; old.len()];
+        // Whether any node came, went or changed position.
+        let mut shifted = old.len() != nodes.len();
         let (mut i, mut j) = (0, 0);
         while i < old.len() || j < nodes.len() {
             let order = match (old.get(i), nodes.get(j)) {
+                // The store hands every snapshot the same name: a pointer compare, no
+                // string compare, for every node of an unchanged cluster.
                 (Some(a), Some(b)) if Arc::ptr_eq(&a.0, b.0) => Ordering::Equal,
                 (Some(a), Some(b)) => a.0.cmp(b.0),
                 (Some(_), None) => Ordering::Less,
@@ -322,14 +319,17 @@ impl Walk {
             match order {
                 Ordering::Less => {
                     walk.removed += 1;
+                    shifted = true;
                     i += 1;
                 }
                 Ordering::Greater => {
                     walk.added.push(j);
+                    shifted = true;
                     j += 1;
                 }
                 Ordering::Equal => {
                     moved[i] = Some(j);
+                    shifted |= i != j;
                     if !same_images(&old[i].1, nodes[j].1) {
                         walk.changed.push((i, j));
                     }
@@ -338,8 +338,10 @@ impl Walk {
                 }
             }
         }
-        walk.moved = Some(moved);
-        Some(walk)
+        if shifted {
+            walk.moved = Some(moved);
+        }
+        walk
     }
 
     /// Nodes that came, went or changed their images.
@@ -352,42 +354,41 @@ impl Walk {
     }
 }
 
-/// A snapshot's image index: built (or patched from `seed`, an earlier snapshot's) on first
-/// use. Cloning a snapshot shares what was built.
+/// A snapshot's image index: made on first use, from `seed` (an earlier snapshot's) where
+/// there is one. Clones of a snapshot share the cell, so whichever uses it first makes the
+/// index for all (their nodes' images are the same: in-place edits leave them alone).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct IndexCell(Arc<CellInner>);
+
 #[derive(Debug, Default)]
-pub(crate) struct IndexCell {
+struct CellInner {
     built: OnceLock<Arc<ImageIndex>>,
-    /// The index to patch from, dropped once this one is made (it would keep a whole
-    /// earlier index alive for as long as the snapshot lives).
+    /// The index to patch from, let go once this one is made. A snapshot that never makes
+    /// its index passes its seed on to the next (so an index is patched, not rebuilt, after
+    /// a stretch of snapshots nobody scored images with): at most one earlier index, with
+    /// the node lists it recorded, is kept alive that way.
     seed: Mutex<Option<Arc<ImageIndex>>>,
 }
 
-impl Clone for IndexCell {
-    fn clone(&self) -> IndexCell {
-        IndexCell {
-            built: self.built.clone(),
-            seed: Mutex::new(self.seed()),
-        }
-    }
-}
-
 impl IndexCell {
-    /// What a later snapshot should patch from: the index made here, else this one's seed.
+    /// A cell to be made from `seed`.
+    pub(crate) fn seeded(seed: Option<Arc<ImageIndex>>) -> IndexCell {
+        IndexCell(Arc::new(CellInner {
+            built: OnceLock::new(),
+            seed: Mutex::new(seed),
+        }))
+    }
+
+    /// What a later snapshot should make its index from: the index made here, else this
+    /// one's seed.
     pub(crate) fn seed(&self) -> Option<Arc<ImageIndex>> {
-        self.built.get().cloned().or_else(|| {
-            self.seed
+        self.0.built.get().cloned().or_else(|| {
+            self.0
+                .seed
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone()
         })
-    }
-
-    /// Sets the index to patch from (before first use).
-    pub(crate) fn set_seed(&mut self, seed: Option<Arc<ImageIndex>>) {
-        *self
-            .seed
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = seed;
     }
 
     /// The index of `nodes`, made on first call.
@@ -395,9 +396,11 @@ impl IndexCell {
         &self,
         nodes: impl IntoIterator<Item = (&'a Arc<str>, Option<&'a NodeImages>)>,
     ) -> Arc<ImageIndex> {
-        self.built
+        self.0
+            .built
             .get_or_init(|| {
                 let seed = self
+                    .0
                     .seed
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -543,26 +546,46 @@ mod tests {
         })
     }
 
+    /// `nodes` with every name and list an equal copy (as snapshots built apart from the
+    /// store have).
+    fn copies(nodes: &[Indexed]) -> Vec<Indexed> {
+        nodes
+            .iter()
+            .map(|(n, i)| {
+                let list = i
+                    .as_ref()
+                    .map(|i| NodeImages::new(i.entries().iter().cloned()));
+                (Arc::from(&**n), list)
+            })
+            .collect()
+    }
+
     proptest! {
         /// However nodes come, go and change their images, the index made from an earlier
-        /// one equals an index built afresh.
+        /// one equals an index built afresh; an unchanged cluster keeps its index.
         #[test]
         fn an_index_made_after_another_equals_one_built_anew(
             before in cluster(),
             after in cluster(),
-            keep in proptest::collection::vec(any::<bool>(), 16),
+            how in proptest::collection::vec(0u8..3, 16),
+            reversed in any::<bool>(),
         ) {
-            // Nodes named in both keep their `Arc` (as the store's do) unless `keep` says
-            // not, and some keep their very image list.
-            let after: Vec<(Arc<str>, Option<NodeImages>)> = after
+            // A node named in both keeps its name's `Arc` (as the store's do) and its very
+            // image list (0), takes new images (1), or comes as equal copies (2).
+            let mut after: Vec<Indexed> = after
                 .into_iter()
                 .enumerate()
-                .map(|(k, (name, imgs))| match before.iter().find(|(n, _)| *n == name) {
-                    Some((held, old)) if keep[k] => (held.clone(), old.clone()),
-                    Some((held, _)) => (held.clone(), imgs),
-                    None => (name, imgs),
+                .map(|(k, (name, imgs))| match (before.iter().find(|(n, _)| *n == name), how[k]) {
+                    (Some((held, old)), 0) => (held.clone(), old.clone()),
+                    (Some((held, _)), 1) => (held.clone(), imgs),
+                    (Some(node), _) => copies(std::slice::from_ref(node)).remove(0),
+                    (None, _) => (name, imgs),
                 })
                 .collect();
+            // Out of name order, as no snapshot is: still right, if dearer.
+            if reversed {
+                after.reverse();
+            }
             let first = Arc::new(ImageIndex::build(view(&before)));
             let built = ImageIndex::build(view(&after));
             // As `after` chooses (mostly a build, in clusters this small), and patched
@@ -577,16 +600,30 @@ mod tests {
             let back = ImageIndex::patched(&patched, &view(&before), usize::MAX);
             prop_assert_eq!(contents(&back), contents(&first));
             prop_assert_eq!(back.nodes(), first.nodes());
+            // Nothing changed, even under other copies of every name and list: the same index.
+            let same = ImageIndex::after(&first, view(&copies(&before)));
+            prop_assert!(Arc::ptr_eq(&same, &first));
         }
     }
 
     #[test]
-    fn unsorted_nodes_are_built_not_patched() {
-        let n = names(&["b", "a", "c"]);
-        let (x, y) = (images(&[("x", 1)]), images(&[("y", 2)]));
-        let first = Arc::new(ImageIndex::build([(&n[0], Some(&x)), (&n[1], Some(&y))]));
-        let made = ImageIndex::after(&first, [(&n[2], Some(&x)), (&n[1], Some(&y))]);
-        assert_eq!(made.holders("x"), [(0, 1)]);
-        assert_eq!(made.holders("y"), [(1, 2)]);
+    fn clones_of_a_cell_share_the_index_and_a_made_index_lets_its_seed_go() {
+        let n = names(&["a", "b"]);
+        let x = images(&[("x", 1)]);
+        let nodes = [(&n[0], Some(&x)), (&n[1], None)];
+        let seed = Arc::new(ImageIndex::build(nodes));
+        let cell = IndexCell::seeded(Some(seed.clone()));
+        let clone = cell.clone();
+        let index = clone.get(nodes);
+        assert!(Arc::ptr_eq(&index, &seed), "unchanged: the seed itself");
+        assert!(
+            Arc::ptr_eq(&cell.get(nodes), &index),
+            "clones share what was made"
+        );
+        assert!(cell.0.seed.lock().expect("lock").is_none(), "seed let go");
+        // A later cell seeded from one that never made its index takes that one's seed.
+        let unscored = IndexCell::seeded(cell.seed());
+        let later = IndexCell::seeded(unscored.seed());
+        assert!(Arc::ptr_eq(&later.get(nodes), &seed));
     }
 }

@@ -1422,8 +1422,9 @@ impl ClusterSnapshot {
     /// facts (`ImageLocality`): made on first use. A snapshot made with
     /// [`ClusterSnapshot::new_after`] patches the index its predecessor made (or would
     /// have patched from), see [`ImageIndex::after`]: the very same index where no node
-    /// came, went or changed its images. Editing nodes in place
-    /// ([`ClusterSnapshot::nodes_mut`]) must leave their images alone.
+    /// came, went or changed its images. Clones share it. Editing nodes in place
+    /// ([`ClusterSnapshot::nodes_mut`]) must leave their images, and whether they have
+    /// Kubernetes facts, alone.
     pub fn image_index(&self) -> Arc<ImageIndex> {
         self.image_index.get(
             self.nodes
@@ -1475,7 +1476,7 @@ impl ClusterSnapshot {
             Err(nodes) => ClusterSnapshot::new(nodes, generation),
         };
         snap.seed_digests_from(previous);
-        snap.image_index.set_seed(previous.image_index.seed());
+        snap.image_index = IndexCell::seeded(previous.image_index.seed());
         snap
     }
 

@@ -113,7 +113,8 @@ impl ScorePlugin for ImageLocality {
     }
 
     /// Node by node: a binary search of each node's list per image (the fallback where
-    /// the nodes' snapshot indices are not known).
+    /// the nodes' snapshot indices are not known; the shares still come from the
+    /// snapshot's index, made here if no score made it yet).
     fn score(&self, ctx: &CycleContext<'_>, pod: &PodInfo, nodes: &[&NodeView], out: &mut [i64]) {
         let images = pod.images.len();
         if images == 0 {

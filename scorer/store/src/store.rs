@@ -1306,15 +1306,19 @@ mod tests {
         let first = store.snapshot_now();
         let index = first.image_index();
         assert_eq!(index.holders("app:v1"), [(0, 7), (1, 7)]);
-        // Another of a node's facts changes, its images stay equal: the index carries over.
+        // Another of a node's facts changes, its images stay equal: the index carries over,
+        // through a snapshot nobody scored images with too.
         store.set_kube_node("a", Some(node(&["app:v1"], 2000)));
+        let unscored = store.snapshot_now();
+        store.set_kube_node("a", Some(node(&["app:v1"], 3000)));
         let second = store.snapshot_now();
         assert!(Arc::ptr_eq(&index, &second.image_index()));
+        assert!(Arc::ptr_eq(&index, &unscored.image_index()));
         assert!(Arc::ptr_eq(
             &index,
             &store.snapshot_owned(Some(&second)).image_index()
         ));
-        // A node's images change: the next snapshot's index is patched.
+        // A node's images change: the next snapshot's index is made anew (patched).
         store.set_kube_node("b", Some(node(&["app:v2"], 1000)));
         let third = store.snapshot_now();
         assert!(!Arc::ptr_eq(&index, &third.image_index()));
