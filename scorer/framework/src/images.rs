@@ -61,10 +61,10 @@ type Indexed = (Arc<str>, Option<NodeImages>);
 /// snapshot's nodes with an index's costs no reference count.
 type NodeRef<'a> = (&'a Arc<str>, Option<&'a NodeImages>);
 
-fn owned(nodes: &[NodeRef<'_>]) -> Vec<Indexed> {
+fn owned<'a>(nodes: impl IntoIterator<Item = NodeRef<'a>>) -> Vec<Indexed> {
     nodes
-        .iter()
-        .map(|&(name, images)| (name.clone(), images.cloned()))
+        .into_iter()
+        .map(|(name, images)| (name.clone(), images.cloned()))
         .collect()
 }
 
@@ -104,8 +104,7 @@ impl ImageIndex {
     pub fn build<'a>(
         nodes: impl IntoIterator<Item = (&'a Arc<str>, Option<&'a NodeImages>)>,
     ) -> ImageIndex {
-        let nodes: Vec<NodeRef<'a>> = nodes.into_iter().collect();
-        Self::build_owned(owned(&nodes))
+        Self::build_owned(owned(nodes))
     }
 
     fn build_owned(nodes: Vec<Indexed>) -> ImageIndex {
@@ -169,7 +168,7 @@ impl ImageIndex {
             return previous.clone();
         }
         if walk.touched() > limit {
-            return Arc::new(Self::build_owned(owned(nodes)));
+            return Arc::new(Self::build_owned(owned(nodes.iter().copied())));
         }
         let mut holders = previous.holders.clone();
         if let Some(moved) = &walk.moved {
@@ -239,7 +238,7 @@ impl ImageIndex {
             }
         }
         holders.retain(|_, list| !list.is_empty());
-        let nodes = owned(nodes);
+        let nodes = owned(nodes.iter().copied());
         Arc::new(ImageIndex {
             holders,
             with_facts: facts(&nodes),
@@ -293,19 +292,17 @@ impl Walk {
             (None, None) => true,
             _ => false,
         };
-        // The common case first, with nothing to allocate: the same names (the very same
-        // `Arc`s, as the store hands out) at the same positions.
-        if old.len() == nodes.len() && old.iter().zip(nodes).all(|(a, b)| Arc::ptr_eq(&a.0, b.0)) {
-            for (i, (a, b)) in old.iter().zip(nodes).enumerate() {
-                if !same_images(&a.1, b.1) {
-                    walk.changed.push((i, i));
+        // Until the first node that came or went, every node keeps its position: the map
+        // of positions is made only then (never, for the common case of the same nodes).
+        let shift = |moved: &mut Option<Vec<Option<usize>>>, paired: usize| {
+            moved.get_or_insert_with(|| {
+                let mut m = vec![None; old.len()];
+                for (k, to) in m.iter_mut().enumerate().take(paired) {
+                    *to = Some(k);
                 }
-            }
-            return walk;
-        }
-        let mut moved = vec![None; old.len()];
-        // Whether any node came, went or changed position.
-        let mut shifted = old.len() != nodes.len();
+                m
+            });
+        };
         let (mut i, mut j) = (0, 0);
         while i < old.len() || j < nodes.len() {
             let order = match (old.get(i), nodes.get(j)) {
@@ -318,18 +315,19 @@ impl Walk {
             };
             match order {
                 Ordering::Less => {
+                    shift(&mut walk.moved, i);
                     walk.removed += 1;
-                    shifted = true;
                     i += 1;
                 }
                 Ordering::Greater => {
+                    shift(&mut walk.moved, i);
                     walk.added.push(j);
-                    shifted = true;
                     j += 1;
                 }
                 Ordering::Equal => {
-                    moved[i] = Some(j);
-                    shifted |= i != j;
+                    if let Some(moved) = walk.moved.as_mut() {
+                        moved[i] = Some(j);
+                    }
                     if !same_images(&old[i].1, nodes[j].1) {
                         walk.changed.push((i, j));
                     }
@@ -337,9 +335,6 @@ impl Walk {
                     j += 1;
                 }
             }
-        }
-        if shifted {
-            walk.moved = Some(moved);
         }
         walk
     }
