@@ -28,7 +28,7 @@ struct Cli {
     /// Threads of the main runtime: everything but gRPC — the Kubernetes watches and
     /// writes, the scheduling loop, the extender, the admission webhook, the metrics.k8s.io
     /// API, the autoscaler, the metrics server and UI. gRPC (agent streams, scoring) has its
-    /// own runtime, one worker per CPU. One is the default, run by tokio's current-thread
+    /// own runtime (`--grpc-threads`). One is the default, run by tokio's current-thread
     /// scheduler: the scheduling loop is serial anyway, and a second worker mostly adds
     /// wake-ups between threads — one worker used about 10 % less CPU per pod than two at
     /// the same pods/s, at 1 000 and at 5 000 nodes, and the current-thread scheduler 6 %
@@ -43,6 +43,22 @@ struct Cli {
         value_parser = clap::value_parser!(u16).range(1..=1024)
     )]
     main_threads: u16,
+    /// Threads of the gRPC runtime: agent streams, `Score`, `Bind` and the other services.
+    /// One, the default, runs tokio's current-thread scheduler on a thread of its own, as
+    /// `--main-threads 1` does; 0 is one worker per CPU the process may run on. With one
+    /// thread no report wakes a second worker: at 5 000 agents, scheduling at 5 000 nodes,
+    /// ingest took 17 % less CPU and the scheduling loop 4 % less than with a worker per
+    /// CPU on two CPUs (bench/README.md, "Scheduler throughput", 2026-11-30 night). More
+    /// threads serve more: when ingest or `Score` callers keep one thread busy (its CPU is
+    /// that of the threads named `loadstar-grpc`), raise it.
+    #[arg(
+        long,
+        global = true,
+        default_value = "1",
+        env = "LOADSTAR_GRPC_THREADS",
+        value_parser = clap::value_parser!(u16).range(0..=1024)
+    )]
+    grpc_threads: u16,
     #[command(subcommand)]
     command: Command,
 }
@@ -83,21 +99,22 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("starting the main tokio runtime")?;
     if !one {
-        return runtime.block_on(run(cli.command));
+        return runtime.block_on(run(cli.command, cli.grpc_threads));
     }
     std::thread::Builder::new()
         .name(app::MAIN_THREAD_NAME.to_string())
         .stack_size(MAIN_STACK_BYTES)
-        .spawn(move || runtime.block_on(run(cli.command)))
+        .spawn(move || runtime.block_on(run(cli.command, cli.grpc_threads)))
         .context("starting the main runtime's thread")?
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-async fn run(command: Command) -> anyhow::Result<()> {
+async fn run(command: Command, grpc_threads: u16) -> anyhow::Result<()> {
+    let grpc = app::GrpcThreads(grpc_threads);
     match command {
-        Command::Standalone(args) => app::standalone::run(args).await?,
-        Command::Serve(args) => app::serve::run(*args).await?,
+        Command::Standalone(args) => app::standalone::run(args, grpc).await?,
+        Command::Serve(args) => app::serve::run(*args, grpc).await?,
         Command::Simulate(args) => {
             tokio::task::spawn_blocking(move || app::simulate::run(args)).await??
         }

@@ -1,7 +1,8 @@
 //! The scorer serves gRPC on its own runtime, whose threads are named `loadstar-grpc`:
 //! `bench/scheduler-throughput.sh` counts their CPU as the scorer's ingest. This checks, on
 //! the real binary, that those threads exist and are the ones doing the serving, and that the
-//! main runtime (`loadstar-main`) has the threads `--main-threads` asks for.
+//! main runtime (`loadstar-main`) and the gRPC runtime have the threads `--main-threads` and
+//! `--grpc-threads` ask for.
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -80,8 +81,8 @@ async fn grpc_is_served_by_its_own_named_threads() {
     );
 }
 
-/// `standalone` on a free port with `extra` arguments and `env` (`LOADSTAR_MAIN_THREADS` only
-/// from `env`, never the caller's); returns it and its address once it listens.
+/// `standalone` on a free port with `extra` arguments and `env` (`LOADSTAR_MAIN_THREADS` and
+/// `LOADSTAR_GRPC_THREADS` only from `env`, never the caller's); returns it and its address once it listens.
 async fn start(extra: &[&str], env: &[(&str, &str)]) -> (Scorer, String) {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -97,6 +98,7 @@ async fn start(extra: &[&str], env: &[(&str, &str)]) -> (Scorer, String) {
             "127.0.0.1:0",
         ])
         .env_remove("LOADSTAR_MAIN_THREADS")
+        .env_remove("LOADSTAR_GRPC_THREADS")
         .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -131,4 +133,54 @@ async fn main_threads_come_from_the_flag_or_the_environment() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--main-threads"), "{err}");
+}
+
+/// Calls `ListNodes` back to back for `secs` seconds; the gRPC threads' CPU before and after.
+async fn serve_for(pid: u32, addr: &str, secs: u64) -> (u64, u64, u32) {
+    let mut client = ScorerClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect to the scorer");
+    let before = grpc_threads(pid).1;
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut calls = 0u32;
+    while Instant::now() < until {
+        client
+            .list_nodes(pb::ListNodesRequest::default())
+            .await
+            .expect("ListNodes");
+        calls += 1;
+    }
+    (before, grpc_threads(pid).1, calls)
+}
+
+/// One gRPC thread (the default) is tokio's current-thread scheduler on a thread of its own:
+/// it alone serves the calls. More are a multi-thread runtime's workers; 0 is one per CPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_threads_come_from_the_flag_or_the_environment() {
+    let (s, addr) = start(&["--grpc-threads", "1"], &[]).await;
+    let pid = s.0.id();
+    assert_eq!(grpc_threads(pid).0, 1, "--grpc-threads 1");
+    let (before, after, calls) = serve_for(pid, &addr, 1).await;
+    assert!(
+        after > before,
+        "{calls} calls left the one gRPC thread's CPU at {before} ticks"
+    );
+    drop(s);
+    let (s, _) = start(&[], &[]).await;
+    assert_eq!(grpc_threads(s.0.id()).0, 1, "the default");
+    drop(s);
+    let (s, _) = start(&["--grpc-threads", "3"], &[]).await;
+    assert_eq!(grpc_threads(s.0.id()).0, 3, "--grpc-threads 3");
+    drop(s);
+    let (s, _) = start(&[], &[("LOADSTAR_GRPC_THREADS", "0")]).await;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(grpc_threads(s.0.id()).0, cpus, "LOADSTAR_GRPC_THREADS=0");
+    drop(s);
+    let out = Command::new(env!("CARGO_BIN_EXE_loadstar-scorer"))
+        .args(["--grpc-threads", "2000", "standalone"])
+        .output()
+        .expect("run loadstar-scorer");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--grpc-threads"), "{err}");
 }

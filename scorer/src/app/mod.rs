@@ -287,8 +287,12 @@ pub async fn run_servers(
     ready: Arc<Readiness>,
     shutdown: Shutdown,
     ready_when: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
-    ui_access: UiAccessArg,
+    options: ServerOptions,
 ) -> Result<(), AppError> {
+    let ServerOptions {
+        ui_access,
+        grpc_threads,
+    } = options;
     let metrics: Arc<Metrics> = parts.metrics.clone();
     if let Some(http) = http {
         let wait = shutdown.wait();
@@ -340,7 +344,7 @@ pub async fn run_servers(
     let started = grpc
         .into_std()
         .map_err(|e| AppError::Other(format!("handing the gRPC listener over: {e}")))
-        .and_then(|listener| Ok((listener, grpc_runtime()?)));
+        .and_then(|listener| Ok((listener, GrpcRuntime::start(grpc_threads)?)));
     let (listener, runtime) = match started {
         Ok(s) => s,
         Err(e) => {
@@ -349,7 +353,7 @@ pub async fn run_servers(
         }
     };
     let wait = shutdown.wait();
-    let server = runtime.spawn(async move {
+    let server = runtime.handle().spawn(async move {
         let grpc = TcpListener::from_std(listener)
             .map_err(|e| AppError::Other(format!("taking the gRPC listener: {e}")))?;
         server::serve(grpc, parts, wait)
@@ -368,8 +372,7 @@ pub async fn run_servers(
         }
     };
     sweeper.abort();
-    // Dropping a runtime inside another one's task would panic: let its threads go.
-    runtime.shutdown_background();
+    runtime.shutdown();
     result
 }
 
@@ -380,14 +383,82 @@ pub const MAIN_THREAD_NAME: &str = "loadstar-main";
 /// The name of the gRPC runtime's threads (`/proc/<pid>/task/*/comm`).
 pub const GRPC_THREAD_NAME: &str = "loadstar-grpc";
 
-/// The runtime gRPC is served on: one worker per CPU (the main runtime has
-/// `--main-threads`, default 1).
-fn grpc_runtime() -> Result<tokio::runtime::Runtime, AppError> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .thread_name(GRPC_THREAD_NAME)
-        .enable_all()
-        .build()
-        .map_err(|e| AppError::Other(format!("starting the gRPC runtime: {e}")))
+/// The settings of [`run_servers`] that come from the command line.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerOptions {
+    /// Who may open the UI.
+    pub ui_access: UiAccessArg,
+    /// The gRPC runtime's threads.
+    pub grpc_threads: GrpcThreads,
+}
+
+/// How many threads serve gRPC (`--grpc-threads`, default 1): 0 is one per CPU.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrpcThreads(pub u16);
+
+/// The runtime gRPC is served on (the main runtime has `--main-threads`, default 1):
+/// tokio's multi-thread scheduler with one worker per CPU or as many as asked, or, for one
+/// thread, the current-thread scheduler driven on a thread of its own until shutdown.
+enum GrpcRuntime {
+    Multi(tokio::runtime::Runtime),
+    Single {
+        handle: tokio::runtime::Handle,
+        stop: tokio::sync::oneshot::Sender<()>,
+    },
+}
+
+impl GrpcRuntime {
+    fn start(threads: GrpcThreads) -> Result<GrpcRuntime, AppError> {
+        let failed = |e: std::io::Error| AppError::Other(format!("starting the gRPC runtime: {e}"));
+        let threads = match threads.0 {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => usize::from(n),
+        };
+        if threads > 1 {
+            return tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .thread_name(GRPC_THREAD_NAME)
+                .enable_all()
+                .build()
+                .map(GrpcRuntime::Multi)
+                .map_err(failed);
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .thread_name(GRPC_THREAD_NAME)
+            .enable_all()
+            .build()
+            .map_err(failed)?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(GRPC_THREAD_NAME.to_string())
+            .spawn(move || {
+                // Tasks spawned on the handle run while this drives the runtime; a dropped
+                // sender (the server gone) stops it as a sent stop does.
+                runtime.block_on(async move {
+                    let _ = stopped.await;
+                });
+                runtime.shutdown_background();
+            })
+            .map_err(failed)?;
+        Ok(GrpcRuntime::Single { handle, stop })
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        match self {
+            GrpcRuntime::Multi(r) => r.handle(),
+            GrpcRuntime::Single { handle, .. } => handle,
+        }
+    }
+
+    /// Lets the runtime's threads go without waiting for them: dropping a runtime inside
+    /// another one's task would panic.
+    fn shutdown(self) {
+        match self {
+            GrpcRuntime::Multi(r) => r.shutdown_background(),
+            GrpcRuntime::Single { stop, .. } => {
+                let _ = stop.send(());
+            }
+        }
+    }
 }

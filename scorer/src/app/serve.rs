@@ -164,7 +164,7 @@ fn in_cluster() -> bool {
 }
 
 /// Runs `serve` until SIGTERM.
-pub async fn run(args: ServeArgs) -> Result<(), AppError> {
+pub async fn run(args: ServeArgs, grpc_threads: crate::app::GrpcThreads) -> Result<(), AppError> {
     let config = crate::app::load_config(args.config.as_deref())?;
     let auth_config = args.auth.config()?;
     let authenticator_config = args.auth.authenticator()?;
@@ -374,7 +374,10 @@ pub async fn run(args: ServeArgs) -> Result<(), AppError> {
         readiness,
         shutdown,
         ready_when,
-        args.ui_access,
+        crate::app::ServerOptions {
+            ui_access: args.ui_access,
+            grpc_threads,
+        },
     )
     .await;
     if let Some(rt) = kube {

@@ -77,7 +77,10 @@ pub struct StandaloneArgs {
 }
 
 /// Runs `standalone` until Ctrl-C (or `--exit-after-seconds`).
-pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
+pub async fn run(
+    args: StandaloneArgs,
+    grpc_threads: crate::app::GrpcThreads,
+) -> Result<(), AppError> {
     let config = load_config(args.config.as_deref())?;
     let store = build_store(&config);
     let profiles = build_profiles(&config, args.config.as_deref())?;
@@ -190,7 +193,10 @@ pub async fn run(args: StandaloneArgs) -> Result<(), AppError> {
         Arc::new(Readiness::default()),
         shutdown,
         None,
-        args.ui_access,
+        crate::app::ServerOptions {
+            ui_access: args.ui_access,
+            grpc_threads,
+        },
     )
     .await
 }
