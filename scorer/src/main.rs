@@ -45,12 +45,14 @@ struct Cli {
     main_threads: u16,
     /// Threads of the gRPC runtime: agent streams, `Score`, `Bind` and the other services.
     /// One, the default, runs tokio's current-thread scheduler on a thread of its own, as
-    /// `--main-threads 1` does; 0 is one worker per CPU the process may run on. With one
-    /// thread no report wakes a second worker: at 5 000 agents, scheduling at 5 000 nodes,
-    /// ingest took 17 % less CPU and the scheduling loop 4 % less than with a worker per
-    /// CPU on two CPUs (bench/README.md, "Scheduler throughput", 2026-11-30 night). More
-    /// threads serve more: when ingest or `Score` callers keep one thread busy (its CPU is
-    /// that of the threads named `loadstar-grpc`), raise it.
+    /// `--main-threads 1` does; 0 is a multi-thread runtime with one worker per CPU the
+    /// process may run on (the setting before this flag). With one thread no report wakes a
+    /// second worker: at 5 000 agents, scheduling at 5 000 nodes on two CPUs, ingest took
+    /// 17 % less CPU and the scheduling loop 4 % less than with a worker per CPU
+    /// (bench/README.md, "Scheduler throughput", 2026-11-30 night). The one thread also runs
+    /// each `Score` call whole (~30 ms over 20 000 nodes on a slow host), reports waiting
+    /// meanwhile: when ingest or `Score` callers keep it busy (its CPU is that of the thread
+    /// named `loadstar-grpc`), raise it.
     #[arg(
         long,
         global = true,

@@ -51,38 +51,27 @@ fn threads(pid: u32, name: &str) -> (usize, u64) {
 async fn grpc_is_served_by_its_own_named_threads() {
     let (scorer, addr) = start(&[], &[]).await;
     let pid = scorer.0.id();
-    let mut client = ScorerClient::connect(format!("http://{addr}"))
-        .await
-        .expect("connect to the scorer");
-    let (grpc, before) = grpc_threads(pid);
-    assert!(
-        grpc >= 1,
-        "no thread named loadstar-grpc in /proc/{pid}/task"
+    assert_eq!(
+        grpc_threads(pid).0,
+        1,
+        "the gRPC runtime has one thread by default"
     );
     assert_eq!(
         threads(pid, "loadstar-main").0,
         1,
         "the main runtime has one thread by default"
     );
-    // A second of calls back to back: serving them is CPU on the gRPC threads.
-    let until = Instant::now() + Duration::from_secs(1);
-    let mut calls = 0u32;
-    while Instant::now() < until {
-        client
-            .list_nodes(pb::ListNodesRequest::default())
-            .await
-            .expect("ListNodes");
-        calls += 1;
-    }
-    let (_, after) = grpc_threads(pid);
+    // A second of calls back to back: serving them is CPU on the gRPC thread.
+    let (before, after, calls) = serve_for(pid, &addr, 1).await;
     assert!(
         after > before,
-        "{calls} calls left the gRPC threads' CPU at {before} ticks"
+        "{calls} calls left the gRPC thread's CPU at {before} ticks"
     );
 }
 
 /// `standalone` on a free port with `extra` arguments and `env` (`LOADSTAR_MAIN_THREADS` and
-/// `LOADSTAR_GRPC_THREADS` only from `env`, never the caller's); returns it and its address once it listens.
+/// `LOADSTAR_GRPC_THREADS` only from `env`, never the caller's); returns it and its address
+/// once it answers.
 async fn start(extra: &[&str], env: &[(&str, &str)]) -> (Scorer, String) {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -103,15 +92,24 @@ async fn start(extra: &[&str], env: &[(&str, &str)]) -> (Scorer, String) {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let scorer = Scorer(cmd.spawn().expect("start loadstar-scorer standalone"));
+    // Served, not only listening: the port is bound before the gRPC runtime starts.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while ScorerClient::connect(format!("http://{addr}"))
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "scorer never listened on {addr}");
+    while !answers(&addr).await {
+        assert!(Instant::now() < deadline, "scorer never answered on {addr}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     (scorer, addr)
+}
+
+/// Whether a `ListNodes` call to `addr` succeeds.
+async fn answers(addr: &str) -> bool {
+    let Ok(mut client) = ScorerClient::connect(format!("http://{addr}")).await else {
+        return false;
+    };
+    client
+        .list_nodes(pb::ListNodesRequest::default())
+        .await
+        .is_ok()
 }
 
 /// Counts the threads named `loadstar-main`: the main runtime's threads, and blocking-pool
@@ -126,13 +124,18 @@ async fn main_threads_come_from_the_flag_or_the_environment() {
     assert_eq!(threads(s.0.id(), "loadstar-main").0, 2);
     drop(s);
     // Zero is refused with a clear error, before anything starts.
+    refused("--main-threads", "0");
+}
+
+/// Runs the scorer with `flag value`, which must be refused with an error naming the flag.
+fn refused(flag: &str, value: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_loadstar-scorer"))
-        .args(["--main-threads", "0", "standalone"])
+        .args([flag, value, "standalone"])
         .output()
         .expect("run loadstar-scorer");
-    assert!(!out.status.success());
+    assert!(!out.status.success(), "{flag} {value} was taken");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--main-threads"), "{err}");
+    assert!(err.contains(flag), "{err}");
 }
 
 /// Calls `ListNodes` back to back for `secs` seconds; the gRPC threads' CPU before and after.
@@ -153,34 +156,20 @@ async fn serve_for(pid: u32, addr: &str, secs: u64) -> (u64, u64, u32) {
     (before, grpc_threads(pid).1, calls)
 }
 
-/// One gRPC thread (the default) is tokio's current-thread scheduler on a thread of its own:
-/// it alone serves the calls. More are a multi-thread runtime's workers; 0 is one per CPU.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// One gRPC thread, the default, is tokio's current-thread scheduler on a thread of its own
+/// (the first test: it alone serves the calls). More are a multi-thread runtime's workers;
+/// 0 is one per CPU.
+#[tokio::test]
 async fn grpc_threads_come_from_the_flag_or_the_environment() {
-    let (s, addr) = start(&["--grpc-threads", "1"], &[]).await;
-    let pid = s.0.id();
-    assert_eq!(grpc_threads(pid).0, 1, "--grpc-threads 1");
-    let (before, after, calls) = serve_for(pid, &addr, 1).await;
-    assert!(
-        after > before,
-        "{calls} calls left the one gRPC thread's CPU at {before} ticks"
-    );
-    drop(s);
-    let (s, _) = start(&[], &[]).await;
-    assert_eq!(grpc_threads(s.0.id()).0, 1, "the default");
-    drop(s);
     let (s, _) = start(&["--grpc-threads", "3"], &[]).await;
     assert_eq!(grpc_threads(s.0.id()).0, 3, "--grpc-threads 3");
     drop(s);
-    let (s, _) = start(&[], &[("LOADSTAR_GRPC_THREADS", "0")]).await;
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert_eq!(grpc_threads(s.0.id()).0, cpus, "LOADSTAR_GRPC_THREADS=0");
+    let (s, _) = start(&[], &[("LOADSTAR_GRPC_THREADS", "2")]).await;
+    assert_eq!(grpc_threads(s.0.id()).0, 2, "LOADSTAR_GRPC_THREADS=2");
     drop(s);
-    let out = Command::new(env!("CARGO_BIN_EXE_loadstar-scorer"))
-        .args(["--grpc-threads", "2000", "standalone"])
-        .output()
-        .expect("run loadstar-scorer");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--grpc-threads"), "{err}");
+    let (s, _) = start(&["--grpc-threads", "0"], &[]).await;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(grpc_threads(s.0.id()).0, cpus, "--grpc-threads 0");
+    drop(s);
+    refused("--grpc-threads", "2000");
 }

@@ -51,6 +51,13 @@ pub enum AppError {
     /// The gRPC server failed.
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    /// The gRPC runtime or its thread could not start.
+    #[error("starting the gRPC runtime: {source}")]
+    GrpcRuntime {
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
     /// Another failure, with context.
     #[error("{0}")]
     Other(String),
@@ -340,7 +347,7 @@ pub async fn run_servers(
     // thousands of agent streams cannot take the scheduler's worker threads, and the CPU of
     // ingest is that of the threads named `GRPC_THREAD_NAME` (the throughput bench reads it).
     // The runtime is built last before use: one dropped inside this async function would
-    // panic (it is let go with `shutdown_background` below).
+    // panic (it is let go with `GrpcRuntime::shutdown` below).
     let started = grpc
         .into_std()
         .map_err(|e| AppError::Other(format!("handing the gRPC listener over: {e}")))
@@ -392,8 +399,10 @@ pub struct ServerOptions {
     pub grpc_threads: GrpcThreads,
 }
 
-/// How many threads serve gRPC (`--grpc-threads`, default 1): 0 is one per CPU.
-#[derive(Debug, Clone, Copy, Default)]
+/// How many threads serve gRPC (`--grpc-threads`, whose default is 1): 0 is a
+/// multi-thread runtime with one worker per CPU, as before that flag (a single worker on
+/// one CPU), 1 the current-thread scheduler.
+#[derive(Debug, Clone, Copy)]
 pub struct GrpcThreads(pub u16);
 
 /// The runtime gRPC is served on (the main runtime has `--main-threads`, default 1):
@@ -409,30 +418,40 @@ enum GrpcRuntime {
 
 impl GrpcRuntime {
     fn start(threads: GrpcThreads) -> Result<GrpcRuntime, AppError> {
-        let failed = |e: std::io::Error| AppError::Other(format!("starting the gRPC runtime: {e}"));
-        let threads = match threads.0 {
+        let workers = match threads.0 {
+            1 => return GrpcRuntime::single(),
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => usize::from(n),
         };
-        if threads > 1 {
-            return tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(threads)
-                .thread_name(GRPC_THREAD_NAME)
-                .enable_all()
-                .build()
-                .map(GrpcRuntime::Multi)
-                .map_err(failed);
-        }
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
             .thread_name(GRPC_THREAD_NAME)
             .enable_all()
             .build()
-            .map_err(failed)?;
-        let handle = runtime.handle().clone();
+            .map(GrpcRuntime::Multi)
+            .map_err(|source| AppError::GrpcRuntime { source })
+    }
+
+    /// The current-thread runtime, built and driven on its thread (so that no failure
+    /// leaves it to be dropped in the caller's async context), its handle sent back.
+    fn single() -> Result<GrpcRuntime, AppError> {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (built, handle) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name(GRPC_THREAD_NAME.to_string())
             .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .thread_name(GRPC_THREAD_NAME)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = built.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = built.send(Ok(runtime.handle().clone()));
                 // Tasks spawned on the handle run while this drives the runtime; a dropped
                 // sender (the server gone) stops it as a sent stop does.
                 runtime.block_on(async move {
@@ -440,7 +459,12 @@ impl GrpcRuntime {
                 });
                 runtime.shutdown_background();
             })
-            .map_err(failed)?;
+            .map_err(|source| AppError::GrpcRuntime { source })?;
+        // The thread answers as soon as the runtime is built (a few microseconds, once).
+        let handle = handle
+            .recv()
+            .map_err(|_| AppError::Other("the gRPC runtime's thread ended at start".into()))?
+            .map_err(|source| AppError::GrpcRuntime { source })?;
         Ok(GrpcRuntime::Single { handle, stop })
     }
 
