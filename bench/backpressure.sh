@@ -11,7 +11,8 @@
 #!              the scorer pacing them on `--ingest-cpu-budget BUDGET` (default 0.4 core).
 #! Prints each phase's Score latency, the reports the scorer accepted, its CPU (as the
 #! load generator measures it) and the largest interval it asked for. Needs root (cgroup) and 2 CPUs.
-#! Usage: bench/backpressure.sh [AGENTS]   (env: QUOTA, BUDGET, DURATION, PROBE, SKIP_BUILD)
+#! Usage: bench/backpressure.sh [AGENTS]   (env: QUOTA, BUDGET, DURATION, PROBE, SKIP_BUILD,
+#!        PHASES: which phases to run, default "quiet unpaced paced")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AGENTS=${1:-20000}
@@ -69,6 +70,13 @@ phase() {  # name, scorer flags, loadgen flags
 }
 
 echo "== $AGENTS agents; scorer on CPU 0 with a ${QUOTA}-core quota; budget $BUDGET"
-phase quiet "" "--interval 30"
-phase unpaced "" ""
-phase paced "--ingest-cpu-budget $BUDGET --max-desired-interval-seconds 30" "--follow-pace"
+for p in ${PHASES:-quiet unpaced paced}; do  # checked before any phase runs
+  case $p in quiet|unpaced|paced) ;; *) echo "unknown phase $p (quiet, unpaced, paced)" >&2; exit 2 ;; esac
+done
+for p in ${PHASES:-quiet unpaced paced}; do
+  case $p in
+    quiet) phase quiet "" "--interval 30" ;;
+    unpaced) phase unpaced "" "" ;;
+    paced) phase paced "--ingest-cpu-budget $BUDGET --max-desired-interval-seconds 30" "--follow-pace" ;;
+  esac
+done

@@ -4,6 +4,7 @@
 pub mod backoff;
 pub mod exposition;
 pub mod model;
+pub mod pace;
 pub mod procstat;
 pub mod quantity;
 pub mod rate;

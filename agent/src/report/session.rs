@@ -4,8 +4,10 @@
 //! bearer token is sent when a stream opens; when the kubelet rotates the token file, the
 //! stream is reopened at once with the new token (the scorer ends streams whose token
 //! expired). When the scorer's acks ask for a report interval (`desired_interval_seconds`,
-//! raised by a loaded scorer), the stream sends its latest report at most that often (up to
-//! [`MAX_PACED_INTERVAL`]) and says so in `report_interval_seconds`; sampling is untouched.
+//! raised by a loaded scorer), the stream sends its latest report that often (up to
+//! [`MAX_PACED_INTERVAL`]), on a grid of the interval at its node's own phase so that agents
+//! told together do not report together (`loadstar_common::pace`), and says so in
+//! `report_interval_seconds`; sampling is untouched.
 //! Each report lets the scorer's acks of accepted reports be up to the configured
 //! `ack_interval` apart (`ack_interval_seconds`); an ack stands for every report up to its
 //! sequence that no ack of its own rejected, and after a reconnect the latest report goes
@@ -28,6 +30,7 @@ use super::shared::{ReportReceiver, Shared, closed};
 use super::target::ScorerTarget;
 use super::throttle::Throttle;
 use loadstar_common::backoff::Backoff;
+use loadstar_common::pace;
 
 /// HTTP/2 keepalive ping interval: detects a scorer that vanished without closing.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
@@ -47,12 +50,14 @@ fn paced_interval(pace: &AtomicU64) -> Option<Duration> {
     (s.is_finite() && s > 0.0).then(|| Duration::from_secs_f64(s).min(MAX_PACED_INTERVAL))
 }
 
-/// The reports to send on one stream: the latest one at once, then each new one — no sooner
-/// than the paced interval after the previous send — skipping those the scorer acknowledged
-/// already (after a reconnect). Each report states the interval in force when it is sent;
-/// the next one comes within the interval it stated, even if the scorer asked for a longer
-/// one meanwhile (the scorer judges staleness by what the last report said). The stream ends
-/// as soon as the report channel closes, also while waiting out a pace.
+/// The reports to send on one stream: the latest one at once, then each new one — while
+/// paced, at the next point of the node's grid of the interval (`pace::next_send_delay`,
+/// the grid starting with the stream) — skipping those the scorer acknowledged already
+/// (after a reconnect). Each report states the interval in force when it is sent; the next
+/// one comes within the interval it stated, even if the scorer asked for a longer one
+/// meanwhile (the scorer judges staleness by what the last report said). Only the first send
+/// after the interval changes can come sooner than the interval, moving onto the new grid.
+/// The stream ends as soon as the report channel closes, also while waiting out a pace.
 fn outbound(
     reports: ReportReceiver,
     acked: Arc<AtomicU64>,
@@ -67,6 +72,7 @@ fn outbound(
         bool,
     );
     let init: State = (reports, None, true);
+    let origin = tokio::time::Instant::now();
     futures::stream::unfold(init, move |(mut rx, last, first)| {
         let (acked, pace, sent) = (acked.clone(), pace.clone(), on_send.clone());
         async move {
@@ -77,13 +83,19 @@ fn outbound(
                     if rx.changed().await.is_err() {
                         return None;
                     }
-                    // …sent no sooner than the pace and no later than the last promise.
+                    // …sent at the node's grid point of the pace, no later than the last
+                    // promise (sooner than the pace only when moving onto a new grid).
                     while let Some((at, stated)) = last {
                         let Some(every) = paced_interval(&pace) else {
                             break;
                         };
+                        let phase = rx
+                            .borrow()
+                            .as_ref()
+                            .map_or(0.0, |r| pace::phase_of(&r.node_name));
+                        let wait = pace::next_send_delay(at - origin, stated, every, phase);
                         tokio::select! {
-                            () = tokio::time::sleep_until(at + every.min(stated)) => break,
+                            () = tokio::time::sleep_until(at + wait) => break,
                             r = rx.changed() => if r.is_err() { return None },
                         }
                     }
@@ -424,10 +436,13 @@ mod tests {
         assert_eq!(unpaced.len(), 10, "every sample while unpaced: {seen:?}");
         assert!(unpaced.iter().all(|s| s.1 == 0.0), "{seen:?}");
         let paced: Vec<_> = seen.iter().filter(|s| s.2 > 10).collect();
-        for w in paced.windows(2) {
-            assert!(w[1].2 - w[0].2 >= 5, "sent sooner than the pace: {seen:?}");
+        // The first paced send moves onto the node's grid, within the 5 s; then every 5 s.
+        for (i, w) in paced.windows(2).enumerate() {
+            let gap = w[1].2 - w[0].2;
+            assert!(gap <= 5, "promise broken: {seen:?}");
+            assert!(i == 0 || gap == 5, "off the pace: {seen:?}");
         }
-        assert!((5..=7).contains(&paced.len()), "{seen:?}");
+        assert!((5..=8).contains(&paced.len()), "{seen:?}");
         assert!(paced.iter().all(|s| s.1 == 5.0), "{seen:?}");
         // Each paced send carries the latest sample, not a stale one.
         assert!(paced.iter().all(|s| s.0 >= s.2), "{seen:?}");
@@ -471,19 +486,38 @@ mod tests {
         let t2 = start.elapsed().as_secs_f64();
         assert!(t2 <= 5.0 + 1e-6, "promise broken: {t2}");
         assert_eq!(second.report_interval_seconds, 30.0);
+        // Then on the node's 30 s grid (its phase of its name; the grid starts with the
+        // stream): within 30 s of the second.
+        // (Tokio's timer rounds up to the millisecond.)
+        let on_grid = |t: f64| {
+            let off = (t - 30.0 * pace::phase_of("")).rem_euclid(30.0);
+            !(2e-3..=30.0 - 2e-3).contains(&off)
+        };
         let third = stream.next().await.expect("third");
         let t3 = start.elapsed().as_secs_f64();
-        assert!((t3 - t2 - 30.0).abs() <= 1.0, "{t2} {t3}");
+        assert!(t3 > t2 && t3 - t2 <= 30.0 + 1e-6, "{t2} {t3}");
+        assert!(
+            on_grid(t3),
+            "{t3} off the grid ({t2}, phase {})",
+            pace::phase_of("")
+        );
         assert!(third.sequence > second.sequence);
-        // The sampler stops at 99 s, mid-wait (the next send would be at about 125 s): the
-        // stream ends then.
-        let mut sends = 0;
+        // The sampler stops at 99 s, mid-wait: the stream ends then, after the sends on the
+        // grid every 30 s before it.
+        let mut sends = Vec::new();
         while stream.next().await.is_some() {
-            sends += 1;
+            sends.push(start.elapsed().as_secs_f64());
         }
         let t_end = start.elapsed().as_secs_f64();
         assert!((99.0..100.0).contains(&t_end), "ended at {t_end}");
-        assert_eq!(sends, 2, "at about 65 s and 95 s");
+        let expected: Vec<f64> = (1..)
+            .map(|k| t3 + 30.0 * f64::from(k))
+            .take_while(|t| *t < 99.0)
+            .collect();
+        assert_eq!(sends.len(), expected.len(), "{sends:?} {expected:?}");
+        for (s, e) in sends.iter().zip(&expected) {
+            assert!((s - e).abs() < 2e-3, "{sends:?} {expected:?}");
+        }
         sampler.await.expect("sampler");
     }
 

@@ -7,9 +7,11 @@
 //! overloaded for tens of seconds), but halves only after two intervals (at least
 //! `calm_observations`) of calm: agents adopt a new interval with their next report, and a
 //! pacer judging the agents' old pace would swing between the extremes. Agents keep the
-//! interval their last report stated, so a fast rise never makes a node stale. Agents keep sampling at their own interval and
-//! send their latest report at most this often, so the scorer's ingest cost falls in
-//! proportion while every node stays fresh by its (longer) report interval.
+//! interval their last report stated, so a fast rise never makes a node stale. Agents keep
+//! sampling at their own interval and send their latest report this often, each at its own
+//! phase of it (`loadstar_common::pace`: told together, they do not report together), so the
+//! scorer's ingest cost falls in proportion, without bursts, while every node stays fresh by
+//! its (longer) report interval.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 

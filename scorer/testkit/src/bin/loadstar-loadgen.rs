@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Parser;
+use loadstar_common::pace;
 use loadstar_proto::pb;
 use loadstar_proto::pb::ingest_client::IngestClient;
 use loadstar_proto::pb::scorer_client::ScorerClient;
@@ -51,8 +52,9 @@ struct Args {
     /// Node name prefix.
     #[arg(long, default_value = "sim")]
     prefix: String,
-    /// Follow the report interval the scorer asks for in its acks, as real agents do
-    /// (default: report every --interval regardless).
+    /// Follow the report interval the scorer asks for in its acks, as real agents do, on
+    /// each node's grid of it (`loadstar_common::pace`; default: report every --interval
+    /// regardless).
     #[arg(long)]
     follow_pace: bool,
     /// `ack_interval_seconds` in every report: how far apart the scorer's acks of accepted
@@ -112,12 +114,15 @@ async fn main() -> anyhow::Result<()> {
     let measuring = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let interval = Duration::from_secs_f64(args.interval.max(0.01));
     let instance = format!("loadgen-{}", std::process::id());
+    // The paced agents' grids start here, as an agent's starts with its stream.
+    let origin = tokio::time::Instant::now();
     for i in 0..args.agents {
         let channel: Channel = channels[i % channels.len()].clone();
         let counters = counters.clone();
         let lat = ack_latencies.clone();
         let measuring = measuring.clone();
         let node = format!("{}-{i:05}", args.prefix);
+        let grid_phase = pace::phase_of(&node);
         let instance = instance.clone();
         let follow_pace = args.follow_pace;
         let ack_interval = args.ack_interval;
@@ -183,6 +188,8 @@ async fn main() -> anyhow::Result<()> {
             tokio::time::sleep(offset).await;
             let mut seq = 0u64;
             let mut next = tokio::time::Instant::now();
+            // While paced: the last send and the interval it stated.
+            let mut last: Option<(tokio::time::Instant, Duration)> = None;
             loop {
                 tokio::time::sleep_until(next).await;
                 let scheduled = next;
@@ -192,8 +199,19 @@ async fn main() -> anyhow::Result<()> {
                 } else {
                     interval
                 };
+                // As the agent does: each tick (its sample), a paced agent sends only once its
+                // node's grid point within the last promise has come.
+                if let Some((at, stated)) = last.filter(|_| every > interval) {
+                    let due = at + pace::next_send_delay(at - origin, stated, every, grid_phase);
+                    let now = tokio::time::Instant::now();
+                    if due > now {
+                        next = due.min(now + interval);
+                        continue;
+                    }
+                }
                 // Missed ticks are skipped, not sent in a burst.
-                next = (next + every).max(tokio::time::Instant::now());
+                next = (next + interval).max(tokio::time::Instant::now());
+                last = (every > interval).then(|| (tokio::time::Instant::now(), every));
                 seq += 1;
                 let phase = (seq as f64 / 30.0 + i as f64).sin() * 0.1;
                 let load = SyntheticLoad {

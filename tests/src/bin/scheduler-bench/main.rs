@@ -113,7 +113,8 @@ enum Cmd {
     },
     /// Calls `Score` (a described 100m/64Mi pod, the default profile; `--kubeconfig` unused)
     /// for `seconds` against `scorer`, `pause_ms` apart, on one connection; prints calls,
-    /// errors and p50/p99/max latency as JSON. No Kubernetes connection needed.
+    /// errors, p50/p99/max latency and the five slowest calls (seconds into the probe,
+    /// milliseconds) as JSON. No Kubernetes connection needed.
     ScoreLatency {
         #[arg(long)]
         scorer: String,
@@ -595,22 +596,31 @@ async fn score_latency(scorer: &str, phase: Duration, pause: Duration) -> Result
         limit: 5,
         ..Default::default()
     };
-    let end = Instant::now() + phase;
-    let (mut ms, mut errors) = (Vec::new(), 0u64);
+    let start = Instant::now();
+    let end = start + phase;
+    // (seconds into the probe, milliseconds) of every answered call.
+    let (mut calls, mut errors) = (Vec::new(), 0u64);
     while Instant::now() < end {
         let t = Instant::now();
         match client.score(request.clone()).await {
-            Ok(_) => ms.push(t.elapsed().as_secs_f64() * 1e3),
+            Ok(_) => calls.push(((t - start).as_secs_f64(), t.elapsed().as_secs_f64() * 1e3)),
             Err(_) => errors += 1,
         }
         tokio::time::sleep(pause).await;
     }
-    ms.sort_by(f64::total_cmp);
+    calls.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let slowest: Vec<_> = calls
+        .iter()
+        .take(5)
+        .map(|(at, ms)| json!([(at * 10.0).round() / 10.0, (ms * 10.0).round() / 10.0]))
+        .collect();
+    // Slowest first above: reversed, the latencies in ascending order.
+    let ms: Vec<f64> = calls.iter().rev().map(|c| c.1).collect();
     println!(
         "{}",
         json!({"calls": ms.len(), "errors": errors,
                "p50_ms": percentile(&ms, 0.5), "p99_ms": percentile(&ms, 0.99),
-               "max_ms": ms.last().copied().unwrap_or(f64::NAN)})
+               "max_ms": ms.last().copied().unwrap_or(f64::NAN), "slowest": slowest})
     );
     Ok(())
 }
