@@ -49,10 +49,10 @@ struct Cli {
     /// process may run on (the setting before this flag). With one thread no report wakes a
     /// second worker: at 5 000 agents, scheduling at 5 000 nodes on two CPUs, ingest took
     /// 17 % less CPU and the scheduling loop 4 % less than with a worker per CPU
-    /// (bench/README.md, "Scheduler throughput", 2026-11-30 night). The one thread also runs
-    /// each `Score` call whole (~30 ms over 20 000 nodes on a slow host), reports waiting
-    /// meanwhile: when ingest or `Score` callers keep it busy (its CPU is that of the thread
-    /// named `loadstar-grpc`), raise it.
+    /// (bench/README.md, "Scheduler throughput", 2026-11-30 night). `Score` evaluations run
+    /// beside it, one per CPU but one at a time, on blocking threads (`loadstar-pool`), so a call
+    /// over 20 000 nodes (~30 ms) does not hold reports up. When ingest keeps the one thread
+    /// busy (its CPU is that of the thread named `loadstar-grpc`), raise it.
     #[arg(
         long,
         global = true,

@@ -69,6 +69,32 @@ async fn grpc_is_served_by_its_own_named_threads() {
     );
 }
 
+/// `Score` evaluates on the one-thread runtime's blocking threads (`loadstar-pool`), not on
+/// the serving thread: none exist before the first call, one answers it.
+#[tokio::test]
+async fn score_evaluates_beside_the_grpc_thread() {
+    let (scorer, addr) = start(&[], &[]).await;
+    let pid = scorer.0.id();
+    assert_eq!(threads(pid, "loadstar-pool").0, 0, "no evaluation yet");
+    let mut client = ScorerClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect to the scorer");
+    let request = pb::ScoreRequest {
+        pod: Some(pb::score_request::Pod::Description(pb::PodDescription {
+            name: "probe".into(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let answer = client.score(request).await.expect("Score").into_inner();
+    assert!(!answer.ranked.is_empty(), "the standalone node ranks");
+    assert!(
+        threads(pid, "loadstar-pool").0 >= 1,
+        "the evaluation ran on a blocking thread"
+    );
+    assert_eq!(grpc_threads(pid).0, 1, "still one serving thread");
+}
+
 /// `standalone` on a free port with `extra` arguments and `env` (`LOADSTAR_MAIN_THREADS` and
 /// `LOADSTAR_GRPC_THREADS` only from `env`, never the caller's); returns it and its address
 /// once it answers.

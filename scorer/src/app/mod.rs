@@ -389,6 +389,8 @@ pub const MAIN_THREAD_NAME: &str = "loadstar-main";
 
 /// The name of the gRPC runtime's threads (`/proc/<pid>/task/*/comm`).
 pub const GRPC_THREAD_NAME: &str = "loadstar-grpc";
+/// The name of the one-thread gRPC runtime's blocking threads, where `Score` evaluations run.
+pub const POOL_THREAD_NAME: &str = "loadstar-pool";
 
 /// The settings of [`run_servers`] that come from the command line.
 #[derive(Debug, Clone, Copy)]
@@ -440,8 +442,11 @@ impl GrpcRuntime {
         std::thread::Builder::new()
             .name(GRPC_THREAD_NAME.to_string())
             .spawn(move || {
+                // The runtime's own threads are its blocking pool's: `Score` evaluations
+                // (`ScorerService::off_thread`), named apart so that `loadstar-grpc` stays
+                // the serving and ingest alone.
                 let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .thread_name(GRPC_THREAD_NAME)
+                    .thread_name(POOL_THREAD_NAME)
                     .enable_all()
                     .build()
                 {
