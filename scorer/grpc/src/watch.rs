@@ -166,6 +166,10 @@ impl WatchHub {
         })
     }
 
+    /// How many nodes the sweep after the hub fell behind the store publishes between
+    /// yields to the runtime (about a millisecond's work).
+    const SWEEP_SLICE: usize = 64;
+
     /// Starts the task that reads the store's changes, unless one is reading; `watchers`
     /// is the hub's locked state. Called when a watcher registers, before it reads its
     /// snapshot: the subscription comes first, so no change between the two is missed.
@@ -195,9 +199,15 @@ impl WatchHub {
                 match change {
                     Ok(change) => hub.publish(&watchers, change.kind, &change.node),
                     // The hub itself fell behind the store: every node may have changed.
+                    // A slice at a time: over 20 000 nodes the sweep takes hundreds of
+                    // milliseconds, which on the gRPC runtime's one thread (the default)
+                    // would hold every report and call behind it.
                     Err(RecvError::Lagged(_)) => {
-                        for name in hub.store.node_names() {
-                            hub.publish(&watchers, ChangeKind::Updated, &name);
+                        for (i, name) in hub.store.node_names().iter().enumerate() {
+                            if i > 0 && i % Self::SWEEP_SLICE == 0 {
+                                tokio::task::yield_now().await;
+                            }
+                            hub.publish(&watchers, ChangeKind::Updated, name);
                         }
                     }
                     // Not while the hub lives: it holds the store, the sender's owner.
@@ -586,6 +596,75 @@ mod tests {
         assert_eq!(hub.stats().watchers, 0);
         assert_eq!(metrics.watchers.get(), 0);
         assert_eq!(metrics.watch_queued_bytes.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_sweep_after_the_hub_fell_behind_yields_to_other_tasks() {
+        const NODES: usize = 3_000;
+        let store = Arc::new(NodeStore::new(StoreConfig::default()));
+        for n in 0..NODES {
+            store
+                .apply_report(report(&format!("node-{n:04}")), Instant::now())
+                .expect("stored");
+        }
+        let limits = WatchLimits {
+            max_queued_bytes: 1 << 30,
+            ..WatchLimits::default()
+        };
+        let hub = WatchHub::start(store.clone(), Metrics::new(), limits);
+        let _watcher = hub.watch(Vec::new(), "t").expect("a watcher of every node");
+        // More changes than the store's channel holds, before the hub's reader runs (this
+        // runtime has one thread and the test has not yielded): its first read is `Lagged`.
+        let changes = 5_000;
+        for c in 0..changes {
+            let r = simagent::report(
+                &format!("node-{:04}", c % NODES),
+                "i",
+                2 + (c / NODES) as u64,
+                &simagent::capacity(8, 32),
+                SyntheticLoad::default(),
+            );
+            store.apply_report(r, Instant::now()).expect("stored");
+        }
+        let queued = {
+            let hub = hub.clone();
+            move || -> usize {
+                hub.lock()
+                    .by_id
+                    .values()
+                    .map(|w| w.lock().events.len())
+                    .sum()
+            }
+        };
+        assert_eq!(queued(), 0, "the reader has not run yet");
+        // Another task on the same thread, watching the watcher's queue grow: it runs only
+        // when the reader yields.
+        let seen = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for _ in 0..100_000 {
+                let n = queued();
+                if seen.last() != Some(&n) {
+                    seen.push(n);
+                }
+                // The sweep (every node) and the 4 096 changes the channel kept.
+                if n >= NODES + 4_096 {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            seen
+        })
+        .await
+        .expect("observer");
+        assert!(
+            seen.last().is_some_and(|&n| n >= NODES + 4_096),
+            "the reader caught up: {seen:?}"
+        );
+        let during_sweep = seen.iter().filter(|&&n| n > 0 && n < NODES).count();
+        assert!(
+            during_sweep >= NODES / WatchHub::SWEEP_SLICE / 2,
+            "other tasks ran {during_sweep} times during the sweep: {seen:?}"
+        );
     }
 
     /// The next event of `stream`, bounded in time.

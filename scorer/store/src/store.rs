@@ -2,8 +2,9 @@
 //! the requests placed on it. Writers (one per agent stream, the Kubernetes reflector, the
 //! scheduler) lock one of 16 shards briefly to swap an `Arc`; readers that score take a
 //! published [`ClusterSnapshot`] (rebuilt by cloning `Arc`s when the store changed and the
-//! cached one is older than `snapshot_max_age`), and the scheduler builds its own
-//! ([`NodeStore::snapshot_owned`]), so scoring never waits on ingest.
+//! cached one is older than `snapshot_max_age`, once for all the readers that ask together),
+//! and the scheduler builds its own ([`NodeStore::snapshot_owned`]), so scoring never waits
+//! on ingest.
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -166,6 +167,10 @@ pub struct NodeStore {
     shards: Vec<RwLock<HashMap<Arc<str>, NodeEntry>>>,
     generation: AtomicU64,
     cache: Mutex<Option<(Instant, Arc<ClusterSnapshot>)>>,
+    /// Held while [`NodeStore::snapshot`] builds: readers that find the published snapshot
+    /// stale together wait for one build and share it, instead of each copying every
+    /// node's view (single flight).
+    building: Mutex<()>,
     events: broadcast::Sender<NodeChange>,
     config: StoreConfig,
     /// The cluster's namespaces and their labels, once a Namespace watch has listed them.
@@ -214,6 +219,7 @@ impl NodeStore {
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             generation: AtomicU64::new(1),
             cache: Mutex::new(None),
+            building: Mutex::new(()),
             events: broadcast::channel(4096).0,
             config,
             namespaces: RwLock::new(None),
@@ -673,14 +679,28 @@ impl NodeStore {
     }
 
     /// The published snapshot: the cached one if the store has not changed or it is younger
-    /// than `snapshot_max_age`, else a new one.
+    /// than `snapshot_max_age`, else a new one, built once for all the readers that ask
+    /// while it is built.
     pub fn snapshot(&self) -> Arc<ClusterSnapshot> {
-        if let Some((at, snap)) = self.cached()
-            && (snap.generation == self.generation() || at.elapsed() < self.config.snapshot_max_age)
-        {
+        if let Some(snap) = self.current() {
+            return snap;
+        }
+        // Concurrent `Score` calls (one per evaluation permit), the web view and the
+        // extender all land here when ingest has changed the store: the first builds, the
+        // rest wait for it (no longer than their own build would take) and find it current.
+        let _building = self.building.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(snap) = self.current() {
             return snap;
         }
         self.snapshot_now()
+    }
+
+    /// The cached snapshot if it is still current: the store has not changed since, or it is
+    /// younger than `snapshot_max_age`.
+    fn current(&self) -> Option<Arc<ClusterSnapshot>> {
+        let (at, snap) = self.cached()?;
+        (snap.generation == self.generation() || at.elapsed() < self.config.snapshot_max_age)
+            .then_some(snap)
     }
 
     /// Status of one node for the gRPC API.
@@ -1233,6 +1253,51 @@ mod tests {
         let c = store.snapshot();
         assert!(!Arc::ptr_eq(&a, &c));
         assert_eq!(c.nodes().len(), 1);
+    }
+
+    #[test]
+    fn readers_that_find_the_snapshot_stale_together_share_one_build() {
+        let store = Arc::new(NodeStore::new(StoreConfig {
+            snapshot_max_age: Duration::ZERO,
+            ..Default::default()
+        }));
+        let now = Instant::now();
+        // Enough nodes that a build takes a while: readers arrive while it runs.
+        for i in 0..5_000 {
+            store
+                .apply_report(report(&format!("n{i}"), 1, 0.1, 0.1), now)
+                .expect("ok");
+        }
+        for round in 0..5 {
+            store
+                .apply_report(report("n0", 2 + round, 0.2, 0.1), now)
+                .expect("ok");
+            let start = Arc::new(std::sync::Barrier::new(8));
+            let readers: Vec<_> = (0..8)
+                .map(|_| {
+                    let (store, start) = (store.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        store.snapshot()
+                    })
+                })
+                .collect();
+            let snaps: Vec<_> = readers
+                .into_iter()
+                .map(|r| r.join().expect("reader"))
+                .collect();
+            // Nothing changed while they read: one build, one snapshot for all eight.
+            assert!(
+                snaps.iter().all(|s| Arc::ptr_eq(s, &snaps[0])),
+                "round {round}: the readers built {} snapshots",
+                snaps
+                    .iter()
+                    .map(|s| Arc::as_ptr(s) as usize)
+                    .collect::<std::collections::HashSet<_>>()
+                    .len()
+            );
+            assert_eq!(snaps[0].generation, store.generation());
+        }
     }
 
     #[test]
