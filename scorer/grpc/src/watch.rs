@@ -615,7 +615,7 @@ mod tests {
         let _watcher = hub.watch(Vec::new(), "t").expect("a watcher of every node");
         // More changes than the store's channel holds, before the hub's reader runs (this
         // runtime has one thread and the test has not yielded): its first read is `Lagged`.
-        let changes = 5_000;
+        let changes = loadstar_store::CHANGES_BUFFERED + 1_000;
         for c in 0..changes {
             let r = simagent::report(
                 &format!("node-{:04}", c % NODES),
@@ -646,8 +646,8 @@ mod tests {
                 if seen.last() != Some(&n) {
                     seen.push(n);
                 }
-                // The sweep (every node) and the 4 096 changes the channel kept.
-                if n >= NODES + 4_096 {
+                // The sweep (every node) and the changes the store's channel kept.
+                if n >= NODES + loadstar_store::CHANGES_BUFFERED {
                     break;
                 }
                 tokio::task::yield_now().await;
@@ -657,7 +657,8 @@ mod tests {
         .await
         .expect("observer");
         assert!(
-            seen.last().is_some_and(|&n| n >= NODES + 4_096),
+            seen.last()
+                .is_some_and(|&n| n >= NODES + loadstar_store::CHANGES_BUFFERED),
             "the reader caught up: {seen:?}"
         );
         let during_sweep = seen.iter().filter(|&&n| n > 0 && n < NODES).count();

@@ -162,6 +162,10 @@ impl StreamId {
     }
 }
 
+/// How many node changes the store buffers for a subscriber ([`NodeStore::subscribe`]); one
+/// that falls further behind is told it lagged and must resync.
+pub const CHANGES_BUFFERED: usize = 4096;
+
 /// The live node store. Cheap to share: wrap in an `Arc`.
 pub struct NodeStore {
     shards: Vec<RwLock<HashMap<Arc<str>, NodeEntry>>>,
@@ -212,6 +216,23 @@ fn decode_report(node: &str, bytes: &[u8]) -> Option<pb::NodeReport> {
     }
 }
 
+/// Whether a reader may take the published snapshot `snap`, built `age` ago, with the store
+/// at `generation`: when nothing changed since, when it is younger than `max_age`, or, for a
+/// reader that found the cache stale (`stale`: what it held then, if anything) and waited
+/// for the build in progress, when it is not the snapshot that reader found stale (another
+/// reader's build, finished while it waited). Pure: the single-flight rule, tested apart.
+fn reuse(
+    snap: &Arc<ClusterSnapshot>,
+    age: Duration,
+    generation: u64,
+    max_age: Duration,
+    stale: Option<Option<&Arc<ClusterSnapshot>>>,
+) -> bool {
+    snap.generation == generation
+        || age < max_age
+        || stale.is_some_and(|found| found.is_none_or(|found| !Arc::ptr_eq(found, snap)))
+}
+
 impl NodeStore {
     /// An empty store.
     pub fn new(config: StoreConfig) -> NodeStore {
@@ -220,7 +241,7 @@ impl NodeStore {
             generation: AtomicU64::new(1),
             cache: Mutex::new(None),
             building: Mutex::new(()),
-            events: broadcast::channel(4096).0,
+            events: broadcast::channel(CHANGES_BUFFERED).0,
             config,
             namespaces: RwLock::new(None),
             images: Mutex::default(),
@@ -680,29 +701,41 @@ impl NodeStore {
 
     /// The published snapshot: the cached one if the store has not changed or it is younger
     /// than `snapshot_max_age`, else a new one, built once for all the readers that ask
-    /// while it is built.
+    /// while it is built: a reader that waited for another's build takes it, however much
+    /// changed meanwhile, so a snapshot read here is at most `snapshot_max_age` plus one
+    /// build old.
     pub fn snapshot(&self) -> Arc<ClusterSnapshot> {
-        if let Some(snap) = self.current() {
+        let seen = self.cached();
+        if let Some(snap) = self.reusable(seen.clone(), None) {
             return snap;
         }
         // Concurrent `Score` calls (one per evaluation permit), the web view and the
         // extender all land here when ingest has changed the store: the first builds, the
-        // rest wait for it (no longer than their own build would take) and find it current.
+        // rest wait for it and take what it built.
         let _building = self.building.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(snap) = self.current() {
+        let stale = seen.map(|(_, snap)| snap);
+        if let Some(snap) = self.reusable(self.cached(), Some(stale.as_ref())) {
             return snap;
         }
         self.snapshot_now()
     }
 
-    /// The cached snapshot if it is still current: the store has not changed since, or it is
-    /// younger than `snapshot_max_age`.
-    fn current(&self) -> Option<Arc<ClusterSnapshot>> {
-        let (at, snap) = self.cached()?;
-        (snap.generation == self.generation() || at.elapsed() < self.config.snapshot_max_age)
-            .then_some(snap)
+    /// What [`NodeStore::snapshot`] may answer with `cached` instead of building.
+    fn reusable(
+        &self,
+        cached: Option<(Instant, Arc<ClusterSnapshot>)>,
+        stale: Option<Option<&Arc<ClusterSnapshot>>>,
+    ) -> Option<Arc<ClusterSnapshot>> {
+        let (at, snap) = cached?;
+        reuse(
+            &snap,
+            at.elapsed(),
+            self.generation(),
+            self.config.snapshot_max_age,
+            stale,
+        )
+        .then_some(snap)
     }
-
     /// Status of one node for the gRPC API.
     pub fn node_status(&self, name: &str) -> Option<pb::NodeStatus> {
         let shard = lock_read(self.shard(name));
@@ -1298,6 +1331,28 @@ mod tests {
             );
             assert_eq!(snaps[0].generation, store.generation());
         }
+    }
+
+    #[test]
+    fn a_reader_that_waited_takes_the_build_it_waited_for() {
+        let snap = |generation| Arc::new(ClusterSnapshot::new(Vec::new(), generation));
+        let (old, built) = (snap(1), snap(2));
+        let (young, aged, max_age) = (
+            Duration::from_millis(1),
+            Duration::from_secs(1),
+            Duration::from_millis(50),
+        );
+        // First look: current when unchanged or young, else built.
+        assert!(reuse(&built, aged, 2, max_age, None));
+        assert!(reuse(&built, young, 9, max_age, None));
+        assert!(!reuse(&built, aged, 9, max_age, None));
+        // After waiting: another's build is taken, however old and whatever changed since
+        // (ingest changes the store many times a build at scale)...
+        assert!(reuse(&built, aged, 9, max_age, Some(Some(&old))));
+        assert!(reuse(&built, aged, 9, Duration::ZERO, Some(None)));
+        // ...but the snapshot this reader found stale is still stale: it builds.
+        assert!(!reuse(&old, aged, 9, max_age, Some(Some(&old))));
+        assert!(reuse(&old, young, 9, max_age, Some(Some(&old))));
     }
 
     #[test]
