@@ -26,7 +26,8 @@
 #! schedulers, and prints each round and the median ratio: on a shared host whose speed drifts
 #! by more than the effect being measured, one sequential pair is not a measurement. Use an
 #! even N: whichever scheduler goes first in a round has run slower here (2026-11-26), and
-#! only AB + BA pairs balance that.
+#! only AB + BA pairs balance that. ROUNDS_JSONL=FILE also writes every round's figures to FILE,
+#! one JSON object per line (bench/throughput-scaling.sh reads it; not with AB_SCORERS).
 #! Each round also prints Loadstar's ceiling on this machine: the pods/s its API server and
 #! etcd CPU per pod allow on the cores that ingest and the load generator leave, with zero
 #! scheduler CPU, as a ratio to kube-scheduler's pods/s (no ratio above it is reachable here).
@@ -64,6 +65,8 @@ if [ -n "${AB_SCORERS:-}" ]; then  # before the cd: paths are the caller's
     { echo "AB_SCORERS compares builds already made: set SKIP_BUILD=1 (and CARGO_TARGET_DIR for the helper)" >&2; exit 2; }
   AB=("$(realpath "${AB[0]}")" "$(realpath "${AB[1]}")")
 fi
+# Also the caller's: a relative ROUNDS_JSONL names a file where the caller stands.
+[ -z "${ROUNDS_JSONL:-}" ] || ROUNDS_JSONL=$(realpath -m "$ROUNDS_JSONL")
 cd "$(dirname "$0")/.."
 NODES=${1:-1000}
 PODS=${2:-5000}
@@ -314,6 +317,8 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 
 printf '%s\n' "${RESULTS[@]}" > "$WORK/rounds.jsonl"
+# For bench/throughput-scaling.sh: every round's figures, one JSON object per line.
+[ -z "${ROUNDS_JSONL:-}" ] || cp "$WORK/rounds.jsonl" "$ROUNDS_JSONL"
 python3 - "$WORK/rounds.jsonl" "$NODES" "$PODS" "$QPS" "$CONSTRAINED" "$FLEET_NOTE" "$SAMPLING_NOTE" <<'EOF'
 import json, os, statistics, sys
 rounds = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
