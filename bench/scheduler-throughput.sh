@@ -26,8 +26,9 @@
 #! schedulers, and prints each round and the median ratio: on a shared host whose speed drifts
 #! by more than the effect being measured, one sequential pair is not a measurement. Use an
 #! even N: whichever scheduler goes first in a round has run slower here (2026-11-26), and
-#! only AB + BA pairs balance that. ROUNDS_JSONL=FILE also writes every round's figures to FILE,
-#! one JSON object per line (bench/throughput-scaling.sh reads it; not with AB_SCORERS).
+#! only AB + BA pairs balance that. ROUNDS_JSONL=FILE also writes every round's figures, with
+#! the derived ones printed (CPU per pod without ingest, ratio, ceiling), to FILE, one JSON
+#! object per line (bench/throughput-scaling.sh reads it; not with AB_SCORERS).
 #! Each round also prints Loadstar's ceiling on this machine: the pods/s its API server and
 #! etcd CPU per pod allow on the cores that ingest and the load generator leave, with zero
 #! scheduler CPU, as a ratio to kube-scheduler's pods/s (no ratio above it is reachable here).
@@ -317,12 +318,10 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 
 printf '%s\n' "${RESULTS[@]}" > "$WORK/rounds.jsonl"
-# For bench/throughput-scaling.sh: every round's figures, one JSON object per line.
-[ -z "${ROUNDS_JSONL:-}" ] || cp "$WORK/rounds.jsonl" "$ROUNDS_JSONL"
-python3 - "$WORK/rounds.jsonl" "$NODES" "$PODS" "$QPS" "$CONSTRAINED" "$FLEET_NOTE" "$SAMPLING_NOTE" <<'EOF'
+python3 - "$WORK/rounds.jsonl" "$NODES" "$PODS" "$QPS" "$CONSTRAINED" "$FLEET_NOTE" "$SAMPLING_NOTE" "${ROUNDS_JSONL:-}" <<'EOF'
 import json, os, statistics, sys
 rounds = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-nodes, pods, qps, constrained, fleet, sampling = sys.argv[2:8]
+nodes, pods, qps, constrained, fleet, sampling, rounds_jsonl = sys.argv[2:9]
 print(f"\nScheduler throughput: {nodes} nodes, {pods} pre-created pending pods each, client QPS/burst {qps}, {constrained} % with a hard inter-pod constraint; {sampling}")
 def table(r):
     k, l = r["kube"], r["loadstar"]
@@ -363,6 +362,7 @@ def table(r):
               f"({free:.2f} cores left by ingest and the generator / {writes_ms:.2f} ms of API server and etcd CPU per pod), "
               f"{r['ceiling_ratio']:.2f}x kube-scheduler's pods/s")
     r["ratio"] = l["pods_per_second"] / k["pods_per_second"]
+    r["ingest_cores_subtracted"] = ingest_cores
     r["cpu_wo_ingest"] = l["cpu_ms_per_pod"]["scheduler"] - ingest_ms
     print(f"round ratio loadstar / kube-scheduler: {r['ratio']:.2f}x")
 for r in rounds:
@@ -377,4 +377,9 @@ if len(rounds) > 1:
         print(f"rounds' ceilings (Loadstar at 0 scheduler CPU / kube-scheduler): {ceilings}")
 print(f"\nratio loadstar / kube-scheduler: {statistics.median(ratios):.2f}x"
       + (f" (median of {len(rounds)} rounds)" if len(rounds) > 1 else ""))
+# For bench/throughput-scaling.sh: every round's figures with those derived above (the
+# ingest cores subtracted, CPU per pod without ingest, ratio, ceiling), a JSON object a line.
+if rounds_jsonl:
+    with open(rounds_jsonl, "w") as out:
+        out.writelines(json.dumps(r) + "\n" for r in rounds)
 EOF

@@ -43,12 +43,12 @@ rounds = [json.loads(line) for line in open(path) if line.strip()]
 if not rounds:
     sys.exit(f"{path}: the bench wrote no rounds")
 for r in rounds:
-    # As bench/scheduler-throughput.sh: the gRPC threads' CPU during the run is ingest.
-    ingest = r["grpc_cores"] if r.get("grpc_cores", -1) >= 0 else r["ingest_cores"]
-    for who, j in (("kube-scheduler", r["kube"]), ("loadstar", r["loadstar"])):
+    # Ingest is Loadstar's alone, subtracted by bench/scheduler-throughput.sh.
+    for who, j, cores, without in (
+        ("kube-scheduler", r["kube"], 0.0, r["kube"]["cpu_ms_per_pod"]["scheduler"]),
+        ("loadstar", r["loadstar"], r["ingest_cores_subtracted"], r["cpu_wo_ingest"]),
+    ):
         c = j["cpu_ms_per_pod"]
-        cores = ingest if who == "loadstar" else 0.0
-        without = c["scheduler"] - cores * j["seconds"] * 1000 / int(pods)
         print(f'{n},{pods},{r["round"]},{who},{j["pods_per_second"]:.1f},{c["scheduler"]:.3f},'
               f'{without:.3f},{cores:.3f},{c["apiserver"]:.3f},{c["etcd"]:.3f}')
 PY
