@@ -120,7 +120,7 @@ pub struct ServeArgs {
     /// Retry period, seconds.
     #[arg(long, default_value_t = 2.0)]
     pub leader_elect_retry_period: f64,
-    /// Bindings in flight at most.
+    /// Bindings in flight at most, and as many Events (each bound pod's `Scheduled`).
     #[arg(long, default_value_t = 64)]
     pub bind_concurrency: usize,
     /// How often, seconds, the scheduler's own snapshot takes in the agents' newer reports
@@ -150,6 +150,26 @@ fn secs(v: f64, what: &str) -> Result<Duration, AppError> {
             "--{what} must be a positive number of seconds, got {v}"
         )))
     }
+}
+
+/// The scheduler's settings from the flags.
+fn scheduler_config(args: &ServeArgs) -> Result<SchedulerConfig, AppError> {
+    let in_flight = args.bind_concurrency.max(1);
+    Ok(SchedulerConfig {
+        bind_concurrency: in_flight,
+        // Each bound pod gets its Event: as many Events in flight as bindings, so they keep
+        // pace. With fewer, a raised --bind-concurrency left them queued behind the bindings
+        // (a fifth still unsent at the last bind at 256 against 64, 2026-12-01) and, past the
+        // queue's 8 192, dropped.
+        write_concurrency: in_flight,
+        drain_timeout: DRAIN_TIMEOUT,
+        snapshot_refresh: secs(args.snapshot_refresh_seconds, "snapshot-refresh-seconds")?,
+        volume_bind_timeout: secs(
+            args.volume_bind_timeout_seconds,
+            "volume-bind-timeout-seconds",
+        )?,
+        ..SchedulerConfig::default()
+    })
 }
 
 fn default_identity() -> String {
@@ -231,16 +251,7 @@ pub async fn run(args: ServeArgs, grpc_threads: crate::app::GrpcThreads) -> Resu
             leader,
             identity: identity.clone(),
             component: "loadstar-scorer".into(),
-            scheduler: SchedulerConfig {
-                bind_concurrency: args.bind_concurrency.max(1),
-                drain_timeout: DRAIN_TIMEOUT,
-                snapshot_refresh: secs(args.snapshot_refresh_seconds, "snapshot-refresh-seconds")?,
-                volume_bind_timeout: secs(
-                    args.volume_bind_timeout_seconds,
-                    "volume-bind-timeout-seconds",
-                )?,
-                ..SchedulerConfig::default()
-            },
+            scheduler: scheduler_config(&args)?,
             readiness: readiness.clone(),
             decisions: decisions.clone(),
         };
@@ -385,4 +396,46 @@ pub async fn run(args: ServeArgs, grpc_threads: crate::app::GrpcThreads) -> Resu
         rt.join(DRAIN_TIMEOUT + Duration::from_secs(5)).await;
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn config(flags: &[&str]) -> SchedulerConfig {
+        let cli = Cli::try_parse_from(std::iter::once("serve").chain(flags.iter().copied()))
+            .expect("flags");
+        scheduler_config(&cli.serve).expect("config")
+    }
+
+    #[test]
+    fn events_in_flight_follow_the_bindings_in_flight() {
+        let default = config(&[]);
+        assert_eq!(default.bind_concurrency, 64);
+        assert_eq!(default.write_concurrency, 64);
+        let raised = config(&["--bind-concurrency", "256"]);
+        assert_eq!(raised.bind_concurrency, 256);
+        assert_eq!(raised.write_concurrency, 256);
+        // 0 means one at a time, not none.
+        let zero = config(&["--bind-concurrency", "0"]);
+        assert_eq!((zero.bind_concurrency, zero.write_concurrency), (1, 1));
+    }
+
+    #[test]
+    fn a_bad_period_is_refused_by_name() {
+        let cli = Cli::try_parse_from(["serve", "--snapshot-refresh-seconds=-1"]).expect("flags");
+        let err = scheduler_config(&cli.serve).expect_err("refused");
+        assert!(
+            err.to_string().contains("--snapshot-refresh-seconds"),
+            "{err}"
+        );
+    }
 }
