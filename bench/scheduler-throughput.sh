@@ -295,11 +295,11 @@ for n in sorted({k[0] for k in by}):
 for label in ("a", "b"):
     cpu = [v[0] for k, v in by.items() if k[1] == label]
     ingest = [v[2] for k, v in by.items() if k[1] == label]
-    pods = [v[1] for k, v in by.items() if k[1] == label]
+    rates = [v[1] for k, v in by.items() if k[1] == label]
     writes = [v[3] for k, v in by.items() if k[1] == label]
     print(f"build {label.upper()}: CPU ms/pod w/o ingest mean {statistics.mean(cpu):.3f}, median {statistics.median(cpu):.3f};"
           f" ingest (the gRPC threads during the run) mean {statistics.mean(ingest):.3f} cores;"
-          f" pods/s mean {statistics.mean(pods):.1f}; API server and etcd CPU ms/pod mean {statistics.mean(writes):.3f}")
+          f" pods/s mean {statistics.mean(rates):.1f}; API server and etcd CPU ms/pod mean {statistics.mean(writes):.3f}")
 print(f"B/A CPU per pod, median of {len(ratios)} paired rounds: {statistics.median(ratios):.3f}"
       f" (range {min(ratios):.3f}-{max(ratios):.3f})")
 # An AB round and the BA round after it see the order both ways: the geometric mean of their

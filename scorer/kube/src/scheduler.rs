@@ -55,7 +55,8 @@ pub type Estimator = Arc<dyn Fn(&PodInfo) -> (i64, i64) + Send + Sync>;
 pub struct SchedulerConfig {
     /// Bindings in flight at most.
     pub bind_concurrency: usize,
-    /// Events and status patches in flight at most.
+    /// Events and status patches in flight at most; keep it at least `bind_concurrency`, or
+    /// Events fall behind the bindings (`serve` sets the two equal).
     pub write_concurrency: usize,
     /// The loop's own snapshot is rebuilt from the store when older than this (and the store
     /// changed); its own assumptions are patched in immediately, and Kubernetes' node

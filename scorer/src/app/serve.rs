@@ -120,7 +120,7 @@ pub struct ServeArgs {
     /// Retry period, seconds.
     #[arg(long, default_value_t = 2.0)]
     pub leader_elect_retry_period: f64,
-    /// Bindings in flight at most, and as many Events (each bound pod's `Scheduled`).
+    /// Bindings in flight at most, and as many Events and status patches.
     #[arg(long, default_value_t = 64)]
     pub bind_concurrency: usize,
     /// How often, seconds, the scheduler's own snapshot takes in the agents' newer reports
@@ -159,8 +159,8 @@ fn scheduler_config(args: &ServeArgs) -> Result<SchedulerConfig, AppError> {
         bind_concurrency: in_flight,
         // Each bound pod gets its Event: as many Events in flight as bindings, so they keep
         // pace. With fewer, a raised --bind-concurrency left them queued behind the bindings
-        // (a fifth still unsent at the last bind at 256 against 64, 2026-12-01) and, past the
-        // queue's 8 192, dropped.
+        // (up to a fifth still unsent at the last bind at 256 against 64, 2026-12-01), and
+        // past the queue's 8 192 they could be dropped.
         write_concurrency: in_flight,
         drain_timeout: DRAIN_TIMEOUT,
         snapshot_refresh: secs(args.snapshot_refresh_seconds, "snapshot-refresh-seconds")?,
