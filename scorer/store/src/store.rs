@@ -736,6 +736,7 @@ impl NodeStore {
         )
         .then_some(snap)
     }
+
     /// Status of one node for the gRPC API.
     pub fn node_status(&self, name: &str) -> Option<pb::NodeStatus> {
         let shard = lock_read(self.shard(name));
