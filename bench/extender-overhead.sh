@@ -65,11 +65,11 @@ EOF2
     --logtostderr=true --v=1 >"$WORK/$name.log" 2>&1 &
   local ks=$!; PIDS+=("$ks")
   wait_leader_election "$WORK/$name.log"
-  local start
-  start=$(date +%s%3N)
-  "$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease "$name" >/dev/null
-  H wait --namespace "$ns" --count "$PODS" --start-ms "$start" \
+  observer_start "$name" --namespace "$ns" --count "$PODS" \
     --pids "scheduler=$ks,apiserver=$APISERVER_PID,etcd=$ETCD_PID,loadstar=$LS"
+  local start; mark_start "$name"
+  "$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease "$name" >/dev/null
+  observer_result "$name"; echo "$OBSERVER_JSON"
   kill "$ks"; wait "$ks" 2>/dev/null || true
 }
 

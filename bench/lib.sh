@@ -7,7 +7,9 @@
 #! compare builds), makes WORK, starts etcd and kube-apiserver (KC = admin kubeconfig), and on
 #! exit kills every pid in PIDS, stops the cluster and keeps the logs in
 #! /tmp/loadstar-bench-logs. Also: `log`, `placeholder_lease NAMESPACE NAME`,
-#! `wait_leader_election LOG` (a warm standby has synced its caches).
+#! `wait_leader_election LOG` (a warm standby has synced its caches), and the observer:
+#! `observer_start TAG ARGS…` (a synced `wait` in the background), `mark_start TAG` (sets
+#! `start`, Unix ms) and `observer_result TAG` (sets OBSERVER_JSON).
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 
@@ -60,4 +62,32 @@ wait_leader_election() {  # LOG
     sleep 0.2
   done
   log "kube-scheduler never reached leader election"; tail -20 "$1" >&2; exit 1
+}
+
+# The observer (`scheduler-bench wait`) lists the namespace's pods and opens its watch before
+# the start mark, so listing every pending pod is not in the measured window (it was until
+# 2026-12-01: a fixed cost that weighed on the quicker scheduler's shorter run the most).
+observer_start() {  # TAG WAIT-ARGS…: runs `H wait WAIT-ARGS…` until it is synced
+  local tag=$1; shift
+  rm -f "$WORK/start-$tag" "$WORK/start-$tag.synced"
+  H wait "$@" --start-file "$WORK/start-$tag" >"$WORK/observer-$tag.json" 2>"$WORK/observer-$tag.err" &
+  OBSERVER_PID=$!; PIDS+=("$OBSERVER_PID")
+  for _ in $(seq 1 1200); do
+    [ -e "$WORK/start-$tag.synced" ] && return 0
+    kill -0 "$OBSERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  log "the observer did not sync: $(cat "$WORK/observer-$tag.err")"; exit 1
+}
+mark_start() {  # TAG: the start mark, given to the observer (written whole, then renamed)
+  start=$(date +%s%3N)
+  echo "$start" >"$WORK/start-$1.tmp"
+  mv "$WORK/start-$1.tmp" "$WORK/start-$1"
+}
+observer_result() {  # TAG: waits for the observer and sets OBSERVER_JSON (not in a `$(…)`:
+  # a subshell cannot wait for its parent's child)
+  if ! wait "$OBSERVER_PID"; then
+    log "the observer failed: $(cat "$WORK/observer-$1.err")"; exit 1
+  fi
+  OBSERVER_JSON=$(cat "$WORK/observer-$1.json")
 }

@@ -29,9 +29,12 @@
 #! only AB + BA pairs balance that. ROUNDS_JSONL=FILE also writes every round's figures, with
 #! the derived ones printed (CPU per pod without ingest, ratio, ceiling), to FILE, one JSON
 #! object per line (bench/throughput-scaling.sh reads it; not with AB_SCORERS).
-#! Each round also prints Loadstar's ceiling on this machine: the pods/s its API server and
-#! etcd CPU per pod allow on the cores that ingest and the load generator leave, with zero
-#! scheduler CPU, as a ratio to kube-scheduler's pods/s (no ratio above it is reachable here).
+#! Each round also prints Loadstar's ceiling on this machine: the pods/s its API server,
+#! etcd and observer CPU per pod allow on the cores that ingest and the load generator leave,
+#! with zero scheduler CPU, as a ratio to kube-scheduler's pods/s (no ratio above it is
+#! reachable here). The observer (the helper's `wait`: a watch of the pods, which times each
+#! bind) lists the pods and opens its watch before the start mark, and its own CPU per pod
+#! is printed; every CPU figure covers the start mark to the last pod seen bound.
 #! PERCENTAGE_OF_NODES_TO_SCORE=P runs Loadstar's embedded config with
 #! `percentageOfNodesToScore: P` (0: kube-scheduler's adaptive default, which kube-scheduler
 #! runs here: 42 % of 1 000 nodes, 10 % of 5 000); unset, Loadstar's default of 100 %.
@@ -169,11 +172,12 @@ run_kube() {  # ROUND: sets KUBE_JSON
   local ks=$!; PIDS+=("$ks")
   log "waiting for kube-scheduler's caches to sync"
   wait_leader_election "$WORK/kube-scheduler-$1.log"
+  observer_start "kube-$1" --namespace "$ns" --count "$PODS" \
+    --pids "scheduler=$ks,apiserver=$APISERVER_PID,etcd=$ETCD_PID"
   log "releasing kube-scheduler's Lease (start mark)"
-  local start; start=$(date +%s%3N)
+  local start; mark_start "kube-$1"
   "$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease kube-scheduler >/dev/null
-  KUBE_JSON=$(H wait --namespace "$ns" --count "$PODS" --start-ms "$start" \
-    --pids "scheduler=$ks,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
+  observer_result "kube-$1"; KUBE_JSON=$OBSERVER_JSON
   kill "$ks"; wait "$ks" 2>/dev/null || true
   if [ -n "$fs" ]; then kill "$fa" "$fs" 2>/dev/null || true; wait "$fa" "$fs" 2>/dev/null || true; fi
   log "kube-scheduler: $KUBE_JSON"
@@ -208,8 +212,10 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
   local t0 t1; t0=$(cpu_ticks "$ls"); sleep "$INGEST_SECONDS"; t1=$(cpu_ticks "$ls")
   INGEST_CORES=$(cores_between "$t0" "$t1" 0 $((INGEST_SECONDS * 1000)))
   log "ingest alone: $INGEST_CORES cores over ${INGEST_SECONDS} s ($NODES agents at 1 Hz)"
+  observer_start "loadstar-$1" --namespace "$ns" --count "$PODS" \
+    --pids "scheduler=$ls,apiserver=$APISERVER_PID,etcd=$ETCD_PID"
   log "releasing the Lease (start mark)"
-  local start ag0 g0 perf=""; start=$(date +%s%3N); ag0=$(cpu_ticks "$ag"); g0=$(grpc_ticks "$ls")
+  local start ag0 g0 perf=""; mark_start "loadstar-$1"; ag0=$(cpu_ticks "$ag"); g0=$(grpc_ticks "$ls")
   "$K8S_BIN/kubectl" --kubeconfig "$KC" -n loadstar delete lease loadstar-scorer >/dev/null
   if [ -n "${LOADSTAR_BENCH_PERF:-}" ]; then  # optional profile of the scorer while it schedules
     # shellcheck disable=SC2086 # the options are words
@@ -223,8 +229,7 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
       >"$LOADSTAR_BENCH_APISERVER_PPROF.$1" 2>"$WORK/pprof-$1.err" &
     pprof=$!; PIDS+=("$pprof")
   fi
-  LS_JSON=$(H wait --namespace "$ns" --count "$PODS" --start-ms "$start" \
-    --pids "scheduler=$ls,apiserver=$APISERVER_PID,etcd=$ETCD_PID")
+  observer_result "loadstar-$1"; LS_JSON=$OBSERVER_JSON
   local end; end=$(date +%s%3N)
   GEN_CORES=$(cores_between "$ag0" "$(cpu_ticks "$ag")" "$start" "$end")
   GRPC_CORES=-1  # no gRPC runtime of its own: ingest is told by the idle windows instead
@@ -345,7 +350,10 @@ def table(r):
     row("start→bound p99 (s)", "start_to_bound_p99_s", "{:.2f}")
     row("creation→bound p50 (s)", "creation_to_bound_p50_s", "{:.2f}")
     row("creation→bound p99 (s)", "creation_to_bound_p99_s", "{:.2f}")
-    for proc in ("scheduler", "apiserver", "etcd"):
+    # The observer (this bench's pod watch) since 2026-12-01: it shares the host in both runs.
+    for proc in ("scheduler", "apiserver", "etcd", "observer"):
+        if proc not in k["cpu_seconds"] or proc not in l["cpu_seconds"]:
+            continue
         print(f"{'CPU s ' + proc:26}{k['cpu_seconds'][proc]:>16.2f}{l['cpu_seconds'][proc]:>16.2f}")
         print(f"{'CPU ms/pod ' + proc:26}{k['cpu_ms_per_pod'][proc]:>16.3f}{l['cpu_ms_per_pod'][proc]:>16.3f}")
     windows_ms = r["ingest_cores"] * l["seconds"] * 1000 / int(pods)
@@ -359,16 +367,19 @@ def table(r):
     print(f"{'CPU ms/pod w/o ingest':26}{k['cpu_ms_per_pod']['scheduler']:>16.3f}{l['cpu_ms_per_pod']['scheduler'] - ingest_ms:>16.3f}")
     print(f"load generator during Loadstar's run: {r['generator_cores']:.3f} cores; background during kube-scheduler's run: {fleet}")
     # What the machine allows: API server and etcd CPU per binding are paid whoever
-    # schedules, and in Loadstar's run ingest and the load generator hold their cores for the
-    # whole run. At zero scheduler CPU the rest of the machine binds at most this fast.
+    # schedules (and the observer's per pod seen bound, where measured), and in Loadstar's
+    # run ingest and the load generator hold their cores for the whole run. At zero
+    # scheduler CPU the rest of the machine binds at most this fast.
     cores = os.cpu_count() or 1
     writes_ms = l["cpu_ms_per_pod"]["apiserver"] + l["cpu_ms_per_pod"]["etcd"]
+    observer_ms = l["cpu_ms_per_pod"].get("observer", 0.0)
     free = cores - ingest_cores - r["generator_cores"]
     if writes_ms > 0:
-        ceiling = free / writes_ms * 1000
+        ceiling = free / (writes_ms + observer_ms) * 1000
         r["ceiling_ratio"] = ceiling / k["pods_per_second"]
+        observed = f" + {observer_ms:.2f} of the observer's" if "observer" in l["cpu_ms_per_pod"] else ""
         print(f"ceiling on {cores} cores at 0 scheduler CPU: {ceiling:.0f} pods/s "
-              f"({free:.2f} cores left by ingest and the generator / {writes_ms:.2f} ms of API server and etcd CPU per pod), "
+              f"({free:.2f} cores left by ingest and the generator / {writes_ms:.2f} ms of API server and etcd CPU per pod{observed}), "
               f"{r['ceiling_ratio']:.2f}x kube-scheduler's pods/s")
     r["ratio"] = l["pods_per_second"] / k["pods_per_second"]
     r["ingest_cores_subtracted"] = ingest_cores

@@ -131,8 +131,14 @@ enum Cmd {
         #[arg(long)]
         count: usize,
         /// Start mark, Unix ms (default: now).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "start_file")]
         start_ms: Option<u64>,
+        /// Lists the namespace's pods first and creates `FILE.synced` once its watch is
+        /// synced, then waits for FILE to hold the start mark (Unix ms) and counts from
+        /// there: the observer's list of every pending pod falls before the start mark, not
+        /// in the scheduler's measured window.
+        #[arg(long, value_name = "FILE")]
+        start_file: Option<PathBuf>,
         /// Processes to account CPU for, as name=pid.
         #[arg(long, value_delimiter = ',')]
         pids: Vec<String>,
@@ -404,25 +410,56 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
+/// Where `wait`'s start mark comes from.
+enum Start {
+    /// Given: the watch is opened after it.
+    Ms(u64),
+    /// Written to this file once the watch is synced (`FILE.synced` says so).
+    File(PathBuf),
+}
+
+/// Reads the start mark from `file` once it holds one, polling every millisecond until
+/// `deadline`.
+async fn start_mark(file: &std::path::Path, deadline: Instant) -> Result<u64> {
+    loop {
+        if let Ok(text) = std::fs::read_to_string(file)
+            && let Ok(ms) = text.trim().parse::<u64>()
+        {
+            return Ok(ms);
+        }
+        if Instant::now() >= deadline {
+            bail!("no start mark in {} before the timeout", file.display());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 async fn wait(
     c: &Client,
     ns: &str,
     count: usize,
-    start_ms: u64,
+    start: Start,
     pids: &[String],
     timeout: u64,
 ) -> Result<()> {
+    // This process is the observer: its own CPU is reported too (it shares the host).
     let procs: Vec<(String, u32)> = pids
         .iter()
         .filter_map(|s| {
             let (n, p) = s.split_once('=')?;
             Some((n.to_string(), p.parse().ok()?))
         })
+        .chain(std::iter::once((
+            "observer".to_string(),
+            std::process::id(),
+        )))
         .collect();
-    let cpu0: HashMap<String, f64> = procs
-        .iter()
-        .map(|(n, p)| (n.clone(), cpu_seconds(*p).unwrap_or(0.0)))
-        .collect();
+    let cpu_now = || -> HashMap<String, f64> {
+        procs
+            .iter()
+            .map(|(n, p)| (n.clone(), cpu_seconds(*p).unwrap_or(0.0)))
+            .collect()
+    };
     let api: Api<Pod> = Api::namespaced(c.clone(), ns);
     // pod → (created Unix ms from the server, bound Unix ms as observed here).
     let mut created: HashMap<String, u64> = HashMap::new();
@@ -430,26 +467,58 @@ async fn wait(
     let deadline = Instant::now() + Duration::from_secs(timeout);
     let stream = watcher::watcher(api.clone(), watcher::Config::default());
     futures::pin_mut!(stream);
+    let mut seen = |p: Pod, t: u64, bound: &mut HashMap<String, u64>| {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        if let Some(ts) = &p.metadata.creation_timestamp {
+            created.insert(name.clone(), ts.0.as_millisecond() as u64);
+        }
+        if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+            bound.entry(name).or_insert(t);
+        }
+    };
+    let (start_ms, cpu0) = match start {
+        Start::Ms(ms) => (ms, cpu_now()),
+        Start::File(file) => {
+            // The first list, before the start mark: its pods are pending, or bound before
+            // the start (counted at the mark).
+            loop {
+                let ev = tokio::time::timeout_at(deadline.into(), stream.next())
+                    .await
+                    .context("timed out listing the pods")?;
+                match ev.context("watch ended")?? {
+                    watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
+                        seen(p, 0, &mut bound)
+                    }
+                    watcher::Event::InitDone => break,
+                    _ => {}
+                }
+            }
+            let mut synced = file.clone().into_os_string();
+            synced.push(".synced");
+            std::fs::write(&synced, b"")
+                .with_context(|| format!("writing {}", PathBuf::from(&synced).display()))?;
+            let ms = start_mark(&file, deadline).await?;
+            let cpu0 = cpu_now();
+            for t in bound.values_mut() {
+                *t = ms;
+            }
+            (ms, cpu0)
+        }
+    };
     while bound.len() < count {
         let ev = tokio::time::timeout_at(deadline.into(), stream.next())
             .await
             .with_context(|| format!("timed out with {}/{count} bound", bound.len()))?;
         let Some(ev) = ev else { bail!("watch ended") };
-        let pods: Vec<Pod> = match ev? {
-            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => vec![p],
-            _ => vec![],
-        };
         let t = now_ms();
-        for p in pods {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            if let Some(ts) = &p.metadata.creation_timestamp {
-                created.insert(name.clone(), ts.0.as_millisecond() as u64);
-            }
-            if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
-                bound.entry(name).or_insert(t);
-            }
+        match ev? {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => seen(p, t, &mut bound),
+            _ => {}
         }
     }
+    // CPU over the same window as pods/s: from the start mark to the last pod seen bound
+    // (not the Events' list below).
+    let cpu1 = cpu_now();
     let end = bound.values().copied().max().unwrap_or(start_ms);
     // Events are written asynchronously by both schedulers: how many were there when the
     // last pod was bound (their API cost after that is outside the CPU window).
@@ -459,14 +528,9 @@ async fn wait(
         .await
         .map(|l| l.items.len())
         .unwrap_or(0);
-    let cpu: HashMap<String, f64> = procs
+    let cpu: HashMap<String, f64> = cpu1
         .iter()
-        .map(|(n, p)| {
-            (
-                n.clone(),
-                cpu_seconds(*p).unwrap_or(0.0) - cpu0.get(n).copied().unwrap_or(0.0),
-            )
-        })
+        .map(|(n, s)| (n.clone(), s - cpu0.get(n).copied().unwrap_or(0.0)))
         .collect();
     let elapsed = (end.saturating_sub(start_ms)) as f64 / 1000.0;
     let mut since_start: Vec<f64> = bound
@@ -709,14 +773,19 @@ async fn run(cli: Cli) -> Result<()> {
             namespace,
             count,
             start_ms,
+            start_file,
             pids,
             timeout,
         } => {
+            let start = match start_file {
+                Some(f) => Start::File(f),
+                None => Start::Ms(start_ms.unwrap_or_else(now_ms)),
+            };
             wait(
                 &client(&cli.kubeconfig).await?,
                 &namespace,
                 count,
-                start_ms.unwrap_or_else(now_ms),
+                start,
                 &pids,
                 timeout,
             )
@@ -724,4 +793,37 @@ async fn run(cli: Cli) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn start_mark_waits_for_a_whole_number_and_gives_up_at_the_deadline() {
+        let dir = std::env::temp_dir().join(format!("sb-start-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let file = dir.join("start");
+        // Nothing yet, then a partial write: neither is a mark.
+        let late = Instant::now() + Duration::from_millis(30);
+        assert!(start_mark(&file, late).await.is_err());
+        std::fs::write(&file, "17").expect("writable");
+        std::fs::write(&file, "").expect("writable");
+        assert!(
+            start_mark(&file, Instant::now() + Duration::from_millis(30))
+                .await
+                .is_err()
+        );
+        let writer = {
+            let file = file.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                std::fs::write(&file, "1764580000123\n").expect("writable");
+            })
+        };
+        let ms = start_mark(&file, Instant::now() + Duration::from_secs(10)).await;
+        writer.await.expect("the writer task");
+        assert_eq!(ms.expect("a mark"), 1_764_580_000_123);
+        std::fs::remove_dir_all(&dir).expect("removable");
+    }
 }
