@@ -26,12 +26,12 @@ RUST_LOG=warn "$SCORER" serve --kubernetes=on --kubeconfig "$KC" --insecure-allo
   --extender-listen "127.0.0.1:$EXT_PORT" --leader-elect=false >"$WORK/loadstar.log" 2>&1 &
 LS=$!; PIDS+=("$LS")
 H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count 0 --timeout 60
-H agents --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" >"$WORK/agents.log" 2>&1 &
+"$HELPER" --kubeconfig "$KC" agents --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" >"$WORK/agents.log" 2>&1 &
 AG=$!; PIDS+=("$AG")
 log "waiting for $NODES fresh agent reports"
 H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count "$NODES" --timeout 120
 
-# run NAME NAMESPACE EXTENDER(yes|no): one warm kube-scheduler over PODS pods; prints JSON.
+# run NAME NAMESPACE EXTENDER(yes|no): one warm kube-scheduler over PODS pods; sets RUN_JSON.
 run() {
   local name=$1 ns=$2 ext=$3
   log "$name: creating $PODS pending pods"
@@ -69,20 +69,21 @@ EOF2
     --pids "scheduler=$ks,apiserver=$APISERVER_PID,etcd=$ETCD_PID,loadstar=$LS"
   local start; mark_start "$name"
   "$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease "$name" >/dev/null
-  observer_result "$name"; echo "$OBSERVER_JSON"
+  observer_result "$name"; RUN_JSON=$OBSERVER_JSON
   kill "$ks"; wait "$ks" 2>/dev/null || true
 }
 
-PLAIN_JSON=$(run kube-plain bench-plain no)
+# In this shell, not a `$(…)`: the observer's pid and `set -e` stay with it.
+run kube-plain bench-plain no; PLAIN_JSON=$RUN_JSON
 log "without the extender: $PLAIN_JSON"
-EXT_JSON=$(run kube-ext bench-ext yes)
+run kube-ext bench-ext yes; EXT_JSON=$RUN_JSON
 log "with the extender: $EXT_JSON"
 LAT1=$(H extender-latency --url "127.0.0.1:$EXT_PORT" --nodes "$NODES" --calls 300)
 log "latency at $NODES nodes: $LAT1"
 log "adding nodes and agents up to $LATENCY_NODES"
 kill "$AG"; wait "$AG" 2>/dev/null || true
 H nodes --count "$LATENCY_NODES"
-H agents --scorer "http://127.0.0.1:$GRPC_PORT" --count "$LATENCY_NODES" >"$WORK/agents2.log" 2>&1 &
+"$HELPER" --kubeconfig "$KC" agents --scorer "http://127.0.0.1:$GRPC_PORT" --count "$LATENCY_NODES" >"$WORK/agents2.log" 2>&1 &
 AG=$!; PIDS+=("$AG")
 H ready --scorer "http://127.0.0.1:$GRPC_PORT" --count "$LATENCY_NODES" --timeout 300
 LAT2=$(H extender-latency --url "127.0.0.1:$EXT_PORT" --nodes "$LATENCY_NODES" --calls 300)

@@ -64,13 +64,17 @@ wait_leader_election() {  # LOG
   log "kube-scheduler never reached leader election"; tail -20 "$1" >&2; exit 1
 }
 
-# The observer (`scheduler-bench wait`) lists the namespace's pods and opens its watch before
-# the start mark, so listing every pending pod is not in the measured window (it was until
-# 2026-12-01: a fixed cost that weighed on the quicker scheduler's shorter run the most).
-observer_start() {  # TAG WAIT-ARGS…: runs `H wait WAIT-ARGS…` until it is synced
+# The observer (`scheduler-bench wait`) lists the namespace's pods and makes its watch request
+# before the start mark, so listing every pending pod is not in the measured window (it was
+# until 2026-12-01: a fixed cost that weighed on the quicker scheduler's shorter run the most).
+# Call all three in one shell (not `observer_result` alone in a `$(…)`: a subshell cannot
+# wait for its parent's child).
+observer_start() {  # TAG WAIT-ARGS…: runs `scheduler-bench wait WAIT-ARGS…` until it is synced
   local tag=$1; shift
   rm -f "$WORK/start-$tag" "$WORK/start-$tag.synced"
-  H wait "$@" --start-file "$WORK/start-$tag" >"$WORK/observer-$tag.json" 2>"$WORK/observer-$tag.err" &
+  # The helper itself in the background (not the `H` function, whose `$!` is a subshell).
+  "$HELPER" --kubeconfig "$KC" wait "$@" --start-file "$WORK/start-$tag" \
+    >"$WORK/observer-$tag.json" 2>"$WORK/observer-$tag.err" &
   OBSERVER_PID=$!; PIDS+=("$OBSERVER_PID")
   for _ in $(seq 1 1200); do
     [ -e "$WORK/start-$tag.synced" ] && return 0
@@ -84,10 +88,13 @@ mark_start() {  # TAG: the start mark, given to the observer (written whole, the
   echo "$start" >"$WORK/start-$1.tmp"
   mv "$WORK/start-$1.tmp" "$WORK/start-$1"
 }
-observer_result() {  # TAG: waits for the observer and sets OBSERVER_JSON (not in a `$(…)`:
-  # a subshell cannot wait for its parent's child)
+observer_result() {  # TAG: waits for the observer and sets OBSERVER_JSON
   if ! wait "$OBSERVER_PID"; then
     log "the observer failed: $(cat "$WORK/observer-$1.err")"; exit 1
   fi
   OBSERVER_JSON=$(cat "$WORK/observer-$1.json")
+  # Ended: its pid is not killed on exit (it may belong to another process by then).
+  local kept=() pid
+  for pid in "${PIDS[@]}"; do [ "$pid" = "$OBSERVER_PID" ] || kept+=("$pid"); done
+  PIDS=("${kept[@]}")
 }

@@ -33,8 +33,9 @@
 #! etcd and observer CPU per pod allow on the cores that ingest and the load generator leave,
 #! with zero scheduler CPU, as a ratio to kube-scheduler's pods/s (no ratio above it is
 #! reachable here). The observer (the helper's `wait`: a watch of the pods, which times each
-#! bind) lists the pods and opens its watch before the start mark, and its own CPU per pod
-#! is printed; every CPU figure covers the start mark to the last pod seen bound.
+#! bind) lists the pods and makes its watch request before the start mark, and its own CPU
+#! per pod is printed; every CPU figure of a run (the load generator's and ingest's too)
+#! covers the start mark to the last pod seen bound.
 #! PERCENTAGE_OF_NODES_TO_SCORE=P runs Loadstar's embedded config with
 #! `percentageOfNodesToScore: P` (0: kube-scheduler's adaptive default, which kube-scheduler
 #! runs here: 42 % of 1 000 nodes, 10 % of 5 000); unset, Loadstar's default of 100 %.
@@ -95,16 +96,6 @@ log "creating $NODES nodes"
 H nodes --count "$NODES"
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-grpc_ticks() {  # PID: CPU ticks of its gRPC runtime's threads (named loadstar-grpc): ingest
-  local t sum=0 found=""
-  for t in /proc/"$1"/task/*; do
-    [ "$(cat "$t/comm" 2>/dev/null)" = loadstar-grpc ] || continue
-    found=1
-    sum=$((sum + $(awk '{sub(/.*\) /, ""); print $12 + $13}' "$t/stat" 2>/dev/null || echo 0)))
-  done
-  # Nothing for a scorer without such threads (a build before 2026-11-27); 0 is a measurement.
-  [ -z "$found" ] || echo "$sum"
-}
 cores_between() {  # TICKS0 TICKS1 MS0 MS1
   python3 -c "print(round(($2 - $1) / $(getconf CLK_TCK) / max(($4 - $3) / 1000, 1e-3), 3))"
 }
@@ -212,10 +203,11 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
   local t0 t1; t0=$(cpu_ticks "$ls"); sleep "$INGEST_SECONDS"; t1=$(cpu_ticks "$ls")
   INGEST_CORES=$(cores_between "$t0" "$t1" 0 $((INGEST_SECONDS * 1000)))
   log "ingest alone: $INGEST_CORES cores over ${INGEST_SECONDS} s ($NODES agents at 1 Hz)"
+  # The load generator's CPU and the scorer's gRPC threads' (ingest) too, over the same window.
   observer_start "loadstar-$1" --namespace "$ns" --count "$PODS" \
-    --pids "scheduler=$ls,apiserver=$APISERVER_PID,etcd=$ETCD_PID"
+    --pids "scheduler=$ls,apiserver=$APISERVER_PID,etcd=$ETCD_PID,generator=$ag,ingest=$ls/loadstar-grpc"
   log "releasing the Lease (start mark)"
-  local start ag0 g0 perf=""; mark_start "loadstar-$1"; ag0=$(cpu_ticks "$ag"); g0=$(grpc_ticks "$ls")
+  local start perf=""; mark_start "loadstar-$1"
   "$K8S_BIN/kubectl" --kubeconfig "$KC" -n loadstar delete lease loadstar-scorer >/dev/null
   if [ -n "${LOADSTAR_BENCH_PERF:-}" ]; then  # optional profile of the scorer while it schedules
     # shellcheck disable=SC2086 # the options are words
@@ -230,11 +222,13 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
     pprof=$!; PIDS+=("$pprof")
   fi
   observer_result "loadstar-$1"; LS_JSON=$OBSERVER_JSON
-  local end; end=$(date +%s%3N)
-  GEN_CORES=$(cores_between "$ag0" "$(cpu_ticks "$ag")" "$start" "$end")
-  GRPC_CORES=-1  # no gRPC runtime of its own: ingest is told by the idle windows instead
-  if [ -n "$g0" ]; then
-    GRPC_CORES=$(cores_between "$g0" "$(grpc_ticks "$ls")" "$start" "$end")
+  # Cores over the observer's window (the start mark to the last bind); no `ingest` entry: a
+  # scorer without loadstar-grpc threads (-1: ingest is told by the idle windows instead).
+  read -r GEN_CORES GRPC_CORES < <(python3 -c '
+import json, sys
+j = json.loads(sys.argv[1]); s = max(j["seconds"], 1e-3); c = j["cpu_seconds"]
+print(round(c.get("generator", 0) / s, 3), round(c["ingest"] / s, 3) if "ingest" in c else -1)' "$LS_JSON")
+  if [ "$GRPC_CORES" != -1 ]; then
     log "ingest during the run (gRPC threads): $GRPC_CORES cores"
   else
     log "this scorer has no loadstar-grpc threads: its ingest during the run is not measured"

@@ -133,13 +133,15 @@ enum Cmd {
         /// Start mark, Unix ms (default: now).
         #[arg(long, conflicts_with = "start_file")]
         start_ms: Option<u64>,
-        /// Lists the namespace's pods first and creates `FILE.synced` once its watch is
-        /// synced, then waits for FILE to hold the start mark (Unix ms) and counts from
-        /// there: the observer's list of every pending pod falls before the start mark, not
-        /// in the scheduler's measured window.
+        /// Lists the namespace's pods first, polls the watch that follows for 0.2 s (its
+        /// request goes out then), creates `FILE.synced`, then waits for FILE to hold the
+        /// start mark (Unix ms) and counts from there: the observer's list of every pending
+        /// pod and its watch request fall before the start mark, not in the scheduler's
+        /// measured window.
         #[arg(long, value_name = "FILE")]
         start_file: Option<PathBuf>,
-        /// Processes to account CPU for, as name=pid.
+        /// Processes to account CPU for, as name=pid, or name=pid/comm for the threads of pid
+        /// named comm (left out of the figures if none is running at the start).
         #[arg(long, value_delimiter = ',')]
         pids: Vec<String>,
         /// Give up after this many seconds.
@@ -402,6 +404,52 @@ pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
     )
 }
 
+/// CPU seconds of `pid`'s threads named `comm`; `None` when none is running.
+fn thread_cpu_seconds(pid: u32, comm: &str) -> Option<f64> {
+    let mut found = None;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let path = task.path();
+        if std::fs::read_to_string(path.join("comm")).is_ok_and(|c| c.trim_end() == comm)
+            && let Some(s) = std::fs::read_to_string(path.join("stat"))
+                .ok()
+                .and_then(|st| loadstar_common::procstat::cpu_seconds(&st))
+        {
+            *found.get_or_insert(0.0) += s;
+        }
+    }
+    found
+}
+
+/// What `wait --pids` accounts CPU for: a process, or its threads of one name.
+#[derive(Debug, Clone, PartialEq)]
+enum Account {
+    Process(u32),
+    Threads(u32, String),
+}
+
+impl Account {
+    /// `pid` or `pid/comm`.
+    fn parse(spec: &str) -> Option<Account> {
+        match spec.split_once('/') {
+            Some((pid, comm)) if !comm.is_empty() => {
+                Some(Account::Threads(pid.parse().ok()?, comm.to_string()))
+            }
+            Some(_) => None,
+            None => Some(Account::Process(spec.parse().ok()?)),
+        }
+    }
+
+    fn cpu_seconds(&self) -> Option<f64> {
+        match self {
+            Account::Process(pid) => cpu_seconds(*pid),
+            Account::Threads(pid, comm) => thread_cpu_seconds(*pid, comm),
+        }
+    }
+}
+
 pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -443,21 +491,19 @@ async fn wait(
     timeout: u64,
 ) -> Result<()> {
     // This process is the observer: its own CPU is reported too (it shares the host).
-    let procs: Vec<(String, u32)> = pids
-        .iter()
-        .filter_map(|s| {
-            let (n, p) = s.split_once('=')?;
-            Some((n.to_string(), p.parse().ok()?))
-        })
-        .chain(std::iter::once((
-            "observer".to_string(),
-            std::process::id(),
-        )))
-        .collect();
+    let mut procs: Vec<(String, Account)> = Vec::new();
+    for spec in pids {
+        let account = spec
+            .split_once('=')
+            .and_then(|(n, a)| Some((n.to_string(), Account::parse(a)?)));
+        procs.push(account.with_context(|| format!("--pids wants name=pid[/comm], got {spec:?}"))?);
+    }
+    procs.push(("observer".to_string(), Account::Process(std::process::id())));
+    // Only what is running (a process, or threads of the name) is counted.
     let cpu_now = || -> HashMap<String, f64> {
         procs
             .iter()
-            .map(|(n, p)| (n.clone(), cpu_seconds(*p).unwrap_or(0.0)))
+            .filter_map(|(n, a)| Some((n.clone(), a.cpu_seconds()?)))
             .collect()
     };
     let api: Api<Pod> = Api::namespaced(c.clone(), ns);
@@ -493,11 +539,30 @@ async fn wait(
                     _ => {}
                 }
             }
+            // The watch request goes out on the stream's next poll: it is polled for a moment
+            // before this says it is synced, and until the mark.
             let mut synced = file.clone().into_os_string();
             synced.push(".synced");
-            std::fs::write(&synced, b"")
-                .with_context(|| format!("writing {}", PathBuf::from(&synced).display()))?;
-            let ms = start_mark(&file, deadline).await?;
+            let settle = tokio::time::sleep(Duration::from_millis(200));
+            tokio::pin!(settle);
+            let mut said = false;
+            let ms = loop {
+                tokio::select! {
+                    ev = stream.next() => match ev.context("watch ended")?? {
+                        watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
+                            seen(p, 0, &mut bound)
+                        }
+                        _ => {}
+                    },
+                    () = &mut settle, if !said => {
+                        std::fs::write(&synced, b"").with_context(|| {
+                            format!("writing {}", PathBuf::from(&synced).display())
+                        })?;
+                        said = true;
+                    }
+                    ms = start_mark(&file, deadline), if said => break ms?,
+                }
+            };
             let cpu0 = cpu_now();
             for t in bound.values_mut() {
                 *t = ms;
@@ -530,7 +595,7 @@ async fn wait(
         .unwrap_or(0);
     let cpu: HashMap<String, f64> = cpu1
         .iter()
-        .map(|(n, s)| (n.clone(), s - cpu0.get(n).copied().unwrap_or(0.0)))
+        .filter_map(|(n, s)| Some((n.clone(), s - cpu0.get(n)?)))
         .collect();
     let elapsed = (end.saturating_sub(start_ms)) as f64 / 1000.0;
     let mut since_start: Vec<f64> = bound
@@ -547,6 +612,8 @@ async fn wait(
         "pods": bound.len(),
         "scheduled_events_at_end": scheduled_events,
         "seconds": elapsed,
+        "start_ms": start_ms,
+        "end_ms": end,
         "pods_per_second": if elapsed > 0.0 { bound.len() as f64 / elapsed } else { 0.0 },
         "start_to_bound_p50_s": percentile(&since_start, 0.5),
         "start_to_bound_p99_s": percentile(&since_start, 0.99),
@@ -800,20 +867,18 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn start_mark_waits_for_a_whole_number_and_gives_up_at_the_deadline() {
+    async fn start_mark_waits_for_a_number_in_the_file_and_gives_up_at_the_deadline() {
         let dir = std::env::temp_dir().join(format!("sb-start-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a temporary directory");
         let file = dir.join("start");
-        // Nothing yet, then a partial write: neither is a mark.
-        let late = Instant::now() + Duration::from_millis(30);
-        assert!(start_mark(&file, late).await.is_err());
-        std::fs::write(&file, "17").expect("writable");
+        let soon = || Instant::now() + Duration::from_millis(30);
+        // No file, an empty one, or not a number: no mark by the deadline. (A whole mark is
+        // written to a temporary file and renamed by `mark_start` in bench/lib.sh.)
+        assert!(start_mark(&file, soon()).await.is_err());
         std::fs::write(&file, "").expect("writable");
-        assert!(
-            start_mark(&file, Instant::now() + Duration::from_millis(30))
-                .await
-                .is_err()
-        );
+        assert!(start_mark(&file, soon()).await.is_err());
+        std::fs::write(&file, "soon\n").expect("writable");
+        assert!(start_mark(&file, soon()).await.is_err());
         let writer = {
             let file = file.clone();
             tokio::spawn(async move {
@@ -825,5 +890,30 @@ mod tests {
         writer.await.expect("the writer task");
         assert_eq!(ms.expect("a mark"), 1_764_580_000_123);
         std::fs::remove_dir_all(&dir).expect("removable");
+    }
+
+    #[test]
+    fn accounts_a_process_or_its_threads_of_one_name() {
+        assert_eq!(Account::parse("42"), Some(Account::Process(42)));
+        assert_eq!(
+            Account::parse("42/loadstar-grpc"),
+            Some(Account::Threads(42, "loadstar-grpc".into()))
+        );
+        assert_eq!(Account::parse("42/"), None);
+        assert_eq!(Account::parse("x/loadstar-grpc"), None);
+        assert_eq!(Account::parse(""), None);
+        // This test's own threads: the process has CPU; a name no thread has, none.
+        let me = std::process::id();
+        assert!(Account::Process(me).cpu_seconds().is_some());
+        assert_eq!(
+            Account::Threads(me, "no-such-thread".into()).cpu_seconds(),
+            None
+        );
+        let main = std::fs::read_to_string(format!("/proc/{me}/comm")).expect("own comm");
+        assert!(
+            Account::Threads(me, main.trim_end().to_string())
+                .cpu_seconds()
+                .is_some()
+        );
     }
 }
