@@ -89,12 +89,13 @@ mark_start() {  # TAG: the start mark, given to the observer (written whole, the
   mv "$WORK/start-$1.tmp" "$WORK/start-$1"
 }
 observer_result() {  # TAG: waits for the observer and sets OBSERVER_JSON
-  if ! wait "$OBSERVER_PID"; then
+  local rc=0 kept=() pid
+  wait "$OBSERVER_PID" || rc=$?
+  # Ended: its pid is not killed on exit (it may belong to another process by then).
+  for pid in "${PIDS[@]}"; do [ "$pid" = "$OBSERVER_PID" ] || kept+=("$pid"); done
+  PIDS=("${kept[@]}")
+  if [ "$rc" != 0 ]; then
     log "the observer failed: $(cat "$WORK/observer-$1.err")"; exit 1
   fi
   OBSERVER_JSON=$(cat "$WORK/observer-$1.json")
-  # Ended: its pid is not killed on exit (it may belong to another process by then).
-  local kept=() pid
-  for pid in "${PIDS[@]}"; do [ "$pid" = "$OBSERVER_PID" ] || kept+=("$pid"); done
-  PIDS=("${kept[@]}")
 }

@@ -224,10 +224,12 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
   observer_result "loadstar-$1"; LS_JSON=$OBSERVER_JSON
   # Cores over the observer's window (the start mark to the last bind); no `ingest` entry: a
   # scorer without loadstar-grpc threads (-1: ingest is told by the idle windows instead).
-  read -r GEN_CORES GRPC_CORES < <(python3 -c '
+  local cores  # in a `$(…)`, so that a failure stops the bench (`set -e`)
+  cores=$(python3 -c '
 import json, sys
 j = json.loads(sys.argv[1]); s = max(j["seconds"], 1e-3); c = j["cpu_seconds"]
-print(round(c.get("generator", 0) / s, 3), round(c["ingest"] / s, 3) if "ingest" in c else -1)' "$LS_JSON")
+print(round(c["generator"] / s, 3), round(c["ingest"] / s, 3) if "ingest" in c else -1)' "$LS_JSON")
+  read -r GEN_CORES GRPC_CORES <<<"$cores"
   if [ "$GRPC_CORES" != -1 ]; then
     log "ingest during the run (gRPC threads): $GRPC_CORES cores"
   else

@@ -141,7 +141,9 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         start_file: Option<PathBuf>,
         /// Processes to account CPU for, as name=pid, or name=pid/comm for the threads of pid
-        /// named comm (left out of the figures if none is running at the start).
+        /// named comm (at most 15 bytes, the kernel's limit). A process that cannot be read
+        /// at the start mark or the last bind is an error; a name no thread has at both is
+        /// left out of the figures, and one whose threads' CPU fell is an error.
         #[arg(long, value_delimiter = ',')]
         pids: Vec<String>,
         /// Give up after this many seconds.
@@ -434,7 +436,8 @@ impl Account {
     /// `pid` or `pid/comm`.
     fn parse(spec: &str) -> Option<Account> {
         match spec.split_once('/') {
-            Some((pid, comm)) if !comm.is_empty() => {
+            // The kernel keeps 15 bytes of a thread's name: a longer one never matches.
+            Some((pid, comm)) if !comm.is_empty() && comm.len() <= 15 => {
                 Some(Account::Threads(pid.parse().ok()?, comm.to_string()))
             }
             Some(_) => None,
@@ -492,19 +495,38 @@ async fn wait(
 ) -> Result<()> {
     // This process is the observer: its own CPU is reported too (it shares the host).
     let mut procs: Vec<(String, Account)> = Vec::new();
-    for spec in pids {
+    for spec in pids
+        .iter()
+        .map(String::as_str)
+        .chain([format!("observer={}", std::process::id()).as_str()])
+    {
         let account = spec
             .split_once('=')
-            .and_then(|(n, a)| Some((n.to_string(), Account::parse(a)?)));
-        procs.push(account.with_context(|| format!("--pids wants name=pid[/comm], got {spec:?}"))?);
+            .filter(|(n, _)| !n.is_empty())
+            .and_then(|(n, a)| Some((n.to_string(), Account::parse(a)?)))
+            .with_context(|| {
+                format!(
+                    "--pids wants name=pid or name=pid/comm (comm at most 15 bytes), got {spec:?}"
+                )
+            })?;
+        if procs.iter().any(|(n, _)| *n == account.0) {
+            bail!("--pids names {:?} twice", account.0);
+        }
+        procs.push(account);
     }
-    procs.push(("observer".to_string(), Account::Process(std::process::id())));
-    // Only what is running (a process, or threads of the name) is counted.
-    let cpu_now = || -> HashMap<String, f64> {
-        procs
-            .iter()
-            .filter_map(|(n, a)| Some((n.clone(), a.cpu_seconds()?)))
-            .collect()
+    // A process must be readable; threads of a name may be absent (then left out).
+    let cpu_now = || -> Result<HashMap<String, f64>> {
+        let mut now = HashMap::new();
+        for (n, a) in &procs {
+            match (a, a.cpu_seconds()) {
+                (_, Some(s)) => {
+                    now.insert(n.clone(), s);
+                }
+                (Account::Process(pid), None) => bail!("cannot read the CPU of {n} (pid {pid})"),
+                (Account::Threads(..), None) => {}
+            }
+        }
+        Ok(now)
     };
     let api: Api<Pod> = Api::namespaced(c.clone(), ns);
     // pod → (created Unix ms from the server, bound Unix ms as observed here).
@@ -523,7 +545,7 @@ async fn wait(
         }
     };
     let (start_ms, cpu0) = match start {
-        Start::Ms(ms) => (ms, cpu_now()),
+        Start::Ms(ms) => (ms, cpu_now()?),
         Start::File(file) => {
             // The first list, before the start mark: its pods are pending, or bound before
             // the start (counted at the mark).
@@ -563,7 +585,7 @@ async fn wait(
                     ms = start_mark(&file, deadline), if said => break ms?,
                 }
             };
-            let cpu0 = cpu_now();
+            let cpu0 = cpu_now()?;
             for t in bound.values_mut() {
                 *t = ms;
             }
@@ -583,7 +605,7 @@ async fn wait(
     }
     // CPU over the same window as pods/s: from the start mark to the last pod seen bound
     // (not the Events' list below).
-    let cpu1 = cpu_now();
+    let cpu1 = cpu_now()?;
     let end = bound.values().copied().max().unwrap_or(start_ms);
     // Events are written asynchronously by both schedulers: how many were there when the
     // last pod was bound (their API cost after that is outside the CPU window).
@@ -593,10 +615,17 @@ async fn wait(
         .await
         .map(|l| l.items.len())
         .unwrap_or(0);
-    let cpu: HashMap<String, f64> = cpu1
-        .iter()
-        .filter_map(|(n, s)| Some((n.clone(), s - cpu0.get(n)?)))
-        .collect();
+    let mut cpu: HashMap<String, f64> = HashMap::new();
+    for (n, s) in &cpu1 {
+        let Some(s0) = cpu0.get(n) else { continue };
+        // Threads that exit take their CPU with them: a fall cannot be told apart.
+        if s < s0 {
+            bail!(
+                "the CPU of {n} fell during the run ({s0:.2} s to {s:.2} s): a thread of it exited"
+            );
+        }
+        cpu.insert(n.clone(), s - s0);
+    }
     let elapsed = (end.saturating_sub(start_ms)) as f64 / 1000.0;
     let mut since_start: Vec<f64> = bound
         .values()
@@ -900,6 +929,7 @@ mod tests {
             Some(Account::Threads(42, "loadstar-grpc".into()))
         );
         assert_eq!(Account::parse("42/"), None);
+        assert_eq!(Account::parse("42/sixteen-bytes-xx"), None);
         assert_eq!(Account::parse("x/loadstar-grpc"), None);
         assert_eq!(Account::parse(""), None);
         // This test's own threads: the process has CPU; a name no thread has, none.
