@@ -35,14 +35,8 @@ fn threads(pid: u32, name: &str) -> (usize, u64) {
             continue;
         }
         let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        // Fields after "pid (comm) ": state is the first, utime the 12th, stime the 13th.
-        let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
-        let f: Vec<u64> = rest
-            .split_whitespace()
-            .map(|x| x.parse().unwrap_or(0))
-            .collect();
         found.0 += 1;
-        found.1 += f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+        found.1 += loadstar_common::procstat::cpu_ticks(&stat).unwrap_or(0);
     }
     found
 }

@@ -641,8 +641,6 @@ async fn wait(
         "pods": bound.len(),
         "scheduled_events_at_end": scheduled_events,
         "seconds": elapsed,
-        "start_ms": start_ms,
-        "end_ms": end,
         "pods_per_second": if elapsed > 0.0 { bound.len() as f64 / elapsed } else { 0.0 },
         "start_to_bound_p50_s": percentile(&since_start, 0.5),
         "start_to_bound_p99_s": percentile(&since_start, 0.99),
