@@ -575,8 +575,76 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
     for p in &second {
         assert_eq!(by[p], standby.identity);
     }
-    // Graceful shutdown releases the lease: the holder becomes empty.
+    // A stopped leader releases the Lease, and a standby watching it takes it at once. This
+    // standby tries only every 60 s, and its first try (at its start) found the Lease held, as
+    // its refusal naming the leader shows: through its tries alone it could not take the Lease
+    // within the 15 s allowed below.
+    let mut third = Scorer::start(
+        &env,
+        "ha-c",
+        &lease_name,
+        &["--leader-elect-retry-period=60"],
+    )
+    .await?;
+    let (third_endpoint, holder_now) = (third.endpoint(), standby.identity.clone());
+    eventually(
+        "the third replica naming the leader",
+        Duration::from_secs(15),
+        || {
+            let (endpoint, ns, leader) = (third_endpoint.clone(), ns.clone(), holder_now.clone());
+            async move {
+                let mut c = SchedulerClient::connect(endpoint).await?;
+                let r = c
+                    .bind(pb::BindRequest {
+                        pod: Some(pb::PodReference {
+                            namespace: ns,
+                            name: "ref".into(),
+                        }),
+                        ..Default::default()
+                    })
+                    .await;
+                Ok(match r {
+                    Err(s)
+                        if s.message().contains("not the leader")
+                            && s.message().contains(&leader) =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!("{other:?}")),
+                })
+            }
+        },
+    )
+    .await
+    .with_context(|| third.log_tail())?;
+    let stopped = Instant::now();
     let status = standby.terminate(Duration::from_secs(20)).await?;
+    assert!(status.success(), "scorer exited with {status}");
+    eventually(
+        "the standby taking the released Lease",
+        Duration::from_secs(15),
+        || async {
+            let holder = leases
+                .get(&lease_name)
+                .await?
+                .spec
+                .and_then(|s| s.holder_identity)
+                .unwrap_or_default();
+            Ok(if holder == "ha-c" {
+                Ok(())
+            } else {
+                Err(format!("holder {holder:?}"))
+            })
+        },
+    )
+    .await
+    .with_context(|| third.log_tail())?;
+    eprintln!(
+        "the watching standby held the released Lease {:?} after SIGTERM",
+        stopped.elapsed()
+    );
+    // Graceful shutdown releases the lease: the holder becomes empty.
+    let status = third.terminate(Duration::from_secs(20)).await?;
     assert!(status.success(), "scorer exited with {status}");
     let holder = leases
         .get(&lease_name)

@@ -3,18 +3,24 @@
 //! has not changed for the lease duration (by this process's clock, so clock skew does not
 //! matter); the leader renews every retry period and steps down at once if a renewal has not
 //! succeeded within the renew deadline or the lease names someone else. On shutdown the
-//! leader releases the lease so a standby takes over without waiting.
+//! leader releases the lease so a standby takes over without waiting: candidates also watch
+//! the Lease and try at once when it is released or deleted, rather than at their next retry
+//! (client-go's elector only polls, so a standby there waits up to a retry period, 2 s by
+//! default).
 use std::time::Duration;
 
 use ::kube::Api;
 use ::kube::api::{ObjectMeta, PostParams};
+use ::kube::runtime::WatchStreamExt;
+use ::kube::runtime::watcher;
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use thiserror::Error;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Errors of one election attempt.
 #[derive(Debug, Error)]
@@ -109,6 +115,20 @@ fn may_acquire(
     now: Instant,
 ) -> bool {
     holder.is_empty() || holder == identity || observed_at + lease_duration <= now
+}
+
+/// Whether a watch event of the Lease says it is free to take now: deleted, or released (no
+/// holder). Pure.
+fn frees_lease(event: &watcher::Event<Lease>) -> bool {
+    match event {
+        watcher::Event::Delete(_) => true,
+        watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            .is_none_or(str::is_empty),
+        watcher::Event::Init | watcher::Event::InitDone => false,
+    }
 }
 
 /// The elector. Run it with [`LeaderElector::run`]; read the state from [`LeaderElector::subscribe`].
@@ -261,15 +281,56 @@ impl LeaderElector {
         });
     }
 
+    /// The moments the Lease is seen free (released or deleted), from a watch of it alone.
+    /// A watch that fails is retried with backoff and logged once per failure streak; the
+    /// retry period's attempts go on meanwhile (an older chart's Role may not allow `list`
+    /// and `watch` on leases).
+    fn lease_frees(&self) -> impl futures::Stream<Item = ()> + use<> {
+        let config =
+            watcher::Config::default().fields(&format!("metadata.name={}", self.config.name));
+        let mut failing = false;
+        watcher::watcher(self.api.clone(), config)
+            .backoff(super::watch_health::watch_backoff())
+            .filter_map(move |event| {
+                let freed = match event {
+                    Ok(event) => {
+                        failing = false;
+                        frees_lease(&event)
+                    }
+                    Err(e) => {
+                        if !failing {
+                            warn!(error = %e, "watching the lease failed; taking it over at the retry period only until the watch works");
+                        }
+                        failing = true;
+                        false
+                    }
+                };
+                std::future::ready(freed.then_some(()))
+            })
+            .fuse()
+    }
+
     /// Campaigns until `shutdown` resolves, then releases the lease if held.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut tick = tokio::time::interval(self.config.retry_period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let frees = self.lease_frees();
+        tokio::pin!(frees);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = tick.tick() => {}
+                Some(()) = frees.next() => {
+                    // The leader keeps to its renewals (a Lease deleted under it is made
+                    // again at the next one); a standby tries now, and its next periodic
+                    // attempt comes a full period later.
+                    if self.state.borrow().is_leader {
+                        continue;
+                    }
+                    debug!(lease = %self.config.name, "the lease was released; trying to take it");
+                    tick.reset();
+                }
             }
             let leading = self.state.borrow().is_leader;
             // A renewal must finish before the renew deadline; an acquisition within a period.
@@ -373,6 +434,30 @@ mod tests {
             d,
             t0 + Duration::from_secs(15)
         ));
+    }
+
+    fn lease(holder: Option<&str>) -> Lease {
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_released_or_deleted_lease_is_free_and_a_held_one_is_not() {
+        use watcher::Event;
+        assert!(frees_lease(&Event::Delete(lease(Some("a")))));
+        assert!(frees_lease(&Event::Apply(lease(None))));
+        assert!(frees_lease(&Event::Apply(lease(Some("")))));
+        assert!(frees_lease(&Event::InitApply(lease(None))));
+        assert!(frees_lease(&Event::Apply(Lease::default())));
+        assert!(!frees_lease(&Event::Apply(lease(Some("a")))));
+        assert!(!frees_lease(&Event::InitApply(lease(Some("a")))));
+        assert!(!frees_lease(&Event::Init));
+        assert!(!frees_lease(&Event::InitDone));
     }
 
     #[test]
