@@ -67,8 +67,7 @@ EOF2
   wait_leader_election "$WORK/$name.log"
   observer_start "$name" --namespace "$ns" --count "$PODS" \
     --pids "scheduler=$ks,apiserver=$APISERVER_PID,etcd=$ETCD_PID,loadstar=$LS"
-  local start; mark_start "$name"
-  "$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease "$name" >/dev/null
+  release_start "$name" kube-system "$name"
   observer_result "$name"; RUN_JSON=$OBSERVER_JSON
   kill "$ks"; wait "$ks" 2>/dev/null || true
 }

@@ -3,8 +3,9 @@
 #! 1 000 kubelet-less nodes, 5 000 pre-created pending pods per scheduler, both clients at
 #! --kube-api-qps/--kube-api-burst (default 1000/1000). Loadstar scores 100 % of feasible nodes
 #! on real load: simulated agents report for every node (CPU 10–85 %) before it starts. Both
-#! schedulers start as warm standbys (caches synced) that take their Lease (retry period
-#! 0.2 s) when a placeholder's Lease is deleted at the start mark.
+#! schedulers start as warm standbys (caches synced) that take their Lease (kube-scheduler at
+#! its next retry, every 0.2 s; Loadstar when its watch of the Lease sees it go) when a
+#! placeholder's Lease is deleted at the start mark (`scheduler-bench release-lease`).
 #! Prints pods/s from start to all bound, the ratio, p50/p99 latencies, and CPU seconds of the
 #! scheduler, kube-apiserver and etcd while scheduling. Release builds. Loadstar's ingest CPU
 #! is reported separately: the CPU of the scorer's gRPC threads (`loadstar-grpc`: agent
@@ -166,8 +167,7 @@ run_kube() {  # ROUND: sets KUBE_JSON
   observer_start "kube-$1" --namespace "$ns" --count "$PODS" \
     --pids "scheduler=$ks,apiserver=$APISERVER_PID,etcd=$ETCD_PID"
   log "releasing kube-scheduler's Lease (start mark)"
-  local start; mark_start "kube-$1"
-  "$K8S_BIN/kubectl" --kubeconfig "$KC" -n kube-system delete lease kube-scheduler >/dev/null
+  release_start "kube-$1" kube-system kube-scheduler
   observer_result "kube-$1"; KUBE_JSON=$OBSERVER_JSON
   kill "$ks"; wait "$ks" 2>/dev/null || true
   if [ -n "$fs" ]; then kill "$fa" "$fs" 2>/dev/null || true; wait "$fa" "$fs" 2>/dev/null || true; fi
@@ -207,8 +207,7 @@ run_loadstar() {  # ROUND: sets LS_JSON, INGEST_CORES, GEN_CORES
   observer_start "loadstar-$1" --namespace "$ns" --count "$PODS" \
     --pids "scheduler=$ls,apiserver=$APISERVER_PID,etcd=$ETCD_PID,generator=$ag,ingest=$ls/loadstar-grpc"
   log "releasing the Lease (start mark)"
-  local start perf=""; mark_start "loadstar-$1"
-  "$K8S_BIN/kubectl" --kubeconfig "$KC" -n loadstar delete lease loadstar-scorer >/dev/null
+  local perf=""; release_start "loadstar-$1" loadstar loadstar-scorer
   if [ -n "${LOADSTAR_BENCH_PERF:-}" ]; then  # optional profile of the scorer while it schedules
     # shellcheck disable=SC2086 # the options are words
     perf record ${LOADSTAR_BENCH_PERF_OPTIONS:--F 999 -g} -p "$ls" -o "$LOADSTAR_BENCH_PERF.$1" >/dev/null 2>&1 &
@@ -342,6 +341,8 @@ def table(r):
     row("pods/s (start→all bound)", "pods_per_second")
     row("seconds", "seconds", "{:.2f}")
     row("Scheduled events at end", "scheduled_events_at_end", "{}")
+    if "start_to_first_bound_s" in k and "start_to_first_bound_s" in l:
+        row("start→first bound (s)", "start_to_first_bound_s", "{:.3f}")
     row("start→bound p50 (s)", "start_to_bound_p50_s", "{:.2f}")
     row("start→bound p99 (s)", "start_to_bound_p99_s", "{:.2f}")
     row("creation→bound p50 (s)", "creation_to_bound_p50_s", "{:.2f}")

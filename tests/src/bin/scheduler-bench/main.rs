@@ -13,8 +13,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::{Client, Config};
@@ -123,6 +124,19 @@ enum Cmd {
         /// Pause between calls, milliseconds.
         #[arg(long, default_value_t = 2)]
         pause_ms: u64,
+    },
+    /// The start mark of a run: deletes the Lease `namespace/name` that a waiting scheduler
+    /// takes. Reads the Lease first, so this process's start, its client's set-up and its
+    /// connection come before the mark; then writes the mark (Unix ms) to FILE for `wait
+    /// --start-file` (whole: written beside it, then renamed), deletes the Lease and prints
+    /// the mark.
+    ReleaseLease {
+        #[arg(long)]
+        namespace: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long, value_name = "FILE")]
+        start_file: PathBuf,
     },
     /// Waits until every pod of `namespace` is bound; prints the figures as JSON.
     Wait {
@@ -469,6 +483,16 @@ enum Start {
     File(PathBuf),
 }
 
+/// Writes the start mark `ms` to `file` whole: beside it first, then renamed over it, so a
+/// reader polling `file` never sees part of it.
+fn write_start_mark(file: &std::path::Path, ms: u64) -> Result<()> {
+    let mut beside = file.as_os_str().to_owned();
+    beside.push(".tmp");
+    std::fs::write(&beside, format!("{ms}\n"))
+        .with_context(|| format!("writing {}", PathBuf::from(&beside).display()))?;
+    std::fs::rename(&beside, file).with_context(|| format!("renaming onto {}", file.display()))
+}
+
 /// Reads the start mark from `file` once it holds one, polling every millisecond until
 /// `deadline`.
 async fn start_mark(file: &std::path::Path, deadline: Instant) -> Result<u64> {
@@ -642,6 +666,9 @@ async fn wait(
         "scheduled_events_at_end": scheduled_events,
         "seconds": elapsed,
         "pods_per_second": if elapsed > 0.0 { bound.len() as f64 / elapsed } else { 0.0 },
+        // How long the scheduler took to bind its first pod after the start mark (taking the
+        // Lease, its first cycle and binding write).
+        "start_to_first_bound_s": since_start.first().copied().unwrap_or(0.0),
         "start_to_bound_p50_s": percentile(&since_start, 0.5),
         "start_to_bound_p99_s": percentile(&since_start, 0.99),
         "creation_to_bound_p50_s": percentile(&since_created, 0.5),
@@ -858,6 +885,24 @@ async fn run(cli: Cli) -> Result<()> {
             println!("{}", now_ms());
         }
         Cmd::Agents { .. } => bail!("`agents` runs on threads of its own, started by main"),
+        Cmd::ReleaseLease {
+            namespace,
+            name,
+            start_file,
+        } => {
+            let leases: Api<Lease> = Api::namespaced(client(&cli.kubeconfig).await?, &namespace);
+            leases
+                .get(&name)
+                .await
+                .with_context(|| format!("reading the Lease {namespace}/{name}"))?;
+            let start = now_ms();
+            write_start_mark(&start_file, start)?;
+            leases
+                .delete(&name, &DeleteParams::default())
+                .await
+                .with_context(|| format!("deleting the Lease {namespace}/{name}"))?;
+            println!("{start}");
+        }
         Cmd::Ready {
             scorer,
             count,
@@ -900,7 +945,7 @@ mod tests {
         let file = dir.join("start");
         let soon = || Instant::now() + Duration::from_millis(30);
         // No file, an empty one, or not a number: no mark by the deadline. (A whole mark is
-        // written to a temporary file and renamed by `mark_start` in bench/lib.sh.)
+        // written beside the file and renamed by `write_start_mark`, `release-lease`'s.)
         assert!(start_mark(&file, soon()).await.is_err());
         std::fs::write(&file, "").expect("writable");
         assert!(start_mark(&file, soon()).await.is_err());
@@ -910,12 +955,18 @@ mod tests {
             let file = file.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(20)).await;
-                std::fs::write(&file, "1764580000123\n").expect("writable");
+                write_start_mark(&file, 1_764_580_000_123).expect("writable");
             })
         };
         let ms = start_mark(&file, Instant::now() + Duration::from_secs(10)).await;
         writer.await.expect("the writer task");
         assert_eq!(ms.expect("a mark"), 1_764_580_000_123);
+        // Nothing is left beside it.
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .expect("readable")
+            .map(|e| e.expect("an entry").file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("start")]);
         std::fs::remove_dir_all(&dir).expect("removable");
     }
 
