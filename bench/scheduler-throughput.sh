@@ -341,7 +341,8 @@ def table(r):
     row("pods/s (start→all bound)", "pods_per_second")
     row("seconds", "seconds", "{:.2f}")
     row("Scheduled events at end", "scheduled_events_at_end", "{}")
-    if "start_to_first_bound_s" in k and "start_to_first_bound_s" in l:
+    # None when a run bound nothing; absent in rounds kept from before 2026-12-01.
+    if k.get("start_to_first_bound_s") is not None and l.get("start_to_first_bound_s") is not None:
         row("start→first bound (s)", "start_to_first_bound_s", "{:.3f}")
     row("start→bound p50 (s)", "start_to_bound_p50_s", "{:.2f}")
     row("start→bound p99 (s)", "start_to_bound_p99_s", "{:.2f}")

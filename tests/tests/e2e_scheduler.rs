@@ -576,14 +576,19 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
         assert_eq!(by[p], standby.identity);
     }
     // A stopped leader releases the Lease, and a standby watching it takes it at once. This
-    // standby tries only every 60 s, and its first try (at its start) found the Lease held, as
+    // standby tries only every 120 s, and its first try (at its start) found the Lease held, as
     // its refusal naming the leader shows: through its tries alone it could not take the Lease
-    // within the 15 s allowed below.
+    // before 120 s, and all of this must end well before.
+    let third_started = Instant::now();
     let mut third = Scorer::start(
         &env,
         "ha-c",
         &lease_name,
-        &["--leader-elect-retry-period=60"],
+        &[
+            "--leader-elect-retry-period=120",
+            "--leader-elect-renew-deadline=150",
+            "--leader-elect-lease-duration=180",
+        ],
     )
     .await?;
     let (third_endpoint, holder_now) = (third.endpoint(), standby.identity.clone());
@@ -630,7 +635,7 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
                 .spec
                 .and_then(|s| s.holder_identity)
                 .unwrap_or_default();
-            Ok(if holder == "ha-c" {
+            Ok(if holder == third.identity {
                 Ok(())
             } else {
                 Err(format!("holder {holder:?}"))
@@ -639,6 +644,11 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
     )
     .await
     .with_context(|| third.log_tail())?;
+    ensure!(
+        third_started.elapsed() < Duration::from_secs(100),
+        "the third replica's takeover came {:?} after its start: its 120 s retry could be near",
+        third_started.elapsed()
+    );
     eprintln!(
         "the watching standby held the released Lease {:?} after SIGTERM",
         stopped.elapsed()

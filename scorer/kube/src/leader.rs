@@ -282,9 +282,9 @@ impl LeaderElector {
     }
 
     /// The moments the Lease is seen free (released or deleted), from a watch of it alone.
-    /// A watch that fails is retried with backoff and logged once per failure streak; the
-    /// retry period's attempts go on meanwhile (an older chart's Role may not allow `list`
-    /// and `watch` on leases).
+    /// A watch that fails is retried with backoff and logged once per failure streak (and
+    /// once when it works again); the retry period's attempts go on meanwhile (an older
+    /// chart's Role may not allow `list` and `watch` on leases, or the API server is down).
     fn lease_frees(&self) -> impl futures::Stream<Item = ()> + use<> {
         let config =
             watcher::Config::default().fields(&format!("metadata.name={}", self.config.name));
@@ -294,12 +294,16 @@ impl LeaderElector {
             .filter_map(move |event| {
                 let freed = match event {
                     Ok(event) => {
+                        if failing {
+                            info!("watching the lease again");
+                        }
                         failing = false;
                         frees_lease(&event)
                     }
                     Err(e) => {
                         if !failing {
-                            warn!(error = %e, "watching the lease failed; taking it over at the retry period only until the watch works");
+                            warn!(error = %super::watch_health::describe_watch_error(&e),
+                                  "watching the lease failed; a released lease is taken at the retry period only until the watch works");
                         }
                         failing = true;
                         false
@@ -322,13 +326,12 @@ impl LeaderElector {
                 _ = &mut shutdown => break,
                 _ = tick.tick() => {}
                 Some(()) = frees.next() => {
-                    // The leader keeps to its renewals (a Lease deleted under it is made
-                    // again at the next one); a standby tries now, and its next periodic
-                    // attempt comes a full period later.
-                    if self.state.borrow().is_leader {
-                        continue;
-                    }
-                    debug!(lease = %self.config.name, "the lease was released; trying to take it");
+                    // Every candidate tries now, the leader too: a Lease deleted or cleared
+                    // under it (by hand) is taken by whoever comes first, and a leader that
+                    // loses steps down within a round trip rather than at its next renewal
+                    // while a standby already binds. The next periodic attempt comes a full
+                    // period later.
+                    debug!(lease = %self.config.name, "the lease was released or deleted; trying to take it");
                     tick.reset();
                 }
             }

@@ -668,7 +668,7 @@ async fn wait(
         "pods_per_second": if elapsed > 0.0 { bound.len() as f64 / elapsed } else { 0.0 },
         // How long the scheduler took to bind its first pod after the start mark (taking the
         // Lease, its first cycle and binding write).
-        "start_to_first_bound_s": since_start.first().copied().unwrap_or(0.0),
+        "start_to_first_bound_s": since_start.first().copied(),
         "start_to_bound_p50_s": percentile(&since_start, 0.5),
         "start_to_bound_p99_s": percentile(&since_start, 0.99),
         "creation_to_bound_p50_s": percentile(&since_created, 0.5),
