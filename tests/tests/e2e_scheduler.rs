@@ -415,6 +415,42 @@ async fn scheduler_bind_grpc_places_a_pod_by_reference() -> Result<()> {
     Ok(())
 }
 
+/// Asks the scorer at `endpoint` to bind `ns/ref` until it refuses as a standby naming
+/// `leader`, within `timeout`: a standby learns the holder at its first try at the Lease
+/// (one that lost the race to create it, at its next), and until then refuses unnamed.
+async fn refusal_naming(
+    endpoint: &str,
+    ns: &str,
+    leader: &str,
+    timeout: Duration,
+) -> Result<tonic::Status> {
+    eventually(
+        &format!("{endpoint} refusing Bind, naming {leader}"),
+        timeout,
+        || async {
+            let mut c = SchedulerClient::connect(endpoint.to_string()).await?;
+            let r = c
+                .bind(pb::BindRequest {
+                    pod: Some(pb::PodReference {
+                        namespace: ns.to_string(),
+                        name: "ref".into(),
+                    }),
+                    ..Default::default()
+                })
+                .await;
+            Ok(match r {
+                Err(s)
+                    if s.message().contains("not the leader") && s.message().contains(leader) =>
+                {
+                    Ok(s)
+                }
+                other => Err(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+}
+
 #[tokio::test]
 #[ignore = "needs a real API server: run tests/e2e/run.sh"]
 async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
@@ -474,34 +510,8 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
     )
     .await?;
     create_pod(&client, &ns, pod("ref", Some("nobody"), "100m", MI)).await?;
-    let refused = eventually("standby refuses Bind", Duration::from_secs(10), || {
-        let endpoint = standby.endpoint();
-        let ns = ns.clone();
-        let leader = leader.clone();
-        async move {
-            let mut c = SchedulerClient::connect(endpoint).await?;
-            let r = c
-                .bind(pb::BindRequest {
-                    pod: Some(pb::PodReference {
-                        namespace: ns,
-                        name: "ref".into(),
-                    }),
-                    ..Default::default()
-                })
-                .await;
-            // A standby whose first try at the lease lost the race to create it learns the
-            // holder at its next try (the retry period): until then it refuses unnamed.
-            Ok(match r {
-                Err(s)
-                    if s.message().contains("not the leader") && s.message().contains(&leader) =>
-                {
-                    Ok(s)
-                }
-                other => Err(format!("{other:?}")),
-            })
-        }
-    })
-    .await?;
+    let refused =
+        refusal_naming(&standby.endpoint(), &ns, &leader, Duration::from_secs(10)).await?;
     assert_eq!(refused.code(), tonic::Code::Unavailable);
     assert!(refused.message().contains(&leader), "{refused}");
 
@@ -591,34 +601,11 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
         ],
     )
     .await?;
-    let (third_endpoint, holder_now) = (third.endpoint(), standby.identity.clone());
-    eventually(
-        "the third replica naming the leader",
+    refusal_naming(
+        &third.endpoint(),
+        &ns,
+        &standby.identity,
         Duration::from_secs(15),
-        || {
-            let (endpoint, ns, leader) = (third_endpoint.clone(), ns.clone(), holder_now.clone());
-            async move {
-                let mut c = SchedulerClient::connect(endpoint).await?;
-                let r = c
-                    .bind(pb::BindRequest {
-                        pod: Some(pb::PodReference {
-                            namespace: ns,
-                            name: "ref".into(),
-                        }),
-                        ..Default::default()
-                    })
-                    .await;
-                Ok(match r {
-                    Err(s)
-                        if s.message().contains("not the leader")
-                            && s.message().contains(&leader) =>
-                    {
-                        Ok(())
-                    }
-                    other => Err(format!("{other:?}")),
-                })
-            }
-        },
     )
     .await
     .with_context(|| third.log_tail())?;
