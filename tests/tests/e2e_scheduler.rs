@@ -377,12 +377,8 @@ async fn scheduler_bind_grpc_places_a_pod_by_reference() -> Result<()> {
         async move {
             match sched
                 .bind(pb::BindRequest {
-                    pod: Some(pb::PodReference {
-                        namespace: ns,
-                        name: "delegated".into(),
-                    }),
                     node_name: "grpc-b".into(),
-                    profile: String::new(),
+                    ..bind_request(&ns, "delegated")
                 })
                 .await
             {
@@ -401,18 +397,33 @@ async fn scheduler_bind_grpc_places_a_pod_by_reference() -> Result<()> {
     assert_eq!(bound["delegated"], "grpc-b");
     // Binding it again is refused with the reason.
     let again = sched
-        .bind(pb::BindRequest {
-            pod: Some(pb::PodReference {
-                namespace: ns.clone(),
-                name: "delegated".into(),
-            }),
-            ..Default::default()
-        })
+        .bind(bind_request(&ns, "delegated"))
         .await
         .expect_err("already bound");
     assert!(again.message().contains("already bound"), "{again}");
     delete_nodes(&client, &nodes).await;
     Ok(())
+}
+
+/// A `Bind` of the pod `ns/name`, the node and profile left to the scorer.
+fn bind_request(ns: &str, name: &str) -> pb::BindRequest {
+    pb::BindRequest {
+        pod: Some(pb::PodReference {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The holder of the Lease `name`, empty when released.
+async fn lease_holder(leases: &Api<Lease>, name: &str) -> Result<String> {
+    Ok(leases
+        .get(name)
+        .await?
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default())
 }
 
 /// Asks the scorer at `endpoint` to bind `ns/ref` until it refuses as a standby naming
@@ -429,15 +440,7 @@ async fn refusal_naming(
         timeout,
         || async {
             let mut c = SchedulerClient::connect(endpoint.to_string()).await?;
-            let r = c
-                .bind(pb::BindRequest {
-                    pod: Some(pb::PodReference {
-                        namespace: ns.to_string(),
-                        name: "ref".into(),
-                    }),
-                    ..Default::default()
-                })
-                .await;
+            let r = c.bind(bind_request(ns, "ref")).await;
             Ok(match r {
                 Err(s)
                     if s.message().contains("not the leader") && s.message().contains(leader) =>
@@ -563,12 +566,7 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
         took <= Duration::from_secs(15 + 2 + 3),
         "takeover took {took:?}, more than the lease duration plus a retry period"
     );
-    let new_holder = leases
-        .get(&lease_name)
-        .await?
-        .spec
-        .and_then(|s| s.holder_identity)
-        .unwrap_or_default();
+    let new_holder = lease_holder(&leases, &lease_name).await?;
     assert_eq!(new_holder, standby.identity);
     let (count, by) = eventually("all Scheduled events", Duration::from_secs(10), || async {
         let (c, by) = scheduled_events(&client, &ns).await?;
@@ -616,12 +614,7 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
         "the standby taking the released Lease",
         Duration::from_secs(15),
         || async {
-            let holder = leases
-                .get(&lease_name)
-                .await?
-                .spec
-                .and_then(|s| s.holder_identity)
-                .unwrap_or_default();
+            let holder = lease_holder(&leases, &lease_name).await?;
             Ok(if holder == third.identity {
                 Ok(())
             } else {
@@ -643,12 +636,7 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
     // Graceful shutdown releases the lease: the holder becomes empty.
     let status = third.terminate(Duration::from_secs(20)).await?;
     assert!(status.success(), "scorer exited with {status}");
-    let holder = leases
-        .get(&lease_name)
-        .await?
-        .spec
-        .and_then(|s| s.holder_identity)
-        .unwrap_or_default();
+    let holder = lease_holder(&leases, &lease_name).await?;
     assert_eq!(holder, "", "the lease is released on SIGTERM");
     delete_nodes(&client, &nodes).await;
     Ok(())

@@ -117,16 +117,23 @@ fn may_acquire(
     holder.is_empty() || holder == identity || observed_at + lease_duration <= now
 }
 
+/// The Lease's holder, empty when it names none (released). Pure.
+fn holder_of(lease: &Lease) -> &str {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .unwrap_or_default()
+}
+
 /// Whether a watch event of the Lease says it is free to take now: deleted, or released (no
-/// holder). Pure.
+/// holder, as [`may_acquire`] reads it). Pure.
 fn frees_lease(event: &watcher::Event<Lease>) -> bool {
     match event {
         watcher::Event::Delete(_) => true,
-        watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.as_deref())
-            .is_none_or(str::is_empty),
+        watcher::Event::Apply(lease) | watcher::Event::InitApply(lease) => {
+            holder_of(lease).is_empty()
+        }
         watcher::Event::Init | watcher::Event::InitDone => false,
     }
 }
@@ -217,11 +224,7 @@ impl LeaderElector {
                 Err(e) => Err(self.err(e)),
             };
         };
-        let holder = lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.clone())
-            .unwrap_or_default();
+        let holder = holder_of(&lease).to_string();
         let rv = lease.metadata.resource_version.clone().unwrap_or_default();
         let changed = self
             .observed
