@@ -90,7 +90,7 @@ impl ImageLocality {
             match held.last_mut() {
                 Some((last, _, times)) if *last == name => *times += 1,
                 _ => {
-                    let with = index.holders(&name).len() as f64;
+                    let with = index.holder_count(&name) as f64;
                     held.push((name, with / total, 1));
                 }
             }
@@ -157,16 +157,24 @@ impl ScorePlugin for ImageLocality {
             out.fill(calculate_priority(0, images));
             return;
         }
-        let mut sums = vec![0i64; ctx.snapshot.nodes().len()];
+        // Summed by slot, read by position: the index's lists name nodes by slot.
+        let mut sums = vec![0i64; index.slot_count()];
         for (name, share, times) in &held {
-            for &(i, size) in index.holders(name) {
-                if let Some(sum) = sums.get_mut(i as usize) {
+            for &(slot, size) in index.slot_holders(name) {
+                if let Some(sum) = sums.get_mut(slot as usize) {
                     *sum = sum.saturating_add(scaled(size, *share, *times));
                 }
             }
         }
-        for (o, &i) in out.iter_mut().zip(indices) {
-            *o = calculate_priority(sums.get(i).copied().unwrap_or(0), images);
+        if index.slots_are_positions() {
+            for (o, &i) in out.iter_mut().zip(indices) {
+                *o = calculate_priority(sums.get(i).copied().unwrap_or(0), images);
+            }
+        } else {
+            for (o, &i) in out.iter_mut().zip(indices) {
+                let sum = index.slot_of(i).and_then(|s| sums.get(s as usize));
+                *o = calculate_priority(sum.copied().unwrap_or(0), images);
+            }
         }
     }
 }
@@ -176,7 +184,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use loadstar_framework::snapshot::NodeImages;
+    use loadstar_framework::snapshot::{ClusterSnapshot, NodeImages};
     use loadstar_testkit::snapshot::*;
 
     fn with_images(name: &str, images: &[(&[&str], i64)]) -> NodeView {
@@ -271,6 +279,34 @@ mod tests {
             ),
             [32, 36, 0]
         );
+    }
+
+    #[test]
+    fn scores_stay_right_after_nodes_join_and_leave_the_index() {
+        // The next snapshot's index is patched from this one's (few of its nodes changed):
+        // a node joins before the others and one leaves, so slots no longer follow
+        // positions.
+        let fillers = |n: usize| -> Vec<NodeView> {
+            (0..n)
+                .map(|i| with_images(&format!("n{}", i + 4), &[(&["gcr.io/10:v1"], 10)]))
+                .collect()
+        };
+        let mut nodes = vec![n1(), n2(), with_images("n3", &[(&["gcr.io/40:v1"], 40)])];
+        nodes.extend(fillers(5));
+        let first = snapshot(nodes);
+        let pod = pulling(&["gcr.io/40", "gcr.io/250"]);
+        score_all(&ImageLocality, &first, &pod);
+        let joined = with_images("n0", &[(&["gcr.io/250:latest"], 250)]);
+        let mut nodes = vec![joined, n1(), n2()];
+        nodes.extend(fillers(5));
+        let next = ClusterSnapshot::new_after(nodes, 2, &first);
+        assert!(!next.image_index().slots_are_positions());
+        // `score_all` checks the indexed score against the node-by-node one.
+        let scores = score_all(&ImageLocality, &next, &pod);
+        // 40 MiB on one of eight nodes (floor); 250 MiB on two of eight: 62 − 23 over 1977.
+        let part = 100 * (250 * 2 / 8 - 23) / (2000 - 23);
+        assert_eq!(scores[..3], [part, 0, part]);
+        assert_eq!(scores[3..], [0; 5]);
     }
 
     #[test]

@@ -579,7 +579,8 @@ fn bench_profiles(c: &mut Criterion) {
 
 /// What the image index costs a snapshot on its first ImageLocality score: a build (the
 /// first snapshot, or one where more than a quarter of the nodes changed), and the patch of
-/// the previous snapshot's index where one node's images changed, or one node joined.
+/// the previous snapshot's index where one node's images changed, one node joined or one
+/// left.
 fn bench_image_index(snap: &ClusterSnapshot) {
     type Node = (Arc<str>, Option<NodeImages>);
     let nodes: Vec<Node> = snap
@@ -629,6 +630,13 @@ fn bench_image_index(snap: &ClusterSnapshot) {
         50,
         Box::new(|| drop(black_box(ImageIndex::after(&built, view(&joined))))),
     );
+    // The node in the middle leaves (every later position moves).
+    let mut left = nodes.clone();
+    left.remove(mid);
+    let leave = mean_ms(
+        50,
+        Box::new(|| drop(black_box(ImageIndex::after(&built, view(&left))))),
+    );
     let unchanged = mean_ms(
         200,
         Box::new(|| drop(black_box(ImageIndex::after(&built, view(&nodes))))),
@@ -636,7 +644,8 @@ fn bench_image_index(snap: &ClusterSnapshot) {
     println!(
         "image index of {} nodes (two names per image, up to 28 images each): built in \
          {build:.2} ms; from the last snapshot's: unchanged {unchanged:.3} ms, one node's \
-         images changed {patch:.3} ms, one node joined {join:.2} ms (means)",
+         images changed {patch:.3} ms, one node joined {join:.3} ms, one node left \
+         {leave:.3} ms (means)",
         built.nodes(),
     );
 }

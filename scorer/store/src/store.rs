@@ -908,6 +908,13 @@ mod tests {
     use super::*;
     use loadstar_testkit::agent::fixed_report as report;
 
+    /// The nodes (positions, ascending) an index says hold `name`, with its size on each.
+    fn held(index: &loadstar_framework::snapshot::ImageIndex, name: &str) -> Vec<(u32, i64)> {
+        let mut v: Vec<_> = index.holders(name).collect();
+        v.sort_unstable();
+        v
+    }
+
     #[test]
     fn stores_reports_and_rejects_replays() {
         let store = NodeStore::new(StoreConfig::default());
@@ -1373,8 +1380,8 @@ mod tests {
         let snap = store.snapshot_now();
         let index = snap.image_index();
         assert_eq!(index.nodes(), 2);
-        assert_eq!(index.holders("pause:3.9"), [(0, 1 << 20), (1, 1 << 20)]);
-        assert_eq!(index.holders("app:v1"), [(0, 1 << 20)]);
+        assert_eq!(held(&index, "pause:3.9"), [(0, 1 << 20), (1, 1 << 20)]);
+        assert_eq!(held(&index, "app:v1"), [(0, 1 << 20)]);
         let name = |n: &str| {
             snap.get(n)
                 .expect("node")
@@ -1404,9 +1411,9 @@ mod tests {
         for snap in [store.snapshot_now(), Arc::new(store.snapshot_owned(None))] {
             let index = snap.image_index();
             assert_eq!(index.nodes(), 1);
-            assert_eq!(index.holders("pause:3.9"), [(0, 1 << 20)]);
-            assert_eq!(index.holders("app:v1"), []);
-            assert_eq!(index.holders("app:v2"), [(0, 1 << 20)]);
+            assert_eq!(held(&index, "pause:3.9"), [(0, 1 << 20)]);
+            assert_eq!(held(&index, "app:v1"), []);
+            assert_eq!(held(&index, "app:v2"), [(0, 1 << 20)]);
         }
     }
 
@@ -1426,7 +1433,7 @@ mod tests {
         store.set_kube_node("b", Some(node(&["app:v1"], 1000)));
         let first = store.snapshot_now();
         let index = first.image_index();
-        assert_eq!(index.holders("app:v1"), [(0, 7), (1, 7)]);
+        assert_eq!(held(&index, "app:v1"), [(0, 7), (1, 7)]);
         // Another of a node's facts changes, its images stay equal: the index carries over,
         // through a snapshot nobody scored images with too.
         store.set_kube_node("a", Some(node(&["app:v1"], 2000)));
@@ -1443,13 +1450,13 @@ mod tests {
         store.set_kube_node("b", Some(node(&["app:v2"], 1000)));
         let third = store.snapshot_now();
         assert!(!Arc::ptr_eq(&index, &third.image_index()));
-        assert_eq!(third.image_index().holders("app:v1"), [(0, 7)]);
-        assert_eq!(third.image_index().holders("app:v2"), [(1, 7)]);
+        assert_eq!(held(&third.image_index(), "app:v1"), [(0, 7)]);
+        assert_eq!(held(&third.image_index(), "app:v2"), [(1, 7)]);
         // A node joins before the others: every position moves, and the index says so.
         store.set_kube_node("0", Some(node(&["app:v2"], 1000)));
         let fourth = store.snapshot_now();
-        assert_eq!(fourth.image_index().holders("app:v1"), [(1, 7)]);
-        assert_eq!(fourth.image_index().holders("app:v2"), [(0, 7), (2, 7)]);
+        assert_eq!(held(&fourth.image_index(), "app:v1"), [(1, 7)]);
+        assert_eq!(held(&fourth.image_index(), "app:v2"), [(0, 7), (2, 7)]);
         assert_eq!(fourth.image_index().nodes(), 3);
     }
 
