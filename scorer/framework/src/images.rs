@@ -94,7 +94,7 @@ const FREE: u32 = u32::MAX;
 /// lists of its own images and the slot-to-position map (one `u32` per node), where lists
 /// by position would all be rewritten (every later node moves): 2.6 ms for one join at
 /// 5 000 nodes with 56 names each, each time on the next scheduling cycle.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ImageIndex {
     holders: HashMap<Arc<str>, Holders>,
     /// What was indexed, in snapshot order.
@@ -109,6 +109,13 @@ pub struct ImageIndex {
     slots_are_positions: bool,
     /// Nodes with Kubernetes facts.
     with_facts: u32,
+}
+
+impl Default for ImageIndex {
+    /// The index of no nodes.
+    fn default() -> ImageIndex {
+        ImageIndex::build_owned(Vec::new())
+    }
 }
 
 impl ImageIndex {
@@ -190,46 +197,73 @@ impl ImageIndex {
         if walk.is_empty() && walk.moved.is_none() {
             return previous.clone();
         }
-        if walk.touched() > limit {
+        // A build where patching could not name every node by a `u32` slot (never at any
+        // real cluster's size, but no input may panic the index).
+        if walk.touched() > limit
+            || nodes.len() >= FREE as usize
+            || previous.slots.len() != previous.nodes.len()
+        {
             return Arc::new(Self::build_owned(owned(nodes.iter().copied())));
         }
         let mut holders = previous.holders.clone();
-        let (mut slots, mut positions, mut free) = (
-            previous.slots.clone(),
-            previous.positions.clone(),
-            previous.free.clone(),
-        );
         let none = NodeImages::default();
-        if let Some(moved) = &walk.moved {
-            // Nodes came or went: the nodes that stay keep their slots at their new
-            // positions; the slots of the nodes that went are freed (their entries leave
-            // their images' lists first, so a node joining now may take one).
-            let mut moved_slots = vec![FREE; nodes.len()];
-            for (old, to) in moved.iter().enumerate() {
-                let slot = previous.slots[old];
-                match to {
-                    Some(new) => moved_slots[*new] = slot,
-                    None => {
-                        let images = previous.nodes[old].1.as_ref().unwrap_or(&none);
-                        patch_holders(&mut holders, slot, images.entries(), &[]);
-                        free.push(slot);
+        let (slots, positions, free) = match &walk.moved {
+            None => (
+                previous.slots.clone(),
+                previous.positions.clone(),
+                previous.free.clone(),
+            ),
+            Some(moved) => {
+                // Nodes came or went: the nodes that stay keep their slots at their new
+                // positions; the slots of the nodes that went are freed (their entries
+                // leave their images' lists first, so a node joining now may take one).
+                let mut free = previous.free.clone();
+                let mut slots = vec![FREE; nodes.len()];
+                for (old, to) in moved.iter().enumerate() {
+                    let Some(&slot) = previous.slots.get(old) else {
+                        continue;
+                    };
+                    match to.and_then(|new| slots.get_mut(new)) {
+                        Some(at) => *at = slot,
+                        None => {
+                            let images = previous.nodes.get(old).and_then(|n| n.1.as_ref());
+                            patch_holders(
+                                &mut holders,
+                                slot,
+                                images.unwrap_or(&none).entries(),
+                                &[],
+                            );
+                            free.push(slot);
+                        }
                     }
                 }
-            }
-            for &new in &walk.added {
-                moved_slots[new] = free.pop().unwrap_or_else(|| {
-                    positions.push(FREE);
-                    u32::try_from(positions.len() - 1).unwrap_or(FREE)
-                });
-            }
-            slots = moved_slots;
-            positions.fill(FREE);
-            for (position, &slot) in slots.iter().enumerate() {
-                if let Some(p) = positions.get_mut(slot as usize) {
-                    *p = u32::try_from(position).unwrap_or(FREE);
+                // The smallest free slot first (popped from the end of a descending
+                // list): nodes that leave the end of the name order and others that join
+                // there leave slots as positions.
+                free.sort_unstable_by(|x, y| y.cmp(x));
+                let mut count = previous.positions.len();
+                for &new in &walk.added {
+                    let slot = free.pop().unwrap_or_else(|| {
+                        count += 1;
+                        u32::try_from(count - 1).unwrap_or(FREE)
+                    });
+                    if let Some(at) = slots.get_mut(new) {
+                        *at = slot;
+                    }
                 }
+                // Free slots above every slot in use are dropped: the map is as long as
+                // the most nodes indexed at once since the last build, no longer.
+                let count = slots.iter().map(|&s| s as usize + 1).max().unwrap_or(0);
+                free.retain(|&s| (s as usize) < count);
+                let mut positions = vec![FREE; count];
+                for (position, &slot) in slots.iter().enumerate() {
+                    if let Some(p) = positions.get_mut(slot as usize) {
+                        *p = u32::try_from(position).unwrap_or(FREE);
+                    }
+                }
+                (slots, positions, free)
             }
-        }
+        };
         let changes = walk
             .changed
             .iter()
@@ -238,12 +272,16 @@ impl ImageIndex {
         for (old, new) in changes {
             let before = old.unwrap_or(&none).entries();
             let after = nodes[new].1.unwrap_or(&none).entries();
-            patch_holders(&mut holders, slots[new], before, after);
+            if let Some(&slot) = slots.get(new) {
+                patch_holders(&mut holders, slot, before, after);
+            }
         }
         holders.retain(|_, list| !list.is_empty());
         let nodes = owned(nodes.iter().copied());
-        let slots_are_positions = previous.slots_are_positions && walk.moved.is_none()
-            || slots.iter().enumerate().all(|(i, &s)| s as usize == i);
+        let slots_are_positions = match walk.moved {
+            None => previous.slots_are_positions,
+            Some(_) => slots.iter().enumerate().all(|(i, &s)| s as usize == i),
+        };
         Arc::new(ImageIndex {
             holders,
             with_facts: facts(&nodes),
@@ -276,7 +314,7 @@ impl ImageIndex {
         self.holders.get(name).map_or(&[], |l| l.as_slice())
     }
 
-    /// How many slots there are: one more than the largest in any list.
+    /// How many slots there are, used and free: every listed slot is below it.
     pub fn slot_count(&self) -> usize {
         self.positions.len()
     }
@@ -286,8 +324,10 @@ impl ImageIndex {
         self.slots.get(position).copied()
     }
 
-    /// Whether every node's slot is its position, as in an index built afresh (until a
-    /// node joins or leaves): sums by slot are then sums by position, read without the map.
+    /// Whether every node's slot is its position, as in an index built afresh: sums by slot
+    /// are then sums by position, read without the map. A node that joins or leaves before
+    /// the end of the name order usually ends it until the next build (the first snapshot,
+    /// or one where more than a quarter of the nodes changed).
     pub fn slots_are_positions(&self) -> bool {
         self.slots_are_positions
     }
@@ -374,8 +414,9 @@ struct Walk {
 impl Walk {
     /// Walks `previous`'s nodes and `nodes` side by side, pairing equal names (a
     /// snapshot's nodes are sorted by name, so every node is paired or found new or gone).
-    /// Pairs are made only forwards in both lists, so positions map in order whatever the
-    /// lists hold: unsorted lists cost more nodes touched (or a build), never a wrong index.
+    /// Pairs are made only forwards in both lists, so each node is paired at most once
+    /// whatever the lists hold: unsorted lists cost more nodes touched (or a build), never
+    /// a wrong index.
     fn of(previous: &ImageIndex, nodes: &[NodeRef<'_>]) -> Walk {
         let old = &previous.nodes;
         let mut walk = Walk {
@@ -731,10 +772,29 @@ mod tests {
             prop_assert_eq!(back.nodes(), first.nodes());
             let again = ImageIndex::patched(&back, &view(&after), usize::MAX);
             prop_assert_eq!(contents(&again), contents(&built));
+            // Then only images change, no node comes or goes: patched at the slots the
+            // nodes have (which may no longer be their positions).
+            let changed: Vec<Indexed> = after
+                .iter()
+                .enumerate()
+                .map(|(k, (name, imgs))| match (k % 2, imgs) {
+                    (0, Some(_)) => {
+                        let other = Arc::<str>::from(format!("img{}", k % 6));
+                        (name.clone(), Some(NodeImages::new([(other, 5)])))
+                    }
+                    _ => (name.clone(), imgs.clone()),
+                })
+                .collect();
+            let images_only = ImageIndex::patched(&again, &view(&changed), usize::MAX);
+            prop_assert_eq!(contents(&images_only), contents(&ImageIndex::build(view(&changed))));
             // Slots and positions stay one map: every position has a slot mapped back
             // to it, and the slots no node has are the free ones.
-            for index in [&patched, &back, &again] {
+            for index in [&patched, &back, &again, &images_only] {
                 prop_assert_eq!(index.slots.len(), index.nodes.len());
+                // Every list by slot, each slot once: what the patch's searches rely on.
+                for list in index.holders.values() {
+                    prop_assert!(list.windows(2).all(|w| w[0].0 < w[1].0));
+                }
                 for (position, &slot) in index.slots.iter().enumerate() {
                     prop_assert_eq!(index.positions[slot as usize] as usize, position);
                 }

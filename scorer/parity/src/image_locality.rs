@@ -283,30 +283,42 @@ mod tests {
 
     #[test]
     fn scores_stay_right_after_nodes_join_and_leave_the_index() {
-        // The next snapshot's index is patched from this one's (few of its nodes changed):
-        // a node joins before the others and one leaves, so slots no longer follow
-        // positions.
-        let fillers = |n: usize| -> Vec<NodeView> {
-            (0..n)
-                .map(|i| with_images(&format!("n{}", i + 4), &[(&["gcr.io/10:v1"], 10)]))
-                .collect()
-        };
-        let mut nodes = vec![n1(), n2(), with_images("n3", &[(&["gcr.io/40:v1"], 40)])];
-        nodes.extend(fillers(5));
+        // Each snapshot's index is patched from the previous one's (few of its nodes
+        // changed), so slots stop following positions. `score_all` checks the indexed
+        // scores against the node-by-node ones each time.
+        let filler = |i: usize| with_images(&format!("n{i}"), &[(&["gcr.io/10:v1"], 10)]);
+        // n8, with the last slot, holds the pod's second image at 1 000 MiB.
+        let n8 = with_images("n8", &[(&["gcr.io/250:latest"], 1000)]);
+        let three = with_images("n3", &[(&["gcr.io/40:v1"], 40)]);
+        let mut nodes = vec![n1(), n2(), three];
+        nodes.extend((4..8).map(filler));
+        nodes.push(n8.clone());
         let first = snapshot(nodes);
         let pod = pulling(&["gcr.io/40", "gcr.io/250"]);
         score_all(&ImageLocality, &first, &pod);
-        let joined = with_images("n0", &[(&["gcr.io/250:latest"], 250)]);
-        let mut nodes = vec![joined, n1(), n2()];
-        nodes.extend(fillers(5));
+        // n0 joins before the others (taking the slot n3 frees), n3 leaves.
+        let n0 = with_images("n0", &[(&["gcr.io/250:latest"], 500)]);
+        let mut nodes = vec![n0.clone(), n1(), n2()];
+        nodes.extend((4..8).map(filler));
+        nodes.push(n8.clone());
         let next = ClusterSnapshot::new_after(nodes, 2, &first);
         assert!(!next.image_index().slots_are_positions());
-        // `score_all` checks the indexed score against the node-by-node one.
+        // gcr.io/40:latest on one node of eight (5 MiB, under the floor); gcr.io/250:latest
+        // on three: 500, 250 and 1 000 MiB × 3/8, less 23, over 2 000 − 23.
         let scores = score_all(&ImageLocality, &next, &pod);
-        // 40 MiB on one of eight nodes (floor); 250 MiB on two of eight: 62 − 23 over 1977.
-        let part = 100 * (250 * 2 / 8 - 23) / (2000 - 23);
-        assert_eq!(scores[..3], [part, 0, part]);
-        assert_eq!(scores[3..], [0; 5]);
+        assert_eq!(scores, [8, 0, 3, 0, 0, 0, 0, 17]);
+        // n4 leaves and nobody joins: eight slots for seven nodes, n8 still on the last.
+        let mut nodes = vec![n0, n1(), n2()];
+        nodes.extend((5..8).map(filler));
+        nodes.push(n8);
+        let last = ClusterSnapshot::new_after(nodes, 3, &next);
+        let index = last.image_index();
+        assert_eq!((index.slot_count(), index.nodes()), (8, 7));
+        // The same images over seven nodes: × 3/7.
+        assert_eq!(
+            score_all(&ImageLocality, &last, &pod),
+            [9, 0, 4, 0, 0, 0, 20]
+        );
     }
 
     #[test]
