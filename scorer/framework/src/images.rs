@@ -251,8 +251,8 @@ impl ImageIndex {
                         *at = slot;
                     }
                 }
-                // Free slots above every slot in use are dropped: the map is as long as
-                // the most nodes indexed at once since the last build, no longer.
+                // Free slots above every slot in use are dropped: the map is never longer
+                // than the most nodes indexed at once since the last build.
                 let count = slots.iter().map(|&s| s as usize + 1).max().unwrap_or(0);
                 free.retain(|&s| (s as usize) < count);
                 let mut positions = vec![FREE; count];
