@@ -324,6 +324,9 @@ impl LeaderElector {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let frees = self.lease_frees();
         tokio::pin!(frees);
+        // An attempt cut short by the shutdown may have taken the Lease on the server with its
+        // reply still on the way: the release below then checks the Lease too.
+        let mut cut_short = false;
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -349,7 +352,10 @@ impl LeaderElector {
                 _ => self.config.retry_period.max(Duration::from_secs(1)),
             };
             let attempt = tokio::select! {
-                _ = &mut shutdown => break,
+                _ = &mut shutdown => {
+                    cut_short = true;
+                    break;
+                }
                 r = tokio::time::timeout(budget, self.try_acquire_or_renew()) => r,
             };
             let result = attempt.unwrap_or_else(|_| {
@@ -386,38 +392,58 @@ impl LeaderElector {
                 }
             }
         }
-        if self.state.borrow().is_leader {
+        let leading = self.state.borrow().is_leader;
+        if leading || cut_short {
             self.set_leader(false);
             match tokio::time::timeout(self.config.retry_period, self.release()).await {
-                Ok(Ok(())) => info!(lease = %self.config.name, "lease released"),
+                Ok(Ok(true)) => info!(lease = %self.config.name, "lease released"),
+                Ok(Ok(false)) => debug!(lease = %self.config.name, "the lease was not held"),
                 Ok(Err(e)) => warn!(error = %e, "could not release the lease"),
                 Err(_) => warn!("releasing the lease timed out"),
             }
         }
     }
 
-    /// Gives the lease up (empty holder), if this process still holds it.
-    async fn release(&self) -> Result<(), LeaderError> {
-        let Some(mut lease) = self.current_lease().await? else {
-            return Ok(());
-        };
-        let spec = lease.spec.get_or_insert_with(Default::default);
-        if spec.holder_identity.as_deref() != Some(&self.config.identity) {
-            return Ok(());
+    /// Gives the lease up (empty holder) if this process holds it; returns whether it did.
+    /// A conflict (the Lease written since it was read, e.g. by an attempt of ours whose
+    /// reply was dropped at shutdown) reads it again, up to [`RELEASE_ATTEMPTS`] times.
+    async fn release(&self) -> Result<bool, LeaderError> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let Some(mut lease) = self.current_lease().await? else {
+                return Ok(false);
+            };
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            if spec.holder_identity.as_deref() != Some(&self.config.identity) {
+                return Ok(false);
+            }
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = Some(1);
+            spec.renew_time = Some(MicroTime(Timestamp::now()));
+            match self
+                .api
+                .replace(&self.config.name, &PostParams::default(), &lease)
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(::kube::Error::Api(s)) if s.code == 409 && attempts < RELEASE_ATTEMPTS => {
+                    debug!(lease = %self.config.name, "the lease changed while releasing it; reading it again");
+                }
+                Err(e) => return Err(self.err(e)),
+            }
         }
-        spec.holder_identity = None;
-        spec.lease_duration_seconds = Some(1);
-        spec.renew_time = Some(MicroTime(Timestamp::now()));
-        self.api
-            .replace(&self.config.name, &PostParams::default(), &lease)
-            .await
-            .map(|_| ())
-            .map_err(|e| self.err(e))
     }
 }
 
+/// How many times a release reads and writes the Lease when its write conflicts.
+const RELEASE_ATTEMPTS: u32 = 3;
+
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
     use super::*;
 
     #[test]
@@ -464,6 +490,163 @@ mod tests {
         assert!(!frees_lease(&Event::InitApply(lease(Some("a")))));
         assert!(!frees_lease(&Event::Init));
         assert!(!frees_lease(&Event::InitDone));
+    }
+
+    /// A Lease API stand-in holding one Lease, with the API server's optimistic concurrency
+    /// (a write naming an older `resourceVersion` gets 409). It can write the Lease behind
+    /// the elector's back before the next write (`interfere`), and can apply the next write
+    /// but never answer it (`swallow`), as a reply lost at shutdown. Lists and watches never
+    /// answer.
+    #[derive(Clone, Default)]
+    struct FakeLeases {
+        lease: Arc<Mutex<serde_json::Value>>,
+        interfere: Arc<AtomicBool>,
+        swallow: Arc<AtomicBool>,
+        applied: Arc<tokio::sync::Notify>,
+    }
+
+    impl FakeLeases {
+        fn holding(holder: &str) -> FakeLeases {
+            let fake = FakeLeases::default();
+            *fake.lease.lock().expect("lease") = serde_json::json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "l", "namespace": "ns", "resourceVersion": "1"},
+                "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}
+            });
+            fake
+        }
+
+        fn holder(&self) -> String {
+            self.lease.lock().expect("lease")["spec"]["holderIdentity"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }
+
+        fn elector(&self, identity: &str) -> LeaderElector {
+            let mut config = LeaderConfig::new("ns", "l", identity);
+            config.retry_period = Duration::from_secs(5);
+            LeaderElector::new(::kube::Client::new(self.clone(), "ns"), config)
+        }
+    }
+
+    fn reply(code: u16, body: &serde_json::Value) -> http::Response<::kube::client::Body> {
+        http::Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(::kube::client::Body::from(body.to_string().into_bytes()))
+            .expect("response")
+    }
+
+    impl tower::Service<http::Request<::kube::client::Body>> for FakeLeases {
+        type Response = http::Response<::kube::client::Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+        >;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: http::Request<::kube::client::Body>) -> Self::Future {
+            let fake = self.clone();
+            Box::pin(async move {
+                let one = req.uri().path().ends_with("/leases/l");
+                let method = req.method().clone();
+                if !one {
+                    // The elector's watch of the Lease: no events.
+                    return std::future::pending().await;
+                }
+                if method == http::Method::GET {
+                    let lease = fake.lease.lock().expect("lease").clone();
+                    return Ok(reply(200, &lease));
+                }
+                let body = req.into_body().collect_bytes().await.expect("body");
+                let mut written: serde_json::Value =
+                    serde_json::from_slice(&body).expect("a Lease");
+                let applied = {
+                    let mut lease = fake.lease.lock().expect("lease");
+                    let rv = |l: &serde_json::Value| {
+                        l["metadata"]["resourceVersion"]
+                            .as_str()
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .expect("resourceVersion")
+                    };
+                    if fake.interfere.swap(false, Ordering::SeqCst) {
+                        // Someone renews the Lease between the elector's read and write.
+                        let next = rv(&lease) + 1;
+                        lease["metadata"]["resourceVersion"] = next.to_string().into();
+                    }
+                    if rv(&written) != rv(&lease) {
+                        None
+                    } else {
+                        let next = rv(&lease) + 1;
+                        written["metadata"]["resourceVersion"] = next.to_string().into();
+                        *lease = written.clone();
+                        Some(written)
+                    }
+                };
+                let Some(written) = applied else {
+                    return Ok(reply(
+                        409,
+                        &serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                            "status": "Failure", "reason": "Conflict", "code": 409,
+                            "message": "the object has been modified"}),
+                    ));
+                };
+                fake.applied.notify_one();
+                if fake.swallow.swap(false, Ordering::SeqCst) {
+                    return std::future::pending().await;
+                }
+                Ok(reply(200, &written))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_release_that_conflicts_reads_the_lease_again() {
+        let fake = FakeLeases::holding("me");
+        fake.interfere.store(true, Ordering::SeqCst);
+        let elector = fake.elector("me");
+        assert!(
+            elector.release().await.expect("released"),
+            "{}",
+            fake.holder()
+        );
+        assert_eq!(fake.holder(), "");
+        // Another holder's Lease is left alone.
+        let theirs = FakeLeases::holding("them");
+        assert!(!theirs.elector("me").release().await.expect("read"));
+        assert_eq!(theirs.holder(), "them");
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_during_an_attempt_releases_what_the_attempt_took() {
+        // The attempt's write takes the Lease on the server, but its reply never comes: the
+        // elector never learns it leads, and the shutdown comes meanwhile.
+        let fake = FakeLeases::holding("");
+        fake.swallow.store(true, Ordering::SeqCst);
+        let elector = fake.elector("me");
+        let state = elector.subscribe();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(elector.run(async {
+            let _ = stopped.await;
+        }));
+        tokio::time::timeout(Duration::from_secs(10), fake.applied.notified())
+            .await
+            .expect("the attempt's write");
+        assert_eq!(fake.holder(), "me");
+        assert!(!state.borrow().is_leader);
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(10), run)
+            .await
+            .expect("the elector stops")
+            .expect("no panic");
+        assert_eq!(fake.holder(), "", "the Lease is released at shutdown");
     }
 
     #[test]
