@@ -2,8 +2,10 @@
 //! candidates try every retry period; a lease is free when it names no holder or its record
 //! has not changed for the lease duration (by this process's clock, so clock skew does not
 //! matter); the leader renews every retry period and steps down at once if a renewal has not
-//! succeeded within the renew deadline or the lease names someone else. On shutdown the
-//! leader releases the lease so a standby takes over without waiting: candidates also watch
+//! succeeded within the renew deadline or the lease names someone else. On shutdown every
+//! candidate releases the lease if it names it (the leader, and one whose last attempt took
+//! it on the server but was cut short or failed before it knew), so a standby takes over
+//! without waiting: candidates also watch
 //! the Lease and try at once when it is released or deleted, rather than at their next retry
 //! (client-go's elector only polls, so a standby there waits up to a retry period, 2 s by
 //! default).
@@ -324,9 +326,6 @@ impl LeaderElector {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let frees = self.lease_frees();
         tokio::pin!(frees);
-        // An attempt cut short by the shutdown may have taken the Lease on the server with its
-        // reply still on the way: the release below then checks the Lease too.
-        let mut cut_short = false;
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -352,10 +351,7 @@ impl LeaderElector {
                 _ => self.config.retry_period.max(Duration::from_secs(1)),
             };
             let attempt = tokio::select! {
-                _ = &mut shutdown => {
-                    cut_short = true;
-                    break;
-                }
+                _ = &mut shutdown => break,
                 r = tokio::time::timeout(budget, self.try_acquire_or_renew()) => r,
             };
             let result = attempt.unwrap_or_else(|_| {
@@ -392,21 +388,25 @@ impl LeaderElector {
                 }
             }
         }
-        let leading = self.state.borrow().is_leader;
-        if leading || cut_short {
-            self.set_leader(false);
-            match tokio::time::timeout(self.config.retry_period, self.release()).await {
-                Ok(Ok(true)) => info!(lease = %self.config.name, "lease released"),
-                Ok(Ok(false)) => debug!(lease = %self.config.name, "the lease was not held"),
-                Ok(Err(e)) => warn!(error = %e, "could not release the lease"),
-                Err(_) => warn!("releasing the lease timed out"),
-            }
+        // Not only the leader: an attempt that the shutdown cut short, or that failed (a reset
+        // connection, a timeout) after the API server applied its write, took the Lease
+        // without this process knowing. `release` clears the holder only where it names this
+        // process, so a standby's release is one read. (An interrupted write that reaches the
+        // server after that read still takes the Lease until it expires: nothing here can
+        // wait for a request already dropped.)
+        self.set_leader(false);
+        match tokio::time::timeout(self.config.retry_period, self.release()).await {
+            Ok(Ok(true)) => info!(lease = %self.config.name, "lease released"),
+            Ok(Ok(false)) => debug!(lease = %self.config.name, "the lease was not held"),
+            Ok(Err(e)) => warn!(error = %e, "could not release the lease"),
+            Err(_) => warn!("releasing the lease timed out"),
         }
     }
 
     /// Gives the lease up (empty holder) if this process holds it; returns whether it did.
     /// A conflict (the Lease written since it was read, e.g. by an attempt of ours whose
-    /// reply was dropped at shutdown) reads it again, up to [`RELEASE_ATTEMPTS`] times.
+    /// reply was dropped at shutdown) reads it again: [`RELEASE_ATTEMPTS`] reads and writes
+    /// at most.
     async fn release(&self) -> Result<bool, LeaderError> {
         let mut attempts = 0;
         loop {
@@ -436,7 +436,7 @@ impl LeaderElector {
     }
 }
 
-/// How many times a release reads and writes the Lease when its write conflicts.
+/// How many times at most a release reads and writes the Lease (its writes conflicting).
 const RELEASE_ATTEMPTS: u32 = 3;
 
 #[cfg(test)]
