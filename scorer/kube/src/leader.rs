@@ -2,13 +2,13 @@
 //! candidates try every retry period; a lease is free when it names no holder or its record
 //! has not changed for the lease duration (by this process's clock, so clock skew does not
 //! matter); the leader renews every retry period and steps down at once if a renewal has not
-//! succeeded within the renew deadline or the lease names someone else. On shutdown every
-//! candidate releases the lease if it names it (the leader, and one whose last attempt took
-//! it on the server but was cut short or failed before it knew), so a standby takes over
-//! without waiting: candidates also watch
-//! the Lease and try at once when it is released or deleted, rather than at their next retry
-//! (client-go's elector only polls, so a standby there waits up to a retry period, 2 s by
-//! default).
+//! succeeded within the renew deadline or the lease names someone else. On shutdown a
+//! candidate stops leading at once, lets an attempt under way finish (within its budget: its
+//! write may land either way) and then releases the lease if it names it (the leader, and one
+//! whose last attempt took it on the server but failed before it knew), so a standby takes
+//! over without waiting: candidates also watch the Lease and try at once when it is released
+//! or deleted, rather than at their next retry (client-go's elector only polls, so a standby
+//! there waits up to a retry period, 2 s by default).
 use std::time::Duration;
 
 use ::kube::Api;
@@ -350,9 +350,23 @@ impl LeaderElector {
                     .max(Duration::from_millis(1)),
                 _ => self.config.retry_period.max(Duration::from_secs(1)),
             };
-            let attempt = tokio::select! {
-                _ = &mut shutdown => break,
-                r = tokio::time::timeout(budget, self.try_acquire_or_renew()) => r,
+            let state = self.state.clone();
+            let attempt = {
+                let attempt = tokio::time::timeout(budget, self.try_acquire_or_renew());
+                tokio::pin!(attempt);
+                tokio::select! {
+                    _ = &mut shutdown => {
+                        // This process leads no more from now on, whatever the attempt
+                        // returns.
+                        state.send_if_modified(|s| std::mem::replace(&mut s.is_leader, false));
+                        // A write already sent lands whether or not its reply is awaited: the
+                        // attempt finishes (within its budget) so that the release below reads
+                        // what it wrote, rather than a Lease it takes afterwards.
+                        let _ = attempt.await;
+                        break;
+                    }
+                    r = &mut attempt => r,
+                }
             };
             let result = attempt.unwrap_or_else(|_| {
                 Err(LeaderError::Timeout {
@@ -388,12 +402,12 @@ impl LeaderElector {
                 }
             }
         }
-        // Not only the leader: an attempt that the shutdown cut short, or that failed (a reset
+        // Not only the leader: an attempt whose reply was lost, or that failed (a reset
         // connection, a timeout) after the API server applied its write, took the Lease
         // without this process knowing. `release` clears the holder only where it names this
-        // process, so a standby's release is one read. (An interrupted write that reaches the
-        // server after that read still takes the Lease until it expires: nothing here can
-        // wait for a request already dropped.)
+        // process, so a standby's release is one read. (A write that the API server applies
+        // after its attempt timed out, and after that read, still takes the Lease until it
+        // expires: its request is out of this process's hands.)
         self.set_leader(false);
         match tokio::time::timeout(self.config.retry_period, self.release()).await {
             Ok(Ok(true)) => info!(lease = %self.config.name, "lease released"),
@@ -441,7 +455,7 @@ const RELEASE_ATTEMPTS: u32 = 3;
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
 
     use super::*;
@@ -495,14 +509,17 @@ mod tests {
     /// A Lease API stand-in holding one Lease, with the API server's optimistic concurrency
     /// (a write naming an older `resourceVersion` gets 409). It can write the Lease behind
     /// the elector's back before the next write (`interfere`), and can apply the next write
-    /// but never answer it (`swallow`), as a reply lost at shutdown. Lists and watches never
-    /// answer.
+    /// but never answer it (`swallow`), as a reply lost at shutdown, or apply the next write
+    /// only `delay_ms` after receiving it, whether or not its client still waits. Lists and
+    /// watches never answer.
     #[derive(Clone, Default)]
     struct FakeLeases {
         lease: Arc<Mutex<serde_json::Value>>,
         interfere: Arc<AtomicBool>,
         swallow: Arc<AtomicBool>,
         applied: Arc<tokio::sync::Notify>,
+        received: Arc<tokio::sync::Notify>,
+        delay_ms: Arc<AtomicU64>,
     }
 
     impl FakeLeases {
@@ -516,6 +533,30 @@ mod tests {
             fake
         }
 
+        /// Writes `written` if it names the current `resourceVersion` (after an
+        /// interfering write, when one is due); returns the Lease as written.
+        fn apply(&self, mut written: serde_json::Value) -> Option<serde_json::Value> {
+            let mut lease = self.lease.lock().expect("lease");
+            let rv = |l: &serde_json::Value| {
+                l["metadata"]["resourceVersion"]
+                    .as_str()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .expect("resourceVersion")
+            };
+            if self.interfere.swap(false, Ordering::SeqCst) {
+                // Someone renews the Lease between the elector's read and write.
+                let next = rv(&lease) + 1;
+                lease["metadata"]["resourceVersion"] = next.to_string().into();
+            }
+            if rv(&written) != rv(&lease) {
+                return None;
+            }
+            let next = rv(&lease) + 1;
+            written["metadata"]["resourceVersion"] = next.to_string().into();
+            *lease = written.clone();
+            Some(written)
+        }
+
         fn holder(&self) -> String {
             self.lease.lock().expect("lease")["spec"]["holderIdentity"]
                 .as_str()
@@ -525,7 +566,7 @@ mod tests {
 
         fn elector(&self, identity: &str) -> LeaderElector {
             let mut config = LeaderConfig::new("ns", "l", identity);
-            config.retry_period = Duration::from_secs(5);
+            config.retry_period = Duration::from_secs(1);
             LeaderElector::new(::kube::Client::new(self.clone(), "ns"), config)
         }
     }
@@ -566,29 +607,21 @@ mod tests {
                     return Ok(reply(200, &lease));
                 }
                 let body = req.into_body().collect_bytes().await.expect("body");
-                let mut written: serde_json::Value =
-                    serde_json::from_slice(&body).expect("a Lease");
-                let applied = {
-                    let mut lease = fake.lease.lock().expect("lease");
-                    let rv = |l: &serde_json::Value| {
-                        l["metadata"]["resourceVersion"]
-                            .as_str()
-                            .and_then(|v| v.parse::<u64>().ok())
-                            .expect("resourceVersion")
-                    };
-                    if fake.interfere.swap(false, Ordering::SeqCst) {
-                        // Someone renews the Lease between the elector's read and write.
-                        let next = rv(&lease) + 1;
-                        lease["metadata"]["resourceVersion"] = next.to_string().into();
-                    }
-                    if rv(&written) != rv(&lease) {
-                        None
-                    } else {
-                        let next = rv(&lease) + 1;
-                        written["metadata"]["resourceVersion"] = next.to_string().into();
-                        *lease = written.clone();
-                        Some(written)
-                    }
+                let written: serde_json::Value = serde_json::from_slice(&body).expect("a Lease");
+                fake.received.notify_one();
+                let delay = fake.delay_ms.swap(0, Ordering::SeqCst);
+                let applied = if delay == 0 {
+                    fake.apply(written)
+                } else {
+                    // A server applies a write it has received whether or not its client
+                    // still waits for the reply.
+                    let server = fake.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                        server.apply(written)
+                    })
+                    .await
+                    .expect("the write's task")
                 };
                 let Some(written) = applied else {
                     return Ok(reply(
@@ -627,7 +660,8 @@ mod tests {
     #[tokio::test]
     async fn a_shutdown_during_an_attempt_releases_what_the_attempt_took() {
         // The attempt's write takes the Lease on the server, but its reply never comes: the
-        // elector never learns it leads, and the shutdown comes meanwhile.
+        // shutdown comes meanwhile, the attempt times out (its budget, one retry period) and
+        // the elector never learns it leads.
         let fake = FakeLeases::holding("");
         fake.swallow.store(true, Ordering::SeqCst);
         let elector = fake.elector("me");
@@ -647,6 +681,72 @@ mod tests {
             .expect("the elector stops")
             .expect("no panic");
         assert_eq!(fake.holder(), "", "the Lease is released at shutdown");
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_lets_the_attempts_write_land_before_releasing() {
+        // The attempt's write reaches the server, which applies it a little later: a release
+        // that read the Lease before then would find it free, and the write would then leave
+        // it to a stopped process until it expired.
+        let fake = FakeLeases::holding("");
+        fake.delay_ms.store(300, Ordering::SeqCst);
+        let elector = fake.elector("me");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(elector.run(async {
+            let _ = stopped.await;
+        }));
+        tokio::time::timeout(Duration::from_secs(10), fake.received.notified())
+            .await
+            .expect("the attempt's write");
+        assert_eq!(fake.holder(), "", "the write is not applied yet");
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(10), run)
+            .await
+            .expect("the elector stops")
+            .expect("no panic");
+        // Any write still under way has landed by now.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(
+            fake.holder(),
+            "",
+            "the Lease is released after the write landed"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_leader_stopped_during_a_renewal_stops_leading_at_once() {
+        let fake = FakeLeases::holding("me");
+        let elector = fake.elector("me");
+        let mut state = elector.subscribe();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(elector.run(async {
+            let _ = stopped.await;
+        }));
+        tokio::time::timeout(Duration::from_secs(10), state.wait_for(|s| s.is_leader))
+            .await
+            .expect("leads")
+            .expect("state");
+        // The next renewal's write is applied 2 s after it arrives.
+        fake.delay_ms.store(2000, Ordering::SeqCst);
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while fake.delay_ms.load(Ordering::SeqCst) != 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the renewal's write");
+        let _ = stop.send(());
+        // No more leading while the renewal is still under way.
+        tokio::time::timeout(Duration::from_millis(500), state.wait_for(|s| !s.is_leader))
+            .await
+            .expect("stepped down at once")
+            .expect("state");
+        assert!(!run.is_finished(), "the renewal is still under way");
+        tokio::time::timeout(Duration::from_secs(10), run)
+            .await
+            .expect("the elector stops")
+            .expect("no panic");
+        assert_eq!(fake.holder(), "", "released after the renewal landed");
     }
 
     #[test]
