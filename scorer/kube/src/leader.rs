@@ -3,12 +3,14 @@
 //! has not changed for the lease duration (by this process's clock, so clock skew does not
 //! matter); the leader renews every retry period and steps down at once if a renewal has not
 //! succeeded within the renew deadline or the lease names someone else. On shutdown a
-//! candidate stops leading at once, lets an attempt under way finish (within its budget: its
-//! write may land either way) and then releases the lease if it names it (the leader, and one
-//! whose last attempt took it on the server but failed before it knew), so a standby takes
-//! over without waiting: candidates also watch the Lease and try at once when it is released
-//! or deleted, rather than at their next retry (client-go's elector only polls, so a standby
-//! there waits up to a retry period, 2 s by default).
+//! candidate releases the lease if it names it, after a standby's acquisition under way has
+//! ended (a write the server has received lands either way); a renewal is not waited for, as
+//! the release changes the `resourceVersion` it names. The whole stop takes [`STOP_WAIT`] at
+//! most. A standby takes over without waiting: candidates also watch the Lease and try at
+//! once when it is released or deleted, rather than at their next retry (client-go's elector
+//! only polls, so a standby there waits up to a retry period, 2 s by default).
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ::kube::Api;
@@ -148,6 +150,8 @@ pub struct LeaderElector {
     state: watch::Sender<Leadership>,
     observed: Option<Observed>,
     last_renew: Option<Instant>,
+    /// Set when `run`'s shutdown comes: an attempt under way then writes nothing more.
+    stopping: Arc<AtomicBool>,
 }
 
 impl LeaderElector {
@@ -159,6 +163,7 @@ impl LeaderElector {
             state: watch::channel(Leadership::default()).0,
             observed: None,
             last_renew: None,
+            stopping: Arc::default(),
         }
     }
 
@@ -185,17 +190,12 @@ impl LeaderElector {
             lease_duration_seconds: Some(
                 i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(15),
             ),
-            acquire_time: if was_mine {
-                old.and_then(|s| s.acquire_time.clone())
-            } else {
-                Some(now.clone())
-            },
+            acquire_time: old
+                .filter(|_| was_mine)
+                .map_or(Some(now.clone()), |s| s.acquire_time.clone()),
             renew_time: Some(now),
-            lease_transitions: Some(if was_mine || old.is_none() {
-                transitions
-            } else {
-                transitions + 1
-            }),
+            // A transition is a holder that changes, not the first.
+            lease_transitions: Some(transitions + i32::from(!was_mine && old.is_some())),
             ..Default::default()
         }
     }
@@ -211,7 +211,11 @@ impl LeaderElector {
     /// One attempt to acquire or renew; returns whether this process holds the lease.
     async fn try_acquire_or_renew(&mut self) -> Result<bool, LeaderError> {
         let now = Instant::now();
-        let Some(mut lease) = self.current_lease().await? else {
+        let current = self.current_lease().await?;
+        if self.stopping.load(Ordering::SeqCst) {
+            return Ok(false); // Stopping: no write that was not sent before.
+        }
+        let Some(mut lease) = current else {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.config.name.clone()),
@@ -286,10 +290,9 @@ impl LeaderElector {
         });
     }
 
-    /// The moments the Lease is seen free (released or deleted), from a watch of it alone.
-    /// A watch that fails is retried with backoff and logged once per failure streak (and
-    /// once when it works again); the retry period's attempts go on meanwhile (an older
-    /// chart's Role may not allow `list` and `watch` on leases, or the API server is down).
+    /// The moments the Lease is seen free (released or deleted), from a watch of it alone. A
+    /// failing watch (no RBAC for it, the API server down) is retried with backoff, logged
+    /// once per failure streak and once when it works again; the periodic attempts go on.
     fn lease_frees(&self) -> impl futures::Stream<Item = ()> + use<> {
         let config =
             watcher::Config::default().fields(&format!("metadata.name={}", self.config.name));
@@ -350,19 +353,18 @@ impl LeaderElector {
                     .max(Duration::from_millis(1)),
                 _ => self.config.retry_period.max(Duration::from_secs(1)),
             };
-            let state = self.state.clone();
+            let stopping = self.stopping.clone();
             let attempt = {
                 let attempt = tokio::time::timeout(budget, self.try_acquire_or_renew());
                 tokio::pin!(attempt);
                 tokio::select! {
                     _ = &mut shutdown => {
-                        // This process leads no more from now on, whatever the attempt
-                        // returns.
-                        state.send_if_modified(|s| std::mem::replace(&mut s.is_leader, false));
-                        // A write already sent lands whether or not its reply is awaited: the
-                        // attempt finishes (within its budget) so that the release below reads
-                        // what it wrote, rather than a Lease it takes afterwards.
-                        let _ = attempt.await;
+                        if !leading {
+                            // An acquisition ends first (see the module's doc), a renewal not.
+                            stopping.store(true, Ordering::SeqCst);
+                            let outcome = tokio::time::timeout(STOP_WAIT / 2, attempt).await;
+                            debug!(?outcome, "the attempt under way at shutdown ended");
+                        }
                         break;
                     }
                     r = &mut attempt => r,
@@ -402,14 +404,10 @@ impl LeaderElector {
                 }
             }
         }
-        // Not only the leader: an attempt whose reply was lost, or that failed (a reset
-        // connection, a timeout) after the API server applied its write, took the Lease
-        // without this process knowing. `release` clears the holder only where it names this
-        // process, so a standby's release is one read. (A write that the API server applies
-        // after its attempt timed out, and after that read, still takes the Lease until it
-        // expires: its request is out of this process's hands.)
+        // Not only the leader (the module's doc). An acquisition's write applied after its
+        // attempt was given up (2 s) and after this read still takes the Lease until it expires.
         self.set_leader(false);
-        match tokio::time::timeout(self.config.retry_period, self.release()).await {
+        match tokio::time::timeout(STOP_WAIT / 2, self.release()).await {
             Ok(Ok(true)) => info!(lease = %self.config.name, "lease released"),
             Ok(Ok(false)) => debug!(lease = %self.config.name, "the lease was not held"),
             Ok(Err(e)) => warn!(error = %e, "could not release the lease"),
@@ -453,9 +451,12 @@ impl LeaderElector {
 /// How many times at most a release reads and writes the Lease (its writes conflicting).
 const RELEASE_ATTEMPTS: u32 = 3;
 
+/// The most a stopping elector takes: half to let an acquisition end, half to release.
+pub const STOP_WAIT: Duration = Duration::from_secs(4);
+
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
     use super::*;
@@ -509,17 +510,25 @@ mod tests {
     /// A Lease API stand-in holding one Lease, with the API server's optimistic concurrency
     /// (a write naming an older `resourceVersion` gets 409). It can write the Lease behind
     /// the elector's back before the next write (`interfere`), and can apply the next write
-    /// but never answer it (`swallow`), as a reply lost at shutdown, or apply the next write
-    /// only `delay_ms` after receiving it, whether or not its client still waits. Lists and
-    /// watches never answer.
+    /// but never answer it (`swallow`), as a reply lost at shutdown, or hold the next read
+    /// or write (`hold_read`, `hold_write`) until the test opens `gate`: a held write is
+    /// applied then whether or not its client still waits. It counts the writes it receives.
+    /// Lists and watches never answer.
     #[derive(Clone, Default)]
     struct FakeLeases {
         lease: Arc<Mutex<serde_json::Value>>,
         interfere: Arc<AtomicBool>,
         swallow: Arc<AtomicBool>,
+        hold_read: Arc<AtomicBool>,
+        hold_write: Arc<AtomicBool>,
+        gate: Arc<tokio::sync::Notify>,
+        /// A read or a write has arrived.
+        read: Arc<tokio::sync::Notify>,
+        written: Arc<tokio::sync::Notify>,
+        /// A write has been applied, or refused (409).
         applied: Arc<tokio::sync::Notify>,
-        received: Arc<tokio::sync::Notify>,
-        delay_ms: Arc<AtomicU64>,
+        refused: Arc<tokio::sync::Notify>,
+        writes: Arc<AtomicUsize>,
     }
 
     impl FakeLeases {
@@ -549,11 +558,13 @@ mod tests {
                 lease["metadata"]["resourceVersion"] = next.to_string().into();
             }
             if rv(&written) != rv(&lease) {
+                self.refused.notify_one();
                 return None;
             }
             let next = rv(&lease) + 1;
             written["metadata"]["resourceVersion"] = next.to_string().into();
             *lease = written.clone();
+            self.applied.notify_one();
             Some(written)
         }
 
@@ -565,9 +576,48 @@ mod tests {
         }
 
         fn elector(&self, identity: &str) -> LeaderElector {
+            self.elector_every(identity, Duration::from_secs(1))
+        }
+
+        fn elector_every(&self, identity: &str, retry_period: Duration) -> LeaderElector {
             let mut config = LeaderConfig::new("ns", "l", identity);
-            config.retry_period = Duration::from_secs(1);
+            config.retry_period = retry_period;
             LeaderElector::new(::kube::Client::new(self.clone(), "ns"), config)
+        }
+    }
+
+    /// An elector's `run` on its own task, until [`Running::stop`].
+    struct Running {
+        stop: tokio::sync::oneshot::Sender<()>,
+        run: tokio::task::JoinHandle<()>,
+    }
+
+    impl Running {
+        fn start(elector: LeaderElector) -> Running {
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let run = tokio::spawn(elector.run(async {
+                let _ = stopped.await;
+            }));
+            Running { stop, run }
+        }
+
+        /// Sends the shutdown without waiting for the elector.
+        fn signal(self) -> tokio::task::JoinHandle<()> {
+            let _ = self.stop.send(());
+            self.run
+        }
+
+        /// Shuts the elector down and waits for it to stop.
+        async fn stop(self) {
+            Running::finish(self.signal()).await;
+        }
+
+        /// Waits (at most 10 s) for a signalled elector to stop.
+        async fn finish(run: tokio::task::JoinHandle<()>) {
+            tokio::time::timeout(Duration::from_secs(10), run)
+                .await
+                .expect("the elector stops")
+                .expect("no panic");
         }
     }
 
@@ -603,25 +653,29 @@ mod tests {
                     return std::future::pending().await;
                 }
                 if method == http::Method::GET {
+                    fake.read.notify_one();
+                    if fake.hold_read.swap(false, Ordering::SeqCst) {
+                        fake.gate.notified().await;
+                    }
                     let lease = fake.lease.lock().expect("lease").clone();
                     return Ok(reply(200, &lease));
                 }
                 let body = req.into_body().collect_bytes().await.expect("body");
                 let written: serde_json::Value = serde_json::from_slice(&body).expect("a Lease");
-                fake.received.notify_one();
-                let delay = fake.delay_ms.swap(0, Ordering::SeqCst);
-                let applied = if delay == 0 {
-                    fake.apply(written)
-                } else {
+                fake.writes.fetch_add(1, Ordering::SeqCst);
+                fake.written.notify_one();
+                let applied = if fake.hold_write.swap(false, Ordering::SeqCst) {
                     // A server applies a write it has received whether or not its client
                     // still waits for the reply.
                     let server = fake.clone();
                     tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                        server.gate.notified().await;
                         server.apply(written)
                     })
                     .await
                     .expect("the write's task")
+                } else {
+                    fake.apply(written)
                 };
                 let Some(written) = applied else {
                     return Ok(reply(
@@ -631,7 +685,6 @@ mod tests {
                             "message": "the object has been modified"}),
                     ));
                 };
-                fake.applied.notify_one();
                 if fake.swallow.swap(false, Ordering::SeqCst) {
                     return std::future::pending().await;
                 }
@@ -666,87 +719,124 @@ mod tests {
         fake.swallow.store(true, Ordering::SeqCst);
         let elector = fake.elector("me");
         let state = elector.subscribe();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let run = tokio::spawn(elector.run(async {
-            let _ = stopped.await;
-        }));
+        let running = Running::start(elector);
         tokio::time::timeout(Duration::from_secs(10), fake.applied.notified())
             .await
             .expect("the attempt's write");
         assert_eq!(fake.holder(), "me");
         assert!(!state.borrow().is_leader);
-        let _ = stop.send(());
-        tokio::time::timeout(Duration::from_secs(10), run)
-            .await
-            .expect("the elector stops")
-            .expect("no panic");
+        running.stop().await;
         assert_eq!(fake.holder(), "", "the Lease is released at shutdown");
     }
 
     #[tokio::test]
-    async fn a_shutdown_lets_the_attempts_write_land_before_releasing() {
-        // The attempt's write reaches the server, which applies it a little later: a release
-        // that read the Lease before then would find it free, and the write would then leave
-        // it to a stopped process until it expired.
+    async fn a_standby_stopped_during_its_write_lets_it_land_then_releases() {
+        // The acquisition's write reaches the server, which applies it later: a release that
+        // read the Lease before then would find it free, and the write would then leave it
+        // to a stopped process until it expired.
         let fake = FakeLeases::holding("");
-        fake.delay_ms.store(300, Ordering::SeqCst);
-        let elector = fake.elector("me");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let run = tokio::spawn(elector.run(async {
-            let _ = stopped.await;
-        }));
-        tokio::time::timeout(Duration::from_secs(10), fake.received.notified())
+        fake.hold_write.store(true, Ordering::SeqCst);
+        // A budget (3 s) longer than the stop's wait for it (2 s).
+        let running = Running::start(fake.elector_every("me", Duration::from_secs(3)));
+        tokio::time::timeout(Duration::from_secs(10), fake.written.notified())
             .await
             .expect("the attempt's write");
-        assert_eq!(fake.holder(), "", "the write is not applied yet");
-        let _ = stop.send(());
-        tokio::time::timeout(Duration::from_secs(10), run)
-            .await
-            .expect("the elector stops")
-            .expect("no panic");
-        // Any write still under way has landed by now.
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(fake.holder(), "", "the write is held");
+        let mut run = running.signal();
+        let waited = tokio::time::timeout(Duration::from_millis(200), &mut run).await;
+        assert!(waited.is_err(), "the elector waits for the attempt's write");
+        fake.gate.notify_one();
+        Running::finish(run).await;
+        assert_eq!(fake.holder(), "", "released after the write landed");
         assert_eq!(
-            fake.holder(),
-            "",
-            "the Lease is released after the write landed"
+            fake.writes.load(Ordering::SeqCst),
+            2,
+            "the acquisition, the release"
         );
     }
 
     #[tokio::test]
-    async fn a_leader_stopped_during_a_renewal_stops_leading_at_once() {
+    async fn a_standby_stopped_during_its_read_writes_nothing() {
+        let fake = FakeLeases::holding("");
+        fake.hold_read.store(true, Ordering::SeqCst);
+        let running = Running::start(fake.elector("me"));
+        tokio::time::timeout(Duration::from_secs(10), fake.read.notified())
+            .await
+            .expect("the attempt's read");
+        let run = running.signal();
+        // The elector takes the stop while the read is held; then the read finds the Lease
+        // free.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        fake.gate.notify_one();
+        Running::finish(run).await;
+        assert_eq!(
+            fake.writes.load(Ordering::SeqCst),
+            0,
+            "no write after the stop"
+        );
+        assert_eq!(fake.holder(), "");
+    }
+
+    #[tokio::test]
+    async fn a_leader_stopped_during_a_renewal_releases_at_once_and_the_renewal_is_refused() {
         let fake = FakeLeases::holding("me");
         let elector = fake.elector("me");
         let mut state = elector.subscribe();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let run = tokio::spawn(elector.run(async {
-            let _ = stopped.await;
-        }));
+        let running = Running::start(elector);
         tokio::time::timeout(Duration::from_secs(10), state.wait_for(|s| s.is_leader))
             .await
             .expect("leads")
             .expect("state");
-        // The next renewal's write is applied 2 s after it arrives.
-        fake.delay_ms.store(2000, Ordering::SeqCst);
+        // The next renewal's write is held.
+        let writes = fake.writes.load(Ordering::SeqCst);
+        fake.hold_write.store(true, Ordering::SeqCst);
         tokio::time::timeout(Duration::from_secs(10), async {
-            while fake.delay_ms.load(Ordering::SeqCst) != 0 {
+            while fake.writes.load(Ordering::SeqCst) == writes {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
         .await
         .expect("the renewal's write");
-        let _ = stop.send(());
-        // No more leading while the renewal is still under way.
-        tokio::time::timeout(Duration::from_millis(500), state.wait_for(|s| !s.is_leader))
+        let run = running.signal();
+        // No wait for the renewal: the elector releases and stops at once.
+        tokio::time::timeout(Duration::from_secs(1), run)
             .await
-            .expect("stepped down at once")
-            .expect("state");
-        assert!(!run.is_finished(), "the renewal is still under way");
-        tokio::time::timeout(Duration::from_secs(10), run)
-            .await
-            .expect("the elector stops")
+            .expect("stopped without waiting for the renewal")
             .expect("no panic");
-        assert_eq!(fake.holder(), "", "released after the renewal landed");
+        assert!(!state.borrow().is_leader);
+        assert_eq!(fake.holder(), "", "released");
+        // The renewal lands now, naming the resourceVersion the release replaced.
+        fake.gate.notify_one();
+        tokio::time::timeout(Duration::from_secs(10), fake.refused.notified())
+            .await
+            .expect("the renewal refused");
+        assert_eq!(fake.holder(), "", "still released");
+    }
+
+    #[tokio::test]
+    async fn a_new_holder_counts_a_transition_and_a_renewal_keeps_the_acquire_time() {
+        let elector = FakeLeases::holding("").elector("me");
+        let first = elector.spec_for_me(None);
+        assert_eq!(first.lease_transitions, Some(0));
+        assert!(first.acquire_time.is_some());
+        let acquired = MicroTime(Timestamp::UNIX_EPOCH);
+        let mine = LeaseSpec {
+            holder_identity: Some("me".into()),
+            acquire_time: Some(acquired.clone()),
+            lease_transitions: Some(2),
+            ..Default::default()
+        };
+        let renewed = elector.spec_for_me(Some(&mine));
+        assert_eq!(renewed.lease_transitions, Some(2));
+        assert_eq!(renewed.acquire_time, Some(acquired.clone()));
+        let theirs = LeaseSpec {
+            holder_identity: Some("them".into()),
+            ..mine
+        };
+        let taken = elector.spec_for_me(Some(&theirs));
+        assert_eq!(taken.lease_transitions, Some(3));
+        assert_ne!(taken.acquire_time, Some(acquired));
+        assert_eq!(taken.holder_identity.as_deref(), Some("me"));
     }
 
     #[test]

@@ -469,7 +469,7 @@ pub async fn start(
         run.run(shutdown).await;
         let _ = stop_elector.send(true);
         if let Some(task) = elector {
-            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+            let _ = tokio::time::timeout(leader::STOP_WAIT + Duration::from_secs(1), task).await;
         }
         nodes.abort();
         pods.abort();

@@ -392,8 +392,10 @@ pub async fn run(args: ServeArgs, grpc_threads: crate::app::GrpcThreads) -> Resu
     )
     .await;
     if let Some(rt) = kube {
-        // Stop taking pods, drain bindings, release the Lease.
-        rt.join(DRAIN_TIMEOUT + Duration::from_secs(5)).await;
+        // Stop taking pods, drain bindings, release the Lease (the elector's own bound, and a
+        // second for each step to end).
+        rt.join(DRAIN_TIMEOUT + loadstar_kube::leader::STOP_WAIT + Duration::from_secs(2))
+            .await;
     }
     result
 }
