@@ -7,6 +7,7 @@ pub mod binding;
 pub mod capacity;
 pub mod constraints;
 pub mod convert;
+pub mod lease;
 pub mod listing;
 pub mod release;
 pub mod requests;

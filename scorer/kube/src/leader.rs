@@ -3,12 +3,13 @@
 //! has not changed for the lease duration (by this process's clock, so clock skew does not
 //! matter); the leader renews every retry period and steps down at once if a renewal has not
 //! succeeded within the renew deadline or the lease names someone else. On shutdown a
-//! candidate releases the lease if it names it, after a standby's acquisition under way has
-//! ended (a write the server has received lands either way); a renewal is not waited for, as
-//! the release changes the `resourceVersion` it names. The whole stop takes [`STOP_WAIT`] at
-//! most. A standby takes over without waiting: candidates also watch the Lease and try at
-//! once when it is released or deleted, rather than at their next retry (client-go's elector
-//! only polls, so a standby there waits up to a retry period, 2 s by default).
+//! candidate releases the lease if it names it, after an acquisition under way has ended (a
+//! standby's, or a leader's re-take of a deleted or cleared Lease: a write the server has
+//! received lands either way); a renewal's write is not waited for, as the release changes
+//! the `resourceVersion` it names. The stop takes [`STOP_WAIT`] at most. A standby takes over
+//! without waiting: candidates also watch the Lease and try at once when it is released or
+//! deleted, rather than at their next retry (client-go's elector only polls, so a standby
+//! there waits up to a retry period, 2 s by default).
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -25,6 +26,8 @@ use thiserror::Error;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
+
+use loadstar_kube_model::lease::{holder_of, may_acquire};
 
 /// Errors of one election attempt.
 #[derive(Debug, Error)]
@@ -109,29 +112,8 @@ struct Observed {
     at: Instant,
 }
 
-/// Decides, from the record read and what was observed before, whether this candidate may
-/// take or keep the lease at `now`. Pure.
-fn may_acquire(
-    identity: &str,
-    holder: &str,
-    observed_at: Instant,
-    lease_duration: Duration,
-    now: Instant,
-) -> bool {
-    holder.is_empty() || holder == identity || observed_at + lease_duration <= now
-}
-
-/// The Lease's holder, empty when it names none (released). Pure.
-fn holder_of(lease: &Lease) -> &str {
-    lease
-        .spec
-        .as_ref()
-        .and_then(|s| s.holder_identity.as_deref())
-        .unwrap_or_default()
-}
-
 /// Whether a watch event of the Lease says it is free to take now: deleted, or released (no
-/// holder, as [`may_acquire`] reads it). Pure.
+/// holder, as `may_acquire` reads it). Pure.
 fn frees_lease(event: &watcher::Event<Lease>) -> bool {
     match event {
         watcher::Event::Delete(_) => true,
@@ -152,6 +134,8 @@ pub struct LeaderElector {
     last_renew: Option<Instant>,
     /// Set when `run`'s shutdown comes: an attempt under way then writes nothing more.
     stopping: Arc<AtomicBool>,
+    /// The attempt under way writes a renewal (the Lease read named this process).
+    renewing: Arc<AtomicBool>,
 }
 
 impl LeaderElector {
@@ -164,6 +148,7 @@ impl LeaderElector {
             observed: None,
             last_renew: None,
             stopping: Arc::default(),
+            renewing: Arc::default(),
         }
     }
 
@@ -194,7 +179,7 @@ impl LeaderElector {
                 .filter(|_| was_mine)
                 .map_or(Some(now.clone()), |s| s.acquire_time.clone()),
             renew_time: Some(now),
-            // A transition is a holder that changes, not the first.
+            // A Lease taken by one that did not hold it (released too); not a new Lease.
             lease_transitions: Some(transitions + i32::from(!was_mine && old.is_some())),
             ..Default::default()
         }
@@ -211,6 +196,7 @@ impl LeaderElector {
     /// One attempt to acquire or renew; returns whether this process holds the lease.
     async fn try_acquire_or_renew(&mut self) -> Result<bool, LeaderError> {
         let now = Instant::now();
+        self.renewing.store(false, Ordering::SeqCst);
         let current = self.current_lease().await?;
         if self.stopping.load(Ordering::SeqCst) {
             return Ok(false); // Stopping: no write that was not sent before.
@@ -250,15 +236,13 @@ impl LeaderElector {
             s.holder = h;
             m
         });
-        if !may_acquire(
-            &self.config.identity,
-            &holder,
-            observed_at,
-            self.config.lease_duration,
-            now,
-        ) {
+        let unchanged_for = now.saturating_duration_since(observed_at);
+        let (me, duration) = (&self.config.identity, self.config.lease_duration);
+        if !may_acquire(me, &holder, unchanged_for, duration) {
             return Ok(false);
         }
+        let renewing = holder == *self.config.identity;
+        self.renewing.store(renewing, Ordering::SeqCst);
         lease.spec = Some(self.spec_for_me(lease.spec.as_ref()));
         match self
             .api
@@ -353,15 +337,15 @@ impl LeaderElector {
                     .max(Duration::from_millis(1)),
                 _ => self.config.retry_period.max(Duration::from_secs(1)),
             };
-            let stopping = self.stopping.clone();
+            let (stopping, renewing) = (self.stopping.clone(), self.renewing.clone());
             let attempt = {
                 let attempt = tokio::time::timeout(budget, self.try_acquire_or_renew());
                 tokio::pin!(attempt);
                 tokio::select! {
                     _ = &mut shutdown => {
-                        if !leading {
-                            // An acquisition ends first (see the module's doc), a renewal not.
-                            stopping.store(true, Ordering::SeqCst);
+                        stopping.store(true, Ordering::SeqCst);
+                        // An acquisition ends first (the module's doc), a renewal's write not.
+                        if !renewing.load(Ordering::SeqCst) {
                             let outcome = tokio::time::timeout(STOP_WAIT / 2, attempt).await;
                             debug!(?outcome, "the attempt under way at shutdown ended");
                         }
@@ -461,28 +445,6 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn lease_is_free_when_empty_mine_or_expired() {
-        let t0 = Instant::now();
-        let d = Duration::from_secs(15);
-        assert!(may_acquire("me", "", t0, d, t0));
-        assert!(may_acquire("me", "me", t0, d, t0));
-        assert!(!may_acquire(
-            "me",
-            "other",
-            t0,
-            d,
-            t0 + Duration::from_secs(14)
-        ));
-        assert!(may_acquire(
-            "me",
-            "other",
-            t0,
-            d,
-            t0 + Duration::from_secs(15)
-        ));
-    }
-
     fn lease(holder: Option<&str>) -> Lease {
         Lease {
             spec: Some(LeaseSpec {
@@ -522,11 +484,13 @@ mod tests {
         hold_read: Arc<AtomicBool>,
         hold_write: Arc<AtomicBool>,
         gate: Arc<tokio::sync::Notify>,
-        /// A read or a write has arrived.
+        /// A read has arrived.
         read: Arc<tokio::sync::Notify>,
+        /// A write has arrived.
         written: Arc<tokio::sync::Notify>,
-        /// A write has been applied, or refused (409).
+        /// A write has been applied.
         applied: Arc<tokio::sync::Notify>,
+        /// A write has been refused (409).
         refused: Arc<tokio::sync::Notify>,
         writes: Arc<AtomicUsize>,
     }
@@ -566,6 +530,19 @@ mod tests {
             *lease = written.clone();
             self.applied.notify_one();
             Some(written)
+        }
+
+        /// Holds the next write and waits (at most 10 s) for it to arrive.
+        async fn hold_next_write(&self) {
+            let writes = self.writes.load(Ordering::SeqCst);
+            self.hold_write.store(true, Ordering::SeqCst);
+            tokio::time::timeout(Duration::from_secs(10), async {
+                while self.writes.load(Ordering::SeqCst) == writes {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
+            .expect("the held write");
         }
 
         fn holder(&self) -> String {
@@ -610,6 +587,31 @@ mod tests {
         /// Shuts the elector down and waits for it to stop.
         async fn stop(self) {
             Running::finish(self.signal()).await;
+        }
+
+        /// Shuts the elector down while `fake` holds a request: the elector must wait for it
+        /// (200 ms checked) and stop once the test lets it through.
+        async fn stop_through_gate(self, fake: &FakeLeases, what: &str) {
+            let mut run = self.signal();
+            let waited = tokio::time::timeout(Duration::from_millis(200), &mut run).await;
+            assert!(waited.is_err(), "the elector waits for {what}");
+            fake.gate.notify_one();
+            Running::finish(run).await;
+        }
+
+        /// An elector for `identity` on `fake`, started and leading.
+        async fn leading(
+            fake: &FakeLeases,
+            identity: &str,
+        ) -> (Running, watch::Receiver<Leadership>) {
+            let elector = fake.elector(identity);
+            let mut state = elector.subscribe();
+            let running = Running::start(elector);
+            tokio::time::timeout(Duration::from_secs(10), state.wait_for(|s| s.is_leader))
+                .await
+                .expect("leads")
+                .expect("state");
+            (running, state)
         }
 
         /// Waits (at most 10 s) for a signalled elector to stop.
@@ -742,11 +744,9 @@ mod tests {
             .await
             .expect("the attempt's write");
         assert_eq!(fake.holder(), "", "the write is held");
-        let mut run = running.signal();
-        let waited = tokio::time::timeout(Duration::from_millis(200), &mut run).await;
-        assert!(waited.is_err(), "the elector waits for the attempt's write");
-        fake.gate.notify_one();
-        Running::finish(run).await;
+        running
+            .stop_through_gate(&fake, "the attempt's write")
+            .await;
         assert_eq!(fake.holder(), "", "released after the write landed");
         assert_eq!(
             fake.writes.load(Ordering::SeqCst),
@@ -763,12 +763,8 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), fake.read.notified())
             .await
             .expect("the attempt's read");
-        let run = running.signal();
-        // The elector takes the stop while the read is held; then the read finds the Lease
-        // free.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        fake.gate.notify_one();
-        Running::finish(run).await;
+        // The elector takes the stop while the read is held; then the read finds it free.
+        running.stop_through_gate(&fake, "the attempt's read").await;
         assert_eq!(
             fake.writes.load(Ordering::SeqCst),
             0,
@@ -780,26 +776,11 @@ mod tests {
     #[tokio::test]
     async fn a_leader_stopped_during_a_renewal_releases_at_once_and_the_renewal_is_refused() {
         let fake = FakeLeases::holding("me");
-        let elector = fake.elector("me");
-        let mut state = elector.subscribe();
-        let running = Running::start(elector);
-        tokio::time::timeout(Duration::from_secs(10), state.wait_for(|s| s.is_leader))
-            .await
-            .expect("leads")
-            .expect("state");
-        // The next renewal's write is held.
-        let writes = fake.writes.load(Ordering::SeqCst);
-        fake.hold_write.store(true, Ordering::SeqCst);
-        tokio::time::timeout(Duration::from_secs(10), async {
-            while fake.writes.load(Ordering::SeqCst) == writes {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("the renewal's write");
+        let (running, state) = Running::leading(&fake, "me").await;
+        fake.hold_next_write().await; // the next renewal's
         let run = running.signal();
         // No wait for the renewal: the elector releases and stops at once.
-        tokio::time::timeout(Duration::from_secs(1), run)
+        tokio::time::timeout(STOP_WAIT / 2 - Duration::from_millis(500), run)
             .await
             .expect("stopped without waiting for the renewal")
             .expect("no panic");
@@ -818,7 +799,7 @@ mod tests {
         let elector = FakeLeases::holding("").elector("me");
         let first = elector.spec_for_me(None);
         assert_eq!(first.lease_transitions, Some(0));
-        assert!(first.acquire_time.is_some());
+        assert_eq!(first.acquire_time, first.renew_time);
         let acquired = MicroTime(Timestamp::UNIX_EPOCH);
         let mine = LeaseSpec {
             holder_identity: Some("me".into()),
@@ -835,8 +816,28 @@ mod tests {
         };
         let taken = elector.spec_for_me(Some(&theirs));
         assert_eq!(taken.lease_transitions, Some(3));
-        assert_ne!(taken.acquire_time, Some(acquired));
+        assert_eq!(taken.acquire_time, taken.renew_time);
         assert_eq!(taken.holder_identity.as_deref(), Some("me"));
+        // A released Lease taken again, even by its last holder, is a transition too.
+        let released = LeaseSpec {
+            holder_identity: None,
+            ..theirs
+        };
+        let retaken = elector.spec_for_me(Some(&released));
+        assert_eq!(retaken.lease_transitions, Some(3));
+        assert_eq!(retaken.acquire_time, retaken.renew_time);
+    }
+
+    #[tokio::test]
+    async fn a_leader_stopped_while_retaking_a_cleared_lease_lets_the_write_land_then_releases() {
+        let fake = FakeLeases::holding("me");
+        let (running, _state) = Running::leading(&fake, "me").await;
+        // Someone clears the holder by hand; the leader's next attempt takes the Lease again
+        // (a write with no holder of its own to refuse it) and that write is held.
+        fake.lease.lock().expect("lease")["spec"]["holderIdentity"] = serde_json::Value::Null;
+        fake.hold_next_write().await;
+        running.stop_through_gate(&fake, "the re-take").await;
+        assert_eq!(fake.holder(), "", "released after the re-take landed");
     }
 
     #[test]
