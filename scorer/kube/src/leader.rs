@@ -313,6 +313,8 @@ impl LeaderElector {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let frees = self.lease_frees();
         tokio::pin!(frees);
+        // The attempt borrows the elector: the shutdown reads and sets these through handles.
+        let (stopping, renewing) = (self.stopping.clone(), self.renewing.clone());
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -337,7 +339,6 @@ impl LeaderElector {
                     .max(Duration::from_millis(1)),
                 _ => self.config.retry_period.max(Duration::from_secs(1)),
             };
-            let (stopping, renewing) = (self.stopping.clone(), self.renewing.clone());
             let attempt = {
                 let attempt = tokio::time::timeout(budget, self.try_acquire_or_renew());
                 tokio::pin!(attempt);
