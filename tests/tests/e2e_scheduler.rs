@@ -587,7 +587,11 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
     // standby tries only every 120 s, and its first try (at its start) found the Lease held, as
     // its refusal naming the leader shows: through its tries alone it could not take the Lease
     // before 120 s, and all of this must end well before.
+    // It also runs the StepScaler controller, on a Lease of its own that it alone asks for
+    // (no StepScaler CRD here: the controller only warns), to show that Lease released too.
     let third_started = Instant::now();
+    let steps_lease = format!("{lease_name}-steps");
+    let steps_flag = format!("--step-scaler-lease={steps_lease}");
     let mut third = Scorer::start(
         &env,
         "ha-c",
@@ -596,6 +600,8 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
             "--leader-elect-retry-period=120",
             "--leader-elect-renew-deadline=150",
             "--leader-elect-lease-duration=180",
+            "--step-scalers",
+            &steps_flag,
         ],
     )
     .await?;
@@ -633,15 +639,33 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
         "the watching standby held the released Lease {:?} after SIGTERM",
         stopped.elapsed()
     );
-    // Graceful shutdown releases the lease: the holder becomes empty.
+    eventually(
+        "the third replica holding the StepScaler Lease",
+        Duration::from_secs(15),
+        || async {
+            let holder = lease_holder(&leases, &steps_lease).await?;
+            Ok(if holder == third.identity {
+                Ok(())
+            } else {
+                Err(format!("holder {holder:?}"))
+            })
+        },
+    )
+    .await
+    .with_context(|| third.log_tail())?;
+    // Graceful shutdown releases both Leases before the process exits: the holders become
+    // empty.
     let status = third.terminate(Duration::from_secs(20)).await?;
     assert!(status.success(), "scorer exited with {status}");
-    let holder = lease_holder(&leases, &lease_name).await?;
-    ensure!(
-        holder.is_empty(),
-        "the lease is released on SIGTERM, but it names {holder:?}; the replica's log:\n{}",
-        third.log_tail()
-    );
+    for name in [&lease_name, &steps_lease] {
+        let holder = lease_holder(&leases, name).await?;
+        ensure!(
+            holder.is_empty(),
+            "the Lease {name} is released on SIGTERM, but it names {holder:?}; the \
+             replica's log:\n{}",
+            third.log_tail()
+        );
+    }
     delete_nodes(&client, &nodes).await;
     Ok(())
 }

@@ -115,6 +115,29 @@ impl AutoscaleArgs {
     }
 }
 
+/// What [`start`] left running that the scorer waits for when it stops.
+#[derive(Debug, Default)]
+pub struct Started {
+    /// The StepScaler controller's elector, which releases its Lease once `shutdown` fires
+    /// (within [`leader::STOP_WAIT`]): awaited, or the process could exit before the release
+    /// lands and a standby would wait out the Lease's duration to take over.
+    pub elector: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Started {
+    /// Waits for what must end before the process does, [`leader::STOP_WAIT`] and a second
+    /// at most (the elector bounds its own stop by `STOP_WAIT`).
+    pub async fn join(self) {
+        let Some(task) = self.elector else {
+            return;
+        };
+        let bound = leader::STOP_WAIT + Duration::from_secs(1);
+        if tokio::time::timeout(bound, task).await.is_err() {
+            warn!("the StepScaler controller's elector did not stop within {bound:?}");
+        }
+    }
+}
+
 /// Starts what the flags ask for. Without a Kubernetes connection (`kube` is `None`) asking
 /// for either is an error.
 pub async fn start(
@@ -123,7 +146,8 @@ pub async fn start(
     store: Arc<NodeStore>,
     metrics: Arc<Metrics>,
     shutdown: &Shutdown,
-) -> Result<(), AppError> {
+) -> Result<Started, AppError> {
+    let mut started = Started::default();
     if let (Some(listen), Some(cert), Some(key)) = (
         args.admission_listen,
         args.admission_tls_cert.clone(),
@@ -138,7 +162,7 @@ pub async fn start(
         .map_err(|e| AppError::Other(e.to_string()))?;
     }
     if !args.wanted() {
-        return Ok(());
+        return Ok(started);
     }
     args.check()?;
     let Some(kube) = kube else {
@@ -177,7 +201,7 @@ pub async fn start(
                     },
                 );
                 let rx = elector.subscribe();
-                tokio::spawn(elector.run(shutdown.wait()));
+                started.elector = Some(tokio::spawn(elector.run(shutdown.wait())));
                 rx
             }
             None => leader::always_leader(&kube.identity),
@@ -233,5 +257,5 @@ pub async fn start(
             }
         });
     }
-    Ok(())
+    Ok(started)
 }

@@ -331,7 +331,7 @@ pub async fn run(args: ServeArgs, grpc_threads: crate::app::GrpcThreads) -> Resu
         )
         .await?;
     }
-    crate::app::autoscale::start(
+    let autoscale = crate::app::autoscale::start(
         &args.autoscale,
         kube_side,
         store.clone(),
@@ -391,12 +391,15 @@ pub async fn run(args: ServeArgs, grpc_threads: crate::app::GrpcThreads) -> Resu
         },
     )
     .await;
-    if let Some(rt) = kube {
-        // Stop taking pods, drain bindings, release the Lease (the elector's own bound, and a
-        // second for each step to end).
-        rt.join(DRAIN_TIMEOUT + loadstar_kube::leader::STOP_WAIT + Duration::from_secs(2))
-            .await;
-    }
+    // Stop taking pods, drain bindings, release the Lease (the elector's own bound, and a
+    // second for each step to end); the StepScaler controller's Lease is released meanwhile.
+    let scheduler = async {
+        if let Some(rt) = kube {
+            rt.join(DRAIN_TIMEOUT + loadstar_kube::leader::STOP_WAIT + Duration::from_secs(2))
+                .await;
+        }
+    };
+    tokio::join!(scheduler, autoscale.join());
     result
 }
 
