@@ -60,6 +60,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         "loadstar-kube-model",
         &["kube", "tonic", "axum", "plotters"],
     ),
+    ("loadstar-kube-client", &["tonic", "axum", "plotters"]),
     ("loadstar-store", &["kube", "axum", "plotters"]),
     ("loadstar-auth", &["kube", "axum", "plotters"]),
     ("loadstar-sim", &["tonic", "kube", "axum"]),

@@ -23,7 +23,7 @@ use loadstar_autoscale::poll::{Outcome, PodView, PollSettings, poll};
 use loadstar_autoscale::spec::{DEFAULT_POLL_PERIOD_S, StepScalerSpec};
 use loadstar_autoscale::step::StepTolerance;
 use loadstar_common::quantity;
-use loadstar_kube::leader::Leadership;
+use loadstar_kube_client::leader::Leadership;
 use loadstar_store::metrics::{Metrics, ResultLabel};
 use serde_json::{Value, json};
 use tokio::sync::watch;

@@ -282,7 +282,7 @@ impl LeaderElector {
             watcher::Config::default().fields(&format!("metadata.name={}", self.config.name));
         let mut failing = false;
         watcher::watcher(self.api.clone(), config)
-            .backoff(super::watch_health::watch_backoff())
+            .backoff(crate::watch_health::watch_backoff())
             .filter_map(move |event| {
                 let freed = match event {
                     Ok(event) => {
@@ -294,7 +294,7 @@ impl LeaderElector {
                     }
                     Err(e) => {
                         if !failing {
-                            warn!(error = %super::watch_health::describe_watch_error(&e),
+                            warn!(error = %crate::watch_health::describe_watch_error(&e),
                                   "watching the lease failed; a released lease is taken at the retry period only until the watch works");
                         }
                         failing = true;

@@ -59,7 +59,7 @@ impl ::kube::runtime::utils::Backoff for WatchBackoff {
 /// Watches every object of `resource` (a kind read as [`DynamicObject`]s, in whichever
 /// version the API server serves) until aborted, with [`watch_backoff`], reporting to
 /// `status` and handing each event to `apply`.
-pub(crate) async fn watch_dynamic(
+pub async fn watch_dynamic(
     client: ::kube::Client,
     resource: &ApiResource,
     mut status: WatchStatus,
@@ -79,7 +79,7 @@ pub(crate) async fn watch_dynamic(
 
 /// `ev` for a [`Listing`](loadstar_kube_model::listing::Listing), keyed by `namespace/name`,
 /// its object converted by `read` (given the key and the object; `None`: unreadable).
-pub(crate) fn listed<T>(
+pub fn listed<T>(
     ev: watcher::Event<DynamicObject>,
     read: impl Fn(&str, &DynamicObject) -> Option<T>,
 ) -> Listed<T> {
