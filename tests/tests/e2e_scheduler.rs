@@ -426,6 +426,19 @@ async fn lease_holder(leases: &Api<Lease>, name: &str) -> Result<String> {
         .unwrap_or_default())
 }
 
+/// Waits up to 15 s for the Lease `name` to name `holder` (`what` says why, when it does not).
+async fn held_by(leases: &Api<Lease>, name: &str, holder: &str, what: &str) -> Result<()> {
+    eventually(what, Duration::from_secs(15), || async {
+        let seen = lease_holder(leases, name).await?;
+        Ok(if seen == holder {
+            Ok(())
+        } else {
+            Err(format!("holder {seen:?}"))
+        })
+    })
+    .await
+}
+
 /// Asks the scorer at `endpoint` to bind `ns/ref` until it refuses as a standby naming
 /// `leader`, within `timeout`: a standby learns the holder at its first try at the Lease
 /// (one that lost the race to create it, at its next), and until then refuses unnamed.
@@ -588,7 +601,8 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
     // its refusal naming the leader shows: through its tries alone it could not take the Lease
     // before 120 s, and all of this must end well before.
     // It also runs the StepScaler controller, on a Lease of its own that it alone asks for
-    // (no StepScaler CRD here: the controller only warns), to show that Lease released too.
+    // (the suite's RBAC has no StepScaler access: the controller only warns), to show that
+    // Lease released too.
     let third_started = Instant::now();
     let steps_lease = format!("{lease_name}-steps");
     let steps_flag = format!("--step-scaler-lease={steps_lease}");
@@ -616,17 +630,11 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
     let stopped = Instant::now();
     let status = standby.terminate(Duration::from_secs(20)).await?;
     assert!(status.success(), "scorer exited with {status}");
-    eventually(
+    held_by(
+        &leases,
+        &lease_name,
+        &third.identity,
         "the standby taking the released Lease",
-        Duration::from_secs(15),
-        || async {
-            let holder = lease_holder(&leases, &lease_name).await?;
-            Ok(if holder == third.identity {
-                Ok(())
-            } else {
-                Err(format!("holder {holder:?}"))
-            })
-        },
     )
     .await
     .with_context(|| third.log_tail())?;
@@ -639,17 +647,11 @@ async fn two_replicas_elect_one_binder_and_fail_over() -> Result<()> {
         "the watching standby held the released Lease {:?} after SIGTERM",
         stopped.elapsed()
     );
-    eventually(
+    held_by(
+        &leases,
+        &steps_lease,
+        &third.identity,
         "the third replica holding the StepScaler Lease",
-        Duration::from_secs(15),
-        || async {
-            let holder = lease_holder(&leases, &steps_lease).await?;
-            Ok(if holder == third.identity {
-                Ok(())
-            } else {
-                Err(format!("holder {holder:?}"))
-            })
-        },
     )
     .await
     .with_context(|| third.log_tail())?;

@@ -1,6 +1,6 @@
 //! The seams to the API server's reviews and the pod cache, in domain terms: the Kubernetes
-//! crate implements them (TokenReview, SubjectAccessReview, its pod reflector); the auth
-//! logic and the tests use them without a cluster.
+//! crates implement them (TokenReview and SubjectAccessReview in `loadstar-kube-client`, the
+//! pod reflector in `loadstar-kube`); the auth logic and the tests use them without a cluster.
 use std::fmt::Debug;
 
 use crate::identity::Identity;

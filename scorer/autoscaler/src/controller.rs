@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -150,7 +150,17 @@ pub async fn run(
         let objects = reader.state();
         due.retain(|k, _| objects.iter().any(|o| key(o) == *k));
         c.forget_missing(&objects);
+        let mut stopped = false;
         for obj in objects {
+            // A stop or a lost Lease ends the pass before the next StepScaler: once the Lease
+            // is released or taken, another replica may be polling (and scaling) them all.
+            if shutdown.as_mut().now_or_never().is_some() {
+                stopped = true;
+                break;
+            }
+            if !leadership.borrow().is_leader {
+                break;
+            }
             let k = key(&obj);
             let generation = obj.metadata.generation;
             if due
@@ -174,6 +184,9 @@ pub async fn run(
                     generation,
                 },
             );
+        }
+        if stopped {
+            break;
         }
     }
     watching.abort();

@@ -1,5 +1,5 @@
 //! Leader election's pure decisions over a `coordination.k8s.io/v1` Lease, apart from the
-//! elector's client and timers (`loadstar-kube`'s `leader`).
+//! elector's client and timers (`loadstar-kube-client`'s `leader`).
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;

@@ -115,23 +115,30 @@ impl AutoscaleArgs {
     }
 }
 
+/// How long the StepScaler controller's elector waits, once `shutdown` fires, for the
+/// controller to end its pass before it releases the Lease (the controller stops before its
+/// next StepScaler; one `/scale` or status write may be under way).
+pub const CONTROLLER_STOP_WAIT: Duration = Duration::from_secs(2);
+
 /// What [`start`] left running that the scorer waits for when it stops.
 #[derive(Debug, Default)]
 pub struct Started {
-    /// The StepScaler controller's elector, which releases its Lease once `shutdown` fires
-    /// (within [`leader::STOP_WAIT`]): awaited, or the process could exit before the release
-    /// lands and a standby would wait out the Lease's duration to take over.
+    /// The StepScaler controller's elector, which releases its Lease once `shutdown` fires and
+    /// the controller has stopped (within [`CONTROLLER_STOP_WAIT`], then
+    /// [`leader::STOP_WAIT`]): awaited, or the process could exit before the release lands
+    /// and a standby would wait out the Lease's duration to take over.
     pub elector: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Started {
-    /// Waits for what must end before the process does, [`leader::STOP_WAIT`] and a second
-    /// at most (the elector bounds its own stop by `STOP_WAIT`).
+    /// Waits for what must end before the process does: [`CONTROLLER_STOP_WAIT`],
+    /// [`leader::STOP_WAIT`] and a second at most (the elector bounds its own stop by
+    /// `STOP_WAIT`).
     pub async fn join(self) {
         let Some(task) = self.elector else {
             return;
         };
-        let bound = leader::STOP_WAIT + Duration::from_secs(1);
+        let bound = CONTROLLER_STOP_WAIT + leader::STOP_WAIT + Duration::from_secs(1);
         if tokio::time::timeout(bound, task).await.is_err() {
             warn!("the StepScaler controller's elector did not stop within {bound:?}");
         }
@@ -191,6 +198,10 @@ pub async fn start(
         shutdown.wait(),
     );
     if args.step_scalers {
+        // Dropped when the controller's task ends: the elector releases the Lease only then
+        // (or CONTROLLER_STOP_WAIT after the stop), so no pass of this replica overlaps the
+        // next leader's.
+        let (controller_running, controller_stopped) = tokio::sync::oneshot::channel::<()>();
         let leadership = match &kube.leader {
             Some(l) => {
                 let elector = LeaderElector::new(
@@ -201,7 +212,12 @@ pub async fn start(
                     },
                 );
                 let rx = elector.subscribe();
-                started.elector = Some(tokio::spawn(elector.run(shutdown.wait())));
+                let stop = shutdown.wait();
+                let released_after = async move {
+                    stop.await;
+                    let _ = tokio::time::timeout(CONTROLLER_STOP_WAIT, controller_stopped).await;
+                };
+                started.elector = Some(tokio::spawn(elector.run(released_after)));
                 rx
             }
             None => leader::always_leader(&kube.identity),
@@ -210,7 +226,7 @@ pub async fn start(
             stale_s: args.step_scaler_stale_seconds,
             ..ControllerConfig::new(&kube.identity)
         };
-        controller::spawn(
+        let controller = controller::spawn(
             client.clone(),
             book.clone(),
             leadership,
@@ -218,6 +234,10 @@ pub async fn start(
             metrics.clone(),
             shutdown.wait(),
         );
+        tokio::spawn(async move {
+            let _ = controller.await;
+            drop(controller_running);
+        });
         info!(lease = %args.step_scaler_lease, "StepScaler controller enabled");
     }
     if let (Some(listen), Some(cert), Some(key)) = (

@@ -275,122 +275,136 @@ pub async fn run(args: ServeArgs, grpc_threads: crate::app::GrpcThreads) -> Resu
         )));
         kube = Some(rt);
     }
-    let gate = match &kube {
-        _ if args.auth.insecure_allow_unauthenticated => {
-            warn!(
-                "AUTHENTICATION IS OFF (--insecure-allow-unauthenticated): anyone who can reach \
-                 the gRPC port may report load for any node, query, and bind pods with this \
-                 scorer's credentials"
-            );
-            Gate::open()
-        }
-        Some(rt) => {
-            info!(agents = ?auth_config.agents.service_accounts.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                  audiences = ?auth_config.agents.audiences, queries = ?auth_config.queries,
-                  "authenticating callers with TokenReview and SubjectAccessReview");
-            Gate::new(
-                GateParts {
-                    config: auth_config,
-                    authenticator: Arc::new(loadstar_auth::Authenticator::new(
-                        rt.reviews.clone(),
-                        authenticator_config,
-                        metrics.clone(),
-                    )),
-                    access: rt.reviews.clone(),
-                    pods: rt.cache.clone(),
-                },
+    // Everything from here runs beside the Kubernetes side (started above), so however it
+    // ends (a signal, a server's error, a bad flag) the stop below runs: a Lease taken is
+    // released, not left to expire.
+    let mut autoscale = crate::app::autoscale::Started::default();
+    let result: Result<(), AppError> = async {
+        let gate = match &kube {
+            _ if args.auth.insecure_allow_unauthenticated => {
+                warn!(
+                    "AUTHENTICATION IS OFF (--insecure-allow-unauthenticated): anyone who can \
+                     reach the gRPC port may report load for any node, query, and bind pods \
+                     with this scorer's credentials"
+                );
+                Gate::open()
+            }
+            Some(rt) => {
+                let agents: Vec<String> = auth_config
+                    .agents
+                    .service_accounts
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                info!(?agents, audiences = ?auth_config.agents.audiences,
+                      queries = ?auth_config.queries,
+                      "authenticating callers with TokenReview and SubjectAccessReview");
+                Gate::new(
+                    GateParts {
+                        config: auth_config,
+                        authenticator: Arc::new(loadstar_auth::Authenticator::new(
+                            rt.reviews.clone(),
+                            authenticator_config,
+                            metrics.clone(),
+                        )),
+                        access: rt.reviews.clone(),
+                        pods: rt.cache.clone(),
+                    },
+                    metrics.clone(),
+                )
+            }
+            None => {
+                return Err(AppError::Other(
+                    "serve without a Kubernetes connection cannot authenticate callers (agent \
+                     tokens are checked with the API server's TokenReview): give --kubeconfig or \
+                     run in a cluster, or pass --insecure-allow-unauthenticated to serve without \
+                     authentication"
+                        .into(),
+                ));
+            }
+        };
+        let tls = args.tls.grpc(&metrics)?;
+        if let Some(d) = &decoder {
+            let extender_tls = args.tls.extender(
+                args.extender_tls_cert.as_deref(),
+                args.extender_tls_key.as_deref(),
+                args.extender_tls_client_ca.as_deref(),
+                &metrics,
+            )?;
+            crate::app::start_extender(
+                args.extender_listen,
+                extender_tls,
+                &config,
+                store.clone(),
+                d.clone(),
                 metrics.clone(),
+                &shutdown,
             )
+            .await?;
         }
-        None => {
-            return Err(AppError::Other(
-                "serve without a Kubernetes connection cannot authenticate callers (agent \
-                 tokens are checked with the API server's TokenReview): give --kubeconfig or \
-                 run in a cluster, or pass --insecure-allow-unauthenticated to serve without \
-                 authentication"
-                    .into(),
-            ));
-        }
-    };
-    let tls = args.tls.grpc(&metrics)?;
-    if let Some(d) = &decoder {
-        let extender_tls = args.tls.extender(
-            args.extender_tls_cert.as_deref(),
-            args.extender_tls_key.as_deref(),
-            args.extender_tls_client_ca.as_deref(),
-            &metrics,
-        )?;
-        crate::app::start_extender(
-            args.extender_listen,
-            extender_tls,
-            &config,
+        autoscale = crate::app::autoscale::start(
+            &args.autoscale,
+            kube_side,
             store.clone(),
-            d.clone(),
             metrics.clone(),
             &shutdown,
         )
         .await?;
-    }
-    let autoscale = crate::app::autoscale::start(
-        &args.autoscale,
-        kube_side,
-        store.clone(),
-        metrics.clone(),
-        &shutdown,
-    )
-    .await?;
-    let pace = Pace::fixed(args.desired_interval_seconds);
-    if args.ingest_cpu_budget > 0.0 {
-        let config = PacingConfig::new(
-            args.ingest_cpu_budget,
-            args.desired_interval_seconds,
-            args.max_desired_interval_seconds,
+        let pace = Pace::fixed(args.desired_interval_seconds);
+        if args.ingest_cpu_budget > 0.0 {
+            let config = PacingConfig::new(
+                args.ingest_cpu_budget,
+                args.desired_interval_seconds,
+                args.max_desired_interval_seconds,
+            )
+            .map_err(|e| AppError::Other(e.to_string()))?;
+            crate::app::pacing::spawn(config, pace.clone(), metrics.clone(), shutdown.wait());
+        }
+        let parts = ServerParts {
+            store,
+            profiles,
+            metrics,
+            resolver,
+            binder,
+            decoder,
+            budgets,
+            limits: args.limits.limits().map_err(AppError::Other)?,
+            pace,
+            gate,
+            tls,
+            bind_other_schedulers: args.auth.bind_other_schedulers,
+            decisions,
+        };
+        let grpc = bind(args.listen).await?;
+        let http = bind(args.metrics_listen).await?;
+        info!(grpc = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+              http = %http.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+              "loadstar-scorer serving");
+        // Ready once the node, pod and namespace caches have synced and the API server's version
+        // is read: a replica that has not seen the cluster yet must not receive Score-by-reference
+        // or Bind calls.
+        let ready_when = kube.as_ref().map(|rt| {
+            let mut synced = rt.cache.synced();
+            Box::pin(async move {
+                let _ = synced.wait_for(|s| s.all()).await;
+            }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        });
+        run_servers(
+            grpc,
+            Some(http),
+            parts,
+            readiness,
+            shutdown.clone(),
+            ready_when,
+            crate::app::ServerOptions {
+                ui_access: args.ui_access,
+                grpc_threads,
+            },
         )
-        .map_err(|e| AppError::Other(e.to_string()))?;
-        crate::app::pacing::spawn(config, pace.clone(), metrics.clone(), shutdown.wait());
+        .await
     }
-    let parts = ServerParts {
-        store,
-        profiles,
-        metrics,
-        resolver,
-        binder,
-        decoder,
-        budgets,
-        limits: args.limits.limits().map_err(AppError::Other)?,
-        pace,
-        gate,
-        tls,
-        bind_other_schedulers: args.auth.bind_other_schedulers,
-        decisions,
-    };
-    let grpc = bind(args.listen).await?;
-    let http = bind(args.metrics_listen).await?;
-    info!(grpc = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-          http = %http.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-          "loadstar-scorer serving");
-    // Ready once the node, pod and namespace caches have synced and the API server's version
-    // is read: a replica that has not seen the cluster yet must not receive Score-by-reference
-    // or Bind calls.
-    let ready_when = kube.as_ref().map(|rt| {
-        let mut synced = rt.cache.synced();
-        Box::pin(async move {
-            let _ = synced.wait_for(|s| s.all()).await;
-        }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
-    });
-    let result = run_servers(
-        grpc,
-        Some(http),
-        parts,
-        readiness,
-        shutdown,
-        ready_when,
-        crate::app::ServerOptions {
-            ui_access: args.ui_access,
-            grpc_threads,
-        },
-    )
     .await;
+    shutdown.trigger();
     // Stop taking pods, drain bindings, release the Lease (the elector's own bound, and a
     // second for each step to end); the StepScaler controller's Lease is released meanwhile.
     let scheduler = async {
