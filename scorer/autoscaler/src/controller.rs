@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -88,6 +88,22 @@ struct Controller {
     config: ControllerConfig,
     metrics: Arc<Metrics>,
     history: std::sync::Mutex<History>,
+    writes: WriteGate,
+}
+
+/// Whether this replica may still scale: not stopping and still holding the Lease. Read just
+/// before each `/scale` write, so that a pass under way when the replica stops or loses the
+/// Lease (after which another replica may poll and scale the same targets) writes no
+/// decision made before.
+struct WriteGate {
+    stop: watch::Receiver<bool>,
+    leadership: watch::Receiver<Leadership>,
+}
+
+impl WriteGate {
+    fn open(&self) -> bool {
+        !*self.stop.borrow() && self.leadership.borrow().is_leader
+    }
 }
 
 /// Runs the controller until `shutdown` resolves; polls only while `leadership` says so.
@@ -123,6 +139,12 @@ pub async fn run(
             }
         }
     });
+    // The stop as a flag the pass and each write can read, as well as wait for.
+    let (stopped_tx, mut stop) = watch::channel(false);
+    let stopping = tokio::spawn(async move {
+        shutdown.await;
+        let _ = stopped_tx.send(true);
+    });
     let c = Controller {
         targets: Targets::new(client.clone()),
         client,
@@ -130,15 +152,18 @@ pub async fn run(
         config,
         metrics,
         history: std::sync::Mutex::new(HashMap::new()),
+        writes: WriteGate {
+            stop: stop.clone(),
+            leadership: leadership.clone(),
+        },
     };
     let mut due: HashMap<String, Due> = HashMap::new();
     let mut tick = tokio::time::interval(c.config.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(shutdown);
     info!("StepScaler controller started");
     loop {
         tokio::select! {
-            () = &mut shutdown => break,
+            _ = stop.wait_for(|s| *s) => break,
             _ = tick.tick() => {}
         }
         if !leadership.borrow_and_update().is_leader {
@@ -150,15 +175,10 @@ pub async fn run(
         let objects = reader.state();
         due.retain(|k, _| objects.iter().any(|o| key(o) == *k));
         c.forget_missing(&objects);
-        let mut stopped = false;
         for obj in objects {
             // A stop or a lost Lease ends the pass before the next StepScaler: once the Lease
             // is released or taken, another replica may be polling (and scaling) them all.
-            if shutdown.as_mut().now_or_never().is_some() {
-                stopped = true;
-                break;
-            }
-            if !leadership.borrow().is_leader {
+            if !c.writes.open() {
                 break;
             }
             let k = key(&obj);
@@ -185,11 +205,9 @@ pub async fn run(
                 },
             );
         }
-        if stopped {
-            break;
-        }
     }
     watching.abort();
+    stopping.abort();
     info!("StepScaler controller stopped");
 }
 
@@ -288,7 +306,8 @@ impl Controller {
     }
 
     /// Polls one StepScaler; returns the seconds until its next poll and the outcome
-    /// (`scaled`, `held`, `dry_run`, `invalid`, `unable`, `failed`) for the poll counter.
+    /// (`scaled`, `held`, `dry_run`, `invalid`, `unable`, `failed`, `stopped`) for the poll
+    /// counter.
     async fn reconcile(&self, obj: &DynamicObject, now_s: f64) -> (f64, &'static str) {
         let ns = obj.namespace().unwrap_or_default();
         let mut status: StepScalerStatus = obj
@@ -463,6 +482,12 @@ impl Controller {
                 }
                 outcome = "dry_run";
                 status.set_condition(ABLE_TO_SCALE, true, "DryRun", &msg, now_s);
+            } else if !self.writes.open() {
+                // Stopped, or the Lease lost, since this poll began: the decision is left to
+                // the next leader, and nothing of this poll is written.
+                info!(target = %what, from = d.current, to = d.desired,
+                      "not rescaled: stopping or no longer the leader");
+                return (period, "stopped");
             } else {
                 let patch = json!({"spec": {"replicas": d.desired}});
                 match target

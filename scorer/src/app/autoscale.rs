@@ -117,7 +117,8 @@ impl AutoscaleArgs {
 
 /// How long the StepScaler controller's elector waits, once `shutdown` fires, for the
 /// controller to end its pass before it releases the Lease (the controller stops before its
-/// next StepScaler; one `/scale` or status write may be under way).
+/// next StepScaler, and a poll under way writes no `/scale` decision once stopping; its
+/// reads, Events and status writes may still be under way).
 pub const CONTROLLER_STOP_WAIT: Duration = Duration::from_secs(2);
 
 /// What [`start`] left running that the scorer waits for when it stops.
@@ -199,8 +200,8 @@ pub async fn start(
     );
     if args.step_scalers {
         // Dropped when the controller's task ends: the elector releases the Lease only then
-        // (or CONTROLLER_STOP_WAIT after the stop), so no pass of this replica overlaps the
-        // next leader's.
+        // (or CONTROLLER_STOP_WAIT after the stop), so the next leader's first pass starts
+        // after this replica's last one has ended.
         let (controller_running, controller_stopped) = tokio::sync::oneshot::channel::<()>();
         let leadership = match &kube.leader {
             Some(l) => {
