@@ -156,13 +156,15 @@ impl Shutdown {
         tokio::spawn(async move {
             wait_for_signal().await;
             info!("shutdown signal received");
-            let _ = tx.send(true);
+            // Kept even while nothing waits yet (`send` drops a value no receiver sees): a
+            // signal during start-up is seen by every later `wait`.
+            tx.send_replace(true);
         });
     }
 
-    /// Triggers it.
+    /// Triggers it (seen by every `wait`, including those that start later).
     pub fn trigger(&self) {
-        let _ = self.tx.send(true);
+        self.tx.send_replace(true);
     }
 
     /// Resolves once triggered.
@@ -489,5 +491,25 @@ impl GrpcRuntime {
                 let _ = stop.send(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_shutdown_triggered_before_anyone_waits_is_still_seen() {
+        let shutdown = Shutdown::new();
+        shutdown.trigger();
+        let waited = tokio::time::timeout(Duration::from_secs(5), shutdown.wait()).await;
+        assert!(
+            waited.is_ok(),
+            "a wait that began after the trigger never resolved"
+        );
+        // And by a clone, as the servers hold one.
+        let clone = shutdown.clone();
+        let waited = tokio::time::timeout(Duration::from_secs(5), clone.wait()).await;
+        assert!(waited.is_ok(), "a clone's wait never resolved");
     }
 }
