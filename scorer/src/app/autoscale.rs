@@ -199,28 +199,17 @@ pub async fn start(
         shutdown.wait(),
     );
     if args.step_scalers {
-        // Dropped when the controller's task ends: the elector releases the Lease only then
-        // (or CONTROLLER_STOP_WAIT after the stop), so the next leader's first pass starts
-        // after this replica's last one has ended.
-        let (controller_running, controller_stopped) = tokio::sync::oneshot::channel::<()>();
-        let leadership = match &kube.leader {
-            Some(l) => {
-                let elector = LeaderElector::new(
-                    client.clone(),
-                    LeaderConfig {
-                        name: args.step_scaler_lease.clone(),
-                        ..l.clone()
-                    },
-                );
-                let rx = elector.subscribe();
-                let stop = shutdown.wait();
-                let released_after = async move {
-                    stop.await;
-                    let _ = tokio::time::timeout(CONTROLLER_STOP_WAIT, controller_stopped).await;
-                };
-                started.elector = Some(tokio::spawn(elector.run(released_after)));
-                rx
-            }
+        let elector = kube.leader.as_ref().map(|l| {
+            LeaderElector::new(
+                client.clone(),
+                LeaderConfig {
+                    name: args.step_scaler_lease.clone(),
+                    ..l.clone()
+                },
+            )
+        });
+        let leadership = match &elector {
+            Some(e) => e.subscribe(),
             None => leader::always_leader(&kube.identity),
         };
         let config = ControllerConfig {
@@ -235,10 +224,17 @@ pub async fn start(
             metrics.clone(),
             shutdown.wait(),
         );
-        tokio::spawn(async move {
-            let _ = controller.await;
-            drop(controller_running);
-        });
+        if let Some(elector) = elector {
+            // The elector releases the Lease once the controller's task has ended (or
+            // CONTROLLER_STOP_WAIT after the stop), so the next leader's first pass starts
+            // after this replica's last one has ended.
+            let stop = shutdown.wait();
+            let released_after = async move {
+                stop.await;
+                let _ = tokio::time::timeout(CONTROLLER_STOP_WAIT, controller).await;
+            };
+            started.elector = Some(tokio::spawn(elector.run(released_after)));
+        }
         info!(lease = %args.step_scaler_lease, "StepScaler controller enabled");
     }
     if let (Some(listen), Some(cert), Some(key)) = (
