@@ -2068,3 +2068,82 @@ async fn spread_counts_as_the_clusters_release_does() -> Result<()> {
     delete_nodes(&client, &nodes).await;
     result
 }
+
+/// The StepScaler's `/scale` write (`loadstar_autoscaler::controller::scale_patch`) is
+/// conditional on the resourceVersion its poll read: the real API server applies it while
+/// the target is unchanged and refuses it with 409 once anything has written the target
+/// since, so a decision never overwrites a newer replica count (the controller's handling
+/// of that 409 is a unit test beside it).
+#[tokio::test]
+#[ignore = "needs a real API server: run tests/e2e/run.sh"]
+async fn a_stale_scale_write_is_refused() -> Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams, PostParams};
+    use loadstar_autoscaler::controller::scale_patch;
+
+    let Some(env) = env_or_skip() else {
+        return Ok(());
+    };
+    let client = env.admin().await?;
+    let ns = namespace(&client, "scale").await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "loadstar/none"}]}
+            }
+        }
+    }))?;
+    deployments.create(&PostParams::default(), &d).await?;
+    let read = deployments.get_scale("web").await?;
+    let read_version = read.metadata.resource_version.clone();
+    ensure!(read_version.is_some(), "the scale has no resourceVersion");
+    let pp = PatchParams::default();
+    // Unchanged since the read: applied.
+    let written = deployments
+        .patch_scale(
+            "web",
+            &pp,
+            &Patch::Merge(scale_patch(read_version.as_deref(), 4)),
+        )
+        .await?;
+    ensure!(
+        written.spec.and_then(|s| s.replicas) == Some(4),
+        "the conditional write was not applied"
+    );
+    // A second decision from the same read, now stale: refused, the count kept.
+    match deployments
+        .patch_scale(
+            "web",
+            &pp,
+            &Patch::Merge(scale_patch(read_version.as_deref(), 6)),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        other => anyhow::bail!("a stale /scale write was not refused with 409: {other:?}"),
+    }
+    let now = deployments.get_scale("web").await?;
+    ensure!(
+        now.spec.and_then(|s| s.replicas) == Some(4),
+        "the refused write changed the replica count"
+    );
+    // Without a version (a scale that carries none) the write is unconditional.
+    deployments
+        .patch_scale("web", &pp, &Patch::Merge(scale_patch(None, 5)))
+        .await?;
+    ensure!(
+        deployments
+            .get_scale("web")
+            .await?
+            .spec
+            .and_then(|s| s.replicas)
+            == Some(5),
+        "the unconditional write was not applied"
+    );
+    Ok(())
+}

@@ -71,6 +71,10 @@ impl ControllerConfig {
     }
 }
 
+/// How soon a StepScaler whose `/scale` write met a conflict is polled again, seconds (at
+/// most its period).
+const CONFLICT_RETRY_S: f64 = 2.0;
+
 /// When each StepScaler is next due, and the spec generation last polled.
 #[derive(Debug, Clone, Copy)]
 struct Due {
@@ -489,7 +493,7 @@ impl Controller {
                       "not rescaled: stopping or no longer the leader");
                 return (period, "stopped");
             } else {
-                let patch = json!({"spec": {"replicas": d.desired}});
+                let patch = scale_patch(scale.metadata.resource_version.as_deref(), d.desired);
                 match target
                     .patch_scale(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
@@ -507,6 +511,19 @@ impl Controller {
                             &format!("scaled {what} from {} to {}", d.current, d.desired),
                             now_s,
                         );
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        // Someone changed the target (a user, a rollout, another replica's
+                        // late write) after this poll read it: decide again on what it is now.
+                        let msg = format!(
+                            "the scale of {what} changed after this poll read it (to go from \
+                             {} to {}); the next poll decides again",
+                            d.current, d.desired
+                        );
+                        info!(target = %what, from = d.current, to = d.desired,
+                              "not rescaled: the scale changed since it was read");
+                        outcome = "conflict";
+                        status.set_condition(ABLE_TO_SCALE, true, "ScaleChanged", &msg, now_s);
                     }
                     Err(e) => {
                         let msg = format!(
@@ -537,8 +554,9 @@ impl Controller {
                 now_s,
             );
         }
-        // A failed update did not scale: its cool-down must not start (the next poll retries).
-        let (out_s, in_s) = if outcome == "failed" {
+        // A failed or refused update did not scale: its cool-down must not start (the next
+        // poll retries).
+        let (out_s, in_s) = if matches!(outcome, "failed" | "conflict") {
             (last_out, last_in)
         } else {
             alg.history()
@@ -559,7 +577,12 @@ impl Controller {
             applied,
         });
         self.write_status(obj, &status).await;
-        (period, outcome)
+        let next = if outcome == "conflict" {
+            period.min(CONFLICT_RETRY_S)
+        } else {
+            period
+        };
+        (next, outcome)
     }
 
     async fn unable(
@@ -645,6 +668,19 @@ impl Controller {
     }
 }
 
+/// The `/scale` merge patch of a decision: the replica count, on the condition that the
+/// target is still at `read_version`, the resourceVersion of the scale the decision was made
+/// from (the API server answers 409 Conflict otherwise, as to the HPA's update). So a
+/// decision never overwrites a count someone else wrote in between: a user, a rollout, or a
+/// stopped replica's write that landed after the next leader's.
+pub fn scale_patch(read_version: Option<&str>, replicas: u32) -> Value {
+    let mut patch = json!({"spec": {"replicas": replicas}});
+    if let Some(rv) = read_version.filter(|v| !v.is_empty()) {
+        patch["metadata"] = json!({"resourceVersion": rv});
+    }
+    patch
+}
+
 /// A client error without the Debug dump kube's `Display` of an API error carries.
 fn brief(e: &kube::Error) -> String {
     match e {
@@ -716,6 +752,241 @@ mod tests {
             .containers
             .push(serde_json::from_value(json!({"name": "bare"})).expect("container"));
         assert_eq!(pod_request(&p, "cpu"), 0.0);
+    }
+
+    /// What the fake API server was asked: method, path and query, JSON body.
+    type Seen = Arc<std::sync::Mutex<Vec<(String, String, Value)>>>;
+
+    /// A fake API server for one Deployment `ns/web` at 2 replicas (resourceVersion "41")
+    /// with two Running pods requesting 1 CPU each, answering a `/scale` write with
+    /// `scale_write` (200, or 409 as when the target changed after it was read). A fake
+    /// only to place that conflict between the read and the write, which against the real
+    /// API server is a race; `scale_patch`'s precondition is checked against the real one in
+    /// the e2e suite (`a_stale_scale_write_is_refused`).
+    fn fake_api(seen: Seen, scale_write: u16) -> Client {
+        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let seen = seen.clone();
+            async move {
+                use http_body_util::BodyExt;
+                let method = req.method().to_string();
+                let path = req.uri().path().to_string();
+                let uri = req.uri().to_string();
+                let body = req.into_body().collect().await?.to_bytes();
+                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                seen.lock()
+                    .expect("seen")
+                    .push((method.clone(), uri, body.clone()));
+                let scale = json!({
+                    "apiVersion": "autoscaling/v1", "kind": "Scale",
+                    "metadata": {"name": "web", "namespace": "ns", "resourceVersion": "41"},
+                    "spec": {"replicas": 2}, "status": {"replicas": 2, "selector": "app=web"}
+                });
+                let pod = |uid: &str| {
+                    json!({
+                        "metadata": {"name": uid, "namespace": "ns", "uid": uid},
+                        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+                        "status": {"phase": "Running"}
+                    })
+                };
+                let (code, reply) = match (method.as_str(), path.as_str()) {
+                    ("GET", "/apis/apps/v1") => (
+                        200,
+                        json!({
+                            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "apps/v1",
+                            "resources": [
+                                {"name": "deployments", "singularName": "", "namespaced": true,
+                                 "kind": "Deployment", "verbs": ["get", "list", "patch"]},
+                                {"name": "deployments/scale", "singularName": "", "namespaced": true,
+                                 "group": "autoscaling", "version": "v1", "kind": "Scale",
+                                 "verbs": ["get", "patch", "update"]}
+                            ]
+                        }),
+                    ),
+                    ("GET", "/apis/apps/v1/namespaces/ns/deployments/web/scale") => (200, scale),
+                    ("PATCH", "/apis/apps/v1/namespaces/ns/deployments/web/scale") => {
+                        if scale_write == 200 {
+                            (200, scale)
+                        } else {
+                            (
+                                scale_write,
+                                json!({
+                                    "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                    "reason": "Conflict", "code": scale_write,
+                                    "message": "Operation cannot be fulfilled on deployments.apps \
+                                                \"web\": the object has been modified"
+                                }),
+                            )
+                        }
+                    }
+                    ("GET", "/api/v1/namespaces/ns/pods") => (
+                        200,
+                        json!({
+                            "kind": "PodList", "apiVersion": "v1", "metadata": {},
+                            "items": [pod("p1"), pod("p2")]
+                        }),
+                    ),
+                    ("POST", "/api/v1/namespaces/ns/events") => (201, body),
+                    ("PATCH", "/apis/loadstar.io/v1alpha1/namespaces/ns/stepscalers/s/status") => {
+                        (200, scaler())
+                    }
+                    _ => (
+                        404,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                      "reason": "NotFound", "code": 404, "message": "not found"}),
+                    ),
+                };
+                let reply = serde_json::to_vec(&reply).expect("reply");
+                let reply = http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(reply))?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(reply)
+            }
+        });
+        Client::new(svc, "default")
+    }
+
+    fn scaler() -> Value {
+        json!({
+            "apiVersion": "loadstar.io/v1alpha1", "kind": "StepScaler",
+            "metadata": {"name": "s", "namespace": "ns", "uid": "u-s", "generation": 1},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "targetUtilizationPercent": 60, "minReplicas": 2, "maxReplicas": 10, "step": 2,
+                "pollPeriodSeconds": 15, "scaleOutCooldownSeconds": 30
+            }
+        })
+    }
+
+    const NOW_S: f64 = 1_000.0;
+
+    /// A controller over the fake, both pods at 95 % of their request for the last 15 s, and
+    /// the stop flag's sender (the leadership is held).
+    fn controller(client: Client) -> (Controller, watch::Sender<bool>) {
+        let book: SharedBook = Arc::new(std::sync::Mutex::new(
+            loadstar_autoscale::usage::PodUsageBook::new(Default::default()),
+        ));
+        for uid in ["p1", "p2"] {
+            for t in 0..15 {
+                let r = loadstar_autoscale::usage::Reading::new(NOW_S - f64::from(t), 0.95, 1e6);
+                lock(&book).record("n1", 1.0, uid, r);
+            }
+        }
+        let (stop_tx, stop) = watch::channel(false);
+        let c = Controller {
+            targets: Targets::new(client.clone()),
+            client,
+            book,
+            config: ControllerConfig::new("test"),
+            metrics: Metrics::new(),
+            history: std::sync::Mutex::new(HashMap::new()),
+            writes: WriteGate {
+                stop,
+                leadership: loadstar_kube_client::leader::always_leader("test"),
+            },
+        };
+        (c, stop_tx)
+    }
+
+    fn obj() -> DynamicObject {
+        serde_json::from_value(scaler()).expect("StepScaler")
+    }
+
+    fn writes_to<'a>(seen: &'a [(String, String, Value)], suffix: &str) -> Vec<&'a Value> {
+        seen.iter()
+            .filter(|(m, u, _)| {
+                m == "PATCH" && u.split('?').next().is_some_and(|p| p.ends_with(suffix))
+            })
+            .map(|(_, _, b)| b)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_scale_write_names_the_version_it_was_decided_from() {
+        let seen = Seen::default();
+        let (c, _stop) = controller(fake_api(seen.clone(), 200));
+        let (next, outcome) = c.reconcile(&obj(), NOW_S).await;
+        assert_eq!((next, outcome), (15.0, "scaled"));
+        let seen = seen.lock().expect("seen").clone();
+        let scale = writes_to(&seen, "/scale");
+        // 95 % of 2 × 1 CPU against 60 %: ceil(1.9 / 0.6 + 2) = 6.
+        assert_eq!(
+            scale,
+            [&json!({"metadata": {"resourceVersion": "41"}, "spec": {"replicas": 6}})]
+        );
+        // The scale-out's cool-down started.
+        assert_eq!(c.history("u-s").0, Some(NOW_S));
+        let status = writes_to(&seen, "/status");
+        assert_eq!(status.len(), 1);
+        assert_eq!(status[0]["status"]["lastDecision"]["applied"], json!(true));
+    }
+
+    #[tokio::test]
+    async fn a_conflicting_scale_write_starts_no_cool_down_and_is_retried_soon() {
+        let seen = Seen::default();
+        let (c, _stop) = controller(fake_api(seen.clone(), 409));
+        let (next, outcome) = c.reconcile(&obj(), NOW_S).await;
+        assert_eq!((next, outcome), (CONFLICT_RETRY_S, "conflict"));
+        assert_eq!(
+            c.history("u-s"),
+            (None, None),
+            "no cool-down after a refused write"
+        );
+        let seen = seen.lock().expect("seen").clone();
+        let status = writes_to(&seen, "/status");
+        assert_eq!(status.len(), 1);
+        let s = &status[0]["status"];
+        assert_eq!(s["lastDecision"]["applied"], json!(false));
+        assert_eq!(s["lastScaleOutTime"], Value::Null);
+        let able = s["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == ABLE_TO_SCALE))
+            .expect("AbleToScale");
+        assert_eq!(
+            (&able["status"], &able["reason"]),
+            (&json!("True"), &json!("ScaleChanged"))
+        );
+        // No Warning for it: a conflict is someone else's write, not a failure.
+        assert!(
+            !seen
+                .iter()
+                .any(|(m, _, b)| m == "POST" && b["type"] == "Warning")
+        );
+        // Any other refusal is a failure, with its Warning, and no cool-down either.
+        let seen = Seen::default();
+        let (c, _stop) = controller(fake_api(seen.clone(), 403));
+        assert_eq!(c.reconcile(&obj(), NOW_S).await, (15.0, "failed"));
+        assert_eq!(c.history("u-s"), (None, None));
+        let seen = seen.lock().expect("seen").clone();
+        assert!(
+            seen.iter()
+                .any(|(m, _, b)| m == "POST" && b["reason"] == "FailedRescale")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stopping_controller_writes_no_decision() {
+        let seen = Seen::default();
+        let (c, stop) = controller(fake_api(seen.clone(), 200));
+        stop.send_replace(true);
+        assert_eq!(c.reconcile(&obj(), NOW_S).await, (15.0, "stopped"));
+        let seen = seen.lock().expect("seen").clone();
+        // It read the target and its pods, and wrote nothing: no scale, no status.
+        assert!(
+            seen.iter()
+                .any(|(m, u, _)| m == "GET" && u.ends_with("/scale"))
+        );
+        assert!(!seen.iter().any(|(m, _, _)| m == "PATCH"), "{seen:?}");
+    }
+
+    #[test]
+    fn the_scale_patch_is_conditional_when_the_version_is_known() {
+        assert_eq!(
+            scale_patch(Some("7"), 3),
+            json!({"metadata": {"resourceVersion": "7"}, "spec": {"replicas": 3}})
+        );
+        assert_eq!(scale_patch(None, 3), json!({"spec": {"replicas": 3}}));
+        assert_eq!(scale_patch(Some(""), 3), json!({"spec": {"replicas": 3}}));
     }
 
     #[test]

@@ -129,6 +129,11 @@ pub struct Started {
     /// [`leader::STOP_WAIT`]): awaited, or the process could exit before the release lands
     /// and a standby would wait out the Lease's duration to take over.
     pub elector: Option<tokio::task::JoinHandle<()>>,
+    /// The StepScaler controller itself when it runs without a Lease (`--leader-elect=false`):
+    /// awaited for [`CONTROLLER_STOP_WAIT`] at most, so that a poll under way ends (it writes
+    /// no `/scale` decision once stopping) before the process exits. With a Lease the
+    /// elector waits for it instead.
+    pub controller: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Started {
@@ -136,12 +141,18 @@ impl Started {
     /// [`leader::STOP_WAIT`] and a second at most (the elector bounds its own stop by
     /// `STOP_WAIT`).
     pub async fn join(self) {
-        let Some(task) = self.elector else {
-            return;
-        };
-        let bound = CONTROLLER_STOP_WAIT + leader::STOP_WAIT + Duration::from_secs(1);
-        if tokio::time::timeout(bound, task).await.is_err() {
-            warn!("the StepScaler controller's elector did not stop within {bound:?}");
+        if let Some(task) = self.elector {
+            let bound = CONTROLLER_STOP_WAIT + leader::STOP_WAIT + Duration::from_secs(1);
+            if tokio::time::timeout(bound, task).await.is_err() {
+                warn!("the StepScaler controller's elector did not stop within {bound:?}");
+            }
+        }
+        if let Some(task) = self.controller
+            && tokio::time::timeout(CONTROLLER_STOP_WAIT, task)
+                .await
+                .is_err()
+        {
+            warn!("the StepScaler controller did not stop within {CONTROLLER_STOP_WAIT:?}");
         }
     }
 }
@@ -224,16 +235,19 @@ pub async fn start(
             metrics.clone(),
             shutdown.wait(),
         );
-        if let Some(elector) = elector {
-            // The elector releases the Lease once the controller's task has ended (or
-            // CONTROLLER_STOP_WAIT after the stop), so the next leader's first pass starts
-            // after this replica's last one has ended.
-            let stop = shutdown.wait();
-            let released_after = async move {
-                stop.await;
-                let _ = tokio::time::timeout(CONTROLLER_STOP_WAIT, controller).await;
-            };
-            started.elector = Some(tokio::spawn(elector.run(released_after)));
+        match elector {
+            Some(elector) => {
+                // The elector releases the Lease once the controller's task has ended (or
+                // CONTROLLER_STOP_WAIT after the stop), so the next leader's first pass
+                // starts after this replica's last one has ended.
+                let stop = shutdown.wait();
+                let released_after = async move {
+                    stop.await;
+                    let _ = tokio::time::timeout(CONTROLLER_STOP_WAIT, controller).await;
+                };
+                started.elector = Some(tokio::spawn(elector.run(released_after)));
+            }
+            None => started.controller = Some(controller),
         }
         info!(lease = %args.step_scaler_lease, "StepScaler controller enabled");
     }
