@@ -2073,7 +2073,9 @@ async fn spread_counts_as_the_clusters_release_does() -> Result<()> {
 /// conditional on the resourceVersion its poll read: the real API server applies it while
 /// the target is unchanged and refuses it with 409 once anything has written the target
 /// since, so a decision never overwrites a newer replica count (the controller's handling
-/// of that 409 is a unit test beside it).
+/// of that 409 is a unit test beside it). Deterministic because nothing else writes the
+/// Deployment here: this suite runs no Deployment controller, whose status writes would also
+/// move its resourceVersion.
 #[tokio::test]
 #[ignore = "needs a real API server: run tests/e2e/run.sh"]
 async fn a_stale_scale_write_is_refused() -> Result<()> {

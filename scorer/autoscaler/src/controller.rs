@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::autoscaling::v1::Scale;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -74,6 +75,24 @@ impl ControllerConfig {
 /// How soon a StepScaler whose `/scale` write met a conflict is polled again, seconds (at
 /// most its period).
 const CONFLICT_RETRY_S: f64 = 2.0;
+
+/// Writes of one decision to `/scale` at most, when others keep writing the target without
+/// changing its count.
+const SCALE_WRITE_ATTEMPTS: u32 = 3;
+
+/// How a decision's `/scale` write ended.
+#[derive(Debug)]
+enum Written {
+    /// The count was written.
+    Applied,
+    /// The replica is stopping or lost the Lease: nothing (more) written.
+    Stopped,
+    /// Someone else changed the count (to this) or the selector since the poll read it: not
+    /// overwritten.
+    Moved(u32),
+    /// The write failed, or kept conflicting: why.
+    Failed(String),
+}
 
 /// When each StepScaler is next due, and the spec generation last polled.
 #[derive(Debug, Clone, Copy)]
@@ -310,8 +329,8 @@ impl Controller {
     }
 
     /// Polls one StepScaler; returns the seconds until its next poll and the outcome
-    /// (`scaled`, `held`, `dry_run`, `invalid`, `unable`, `failed`, `stopped`) for the poll
-    /// counter.
+    /// (`scaled`, `held`, `dry_run`, `invalid`, `unable`, `failed`, `conflict`, `stopped`)
+    /// for the poll counter.
     async fn reconcile(&self, obj: &DynamicObject, now_s: f64) -> (f64, &'static str) {
         let ns = obj.namespace().unwrap_or_default();
         let mut status: StepScalerStatus = obj
@@ -468,6 +487,8 @@ impl Controller {
         }
         let mut applied = false;
         let mut outcome = "held";
+        // The count found when a write met someone else's (`conflict`).
+        let mut moved_to = None;
         if d.scales() {
             let what = format!("{}/{}", r.kind, r.name);
             if spec.dry_run {
@@ -486,19 +507,9 @@ impl Controller {
                 }
                 outcome = "dry_run";
                 status.set_condition(ABLE_TO_SCALE, true, "DryRun", &msg, now_s);
-            } else if !self.writes.open() {
-                // Stopped, or the Lease lost, since this poll began: the decision is left to
-                // the next leader, and nothing of this poll is written.
-                info!(target = %what, from = d.current, to = d.desired,
-                      "not rescaled: stopping or no longer the leader");
-                return (period, "stopped");
             } else {
-                let patch = scale_patch(scale.metadata.resource_version.as_deref(), d.desired);
-                match target
-                    .patch_scale(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
-                    Ok(_) => {
+                match self.write_scale(&target, &r.name, &scale, d.desired).await {
+                    Written::Applied => {
                         applied = true;
                         outcome = "scaled";
                         let msg = format!("New size: {}; reason: {}", d.desired, d.reason);
@@ -512,26 +523,32 @@ impl Controller {
                             now_s,
                         );
                     }
-                    Err(kube::Error::Api(e)) if e.code == 409 => {
-                        // Someone changed the target (a user, a rollout, another replica's
-                        // late write) after this poll read it: decide again on what it is now.
+                    Written::Stopped => {
+                        // Stopped, or the Lease lost, since this poll began: the decision is
+                        // left to the next leader, and nothing of this poll is written.
+                        info!(target = %what, from = d.current, to = d.desired,
+                              "not rescaled: stopping or no longer the leader");
+                        return (period, "stopped");
+                    }
+                    Written::Moved(now) => {
+                        // Someone else set the count (a user, another autoscaler, a replica
+                        // that has just lost the Lease) after this poll read it: it is not
+                        // overwritten, and the next poll decides from it.
                         let msg = format!(
-                            "the scale of {what} changed after this poll read it (to go from \
-                             {} to {}); the next poll decides again",
+                            "the replica count or selector of {what} changed after this poll \
+                             read it (count {} then, {now} now; it would have gone to {}): not \
+                             overwritten, the next poll decides again",
                             d.current, d.desired
                         );
-                        info!(target = %what, from = d.current, to = d.desired,
-                              "not rescaled: the scale changed since it was read");
+                        info!(target = %what, read = d.current, now, to = d.desired,
+                              "not rescaled: the replica count changed since it was read");
                         outcome = "conflict";
+                        moved_to = Some(now);
                         status.set_condition(ABLE_TO_SCALE, true, "ScaleChanged", &msg, now_s);
                     }
-                    Err(e) => {
-                        let msg = format!(
-                            "scaling {what} from {} to {}: {}",
-                            d.current,
-                            d.desired,
-                            brief(&e)
-                        );
+                    Written::Failed(e) => {
+                        let msg =
+                            format!("scaling {what} from {} to {}: {e}", d.current, d.desired);
                         warn!(error = %msg, "rescale failed");
                         outcome = "failed";
                         self.event(obj, "Warning", "FailedRescale", &msg).await;
@@ -564,7 +581,7 @@ impl Controller {
         self.remember(&uid, (out_s, in_s));
         status.last_scale_out_time = out_s.map(rfc3339);
         status.last_scale_in_time = in_s.map(rfc3339);
-        status.current_replicas = Some(current);
+        status.current_replicas = Some(moved_to.unwrap_or(current));
         status.desired_replicas = Some(d.desired);
         status.current_utilization_percent = p.mean.map(|m| (m * 1000.0).round() / 10.0);
         status.measured_pods = Some(p.measured as u32);
@@ -583,6 +600,73 @@ impl Controller {
             period
         };
         (next, outcome)
+    }
+
+    /// Writes `desired` replicas through `/scale`, conditional on the resourceVersion of
+    /// `read`, the scale the decision was made from. A conflict is looked into: when the
+    /// target's count and selector are still as read (only its status or metadata were
+    /// written since), the decision stands and is written again on the new version, up to
+    /// [`SCALE_WRITE_ATTEMPTS`] writes in all; when the count moved, nothing is written over
+    /// it. The write gate is read before every write.
+    async fn write_scale(
+        &self,
+        target: &Api<DynamicObject>,
+        name: &str,
+        read: &Scale,
+        desired: u32,
+    ) -> Written {
+        let shape = |s: &Scale| {
+            (
+                s.spec.as_ref().and_then(|s| s.replicas),
+                s.status.as_ref().and_then(|s| s.selector.clone()),
+            )
+        };
+        let mut version = read.metadata.resource_version.clone();
+        for attempt in 1..=SCALE_WRITE_ATTEMPTS {
+            if !self.writes.open() {
+                return Written::Stopped;
+            }
+            let conditional = version.as_deref().is_some_and(|v| !v.is_empty());
+            let patch = scale_patch(version.as_deref(), desired);
+            let e = match target
+                .patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return Written::Applied,
+                // Only a conditional write's 409 says the target changed (a webhook's 409,
+                // or one to an unconditional write, is a failure like any other).
+                Err(kube::Error::Api(e)) if e.code == 409 && conditional => e,
+                Err(e) => return Written::Failed(brief(&e)),
+            };
+            let now = match target.get_scale(name).await {
+                Ok(now) => now,
+                Err(r) => {
+                    return Written::Failed(format!(
+                        "{} ({}), then reading the scale again: {}",
+                        e.message,
+                        e.code,
+                        brief(&r)
+                    ));
+                }
+            };
+            if shape(&now) != shape(read) {
+                let count = now.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+                return Written::Moved(count.max(0) as u32);
+            }
+            if attempt == SCALE_WRITE_ATTEMPTS {
+                return Written::Failed(format!(
+                    "the target was written by others {attempt} times while this write was \
+                     tried (its count unchanged): {} ({})",
+                    e.message, e.code
+                ));
+            }
+            debug!(
+                attempt,
+                "the target was written since it was read, its count unchanged: writing again"
+            );
+            version = now.metadata.resource_version;
+        }
+        Written::Failed("no write was tried".into())
     }
 
     async fn unable(
@@ -670,9 +754,11 @@ impl Controller {
 
 /// The `/scale` merge patch of a decision: the replica count, on the condition that the
 /// target is still at `read_version`, the resourceVersion of the scale the decision was made
-/// from (the API server answers 409 Conflict otherwise, as to the HPA's update). So a
-/// decision never overwrites a count someone else wrote in between: a user, a rollout, or a
-/// stopped replica's write that landed after the next leader's.
+/// from (the API server answers 409 Conflict otherwise, as to the HPA's update). The version
+/// is the whole target's, so any write to it (its status too) makes the patch conflict; the
+/// controller then reads the scale again and writes again unless the count moved, so a
+/// decision never overwrites a count someone else set in between (a user, another
+/// autoscaler, a stopped replica's write that landed after the next leader's).
 pub fn scale_patch(read_version: Option<&str>, replicas: u32) -> Value {
     let mut patch = json!({"spec": {"replicas": replicas}});
     if let Some(rv) = read_version.filter(|v| !v.is_empty()) {
@@ -702,305 +788,4 @@ pub fn spawn(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pod(phase: &str, cpu: &[&str], deleting: bool) -> Pod {
-        let containers: Vec<Value> = cpu
-            .iter()
-            .enumerate()
-            .map(|(i, c)| json!({"name": format!("c{i}"), "resources": {"requests": {"cpu": c, "memory": "64Mi"}}}))
-            .collect();
-        let mut v = json!({
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-            "spec": {"containers": containers},
-            "status": {"phase": phase}
-        });
-        if deleting {
-            v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-        }
-        serde_json::from_value(v).expect("pod")
-    }
-
-    #[test]
-    fn requests_sum_over_containers() {
-        let p = pod("Running", &["250m", "0.5"], false);
-        assert!((pod_request(&p, "cpu") - 0.75).abs() < 1e-9);
-        assert_eq!(pod_request(&p, "memory"), 2.0 * 64.0 * 1024.0 * 1024.0);
-        assert_eq!(pod_request(&p, "nvidia.com/gpu"), 0.0);
-        // A native sidecar counts; an ordinary init container, which has exited, does not.
-        let mut p = pod("Running", &["250m"], false);
-        p.spec.as_mut().expect("spec").init_containers = Some(
-            serde_json::from_value(json!([
-                {"name": "setup", "resources": {"requests": {"cpu": "2"}}},
-                {"name": "proxy", "restartPolicy": "Always",
-                 "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}}}
-            ]))
-            .expect("init containers"),
-        );
-        assert!((pod_request(&p, "cpu") - 0.75).abs() < 1e-9);
-        // A pod-level request stands for the containers; other resources still sum them.
-        p.spec.as_mut().expect("spec").resources =
-            Some(serde_json::from_value(json!({"requests": {"cpu": "2"}})).expect("resources"));
-        assert!((pod_request(&p, "cpu") - 2.0).abs() < 1e-9);
-        assert_eq!(pod_request(&p, "memory"), 2.0 * 64.0 * 1024.0 * 1024.0);
-        // One container without a request leaves the pod's undefined (0: missing).
-        let mut p = pod("Running", &["250m"], false);
-        p.spec
-            .as_mut()
-            .expect("spec")
-            .containers
-            .push(serde_json::from_value(json!({"name": "bare"})).expect("container"));
-        assert_eq!(pod_request(&p, "cpu"), 0.0);
-    }
-
-    /// What the fake API server was asked: method, path and query, JSON body.
-    type Seen = Arc<std::sync::Mutex<Vec<(String, String, Value)>>>;
-
-    /// A fake API server for one Deployment `ns/web` at 2 replicas (resourceVersion "41")
-    /// with two Running pods requesting 1 CPU each, answering a `/scale` write with
-    /// `scale_write` (200, or 409 as when the target changed after it was read). A fake
-    /// only to place that conflict between the read and the write, which against the real
-    /// API server is a race; `scale_patch`'s precondition is checked against the real one in
-    /// the e2e suite (`a_stale_scale_write_is_refused`).
-    fn fake_api(seen: Seen, scale_write: u16) -> Client {
-        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            let seen = seen.clone();
-            async move {
-                use http_body_util::BodyExt;
-                let method = req.method().to_string();
-                let path = req.uri().path().to_string();
-                let uri = req.uri().to_string();
-                let body = req.into_body().collect().await?.to_bytes();
-                let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                seen.lock()
-                    .expect("seen")
-                    .push((method.clone(), uri, body.clone()));
-                let scale = json!({
-                    "apiVersion": "autoscaling/v1", "kind": "Scale",
-                    "metadata": {"name": "web", "namespace": "ns", "resourceVersion": "41"},
-                    "spec": {"replicas": 2}, "status": {"replicas": 2, "selector": "app=web"}
-                });
-                let pod = |uid: &str| {
-                    json!({
-                        "metadata": {"name": uid, "namespace": "ns", "uid": uid},
-                        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
-                        "status": {"phase": "Running"}
-                    })
-                };
-                let (code, reply) = match (method.as_str(), path.as_str()) {
-                    ("GET", "/apis/apps/v1") => (
-                        200,
-                        json!({
-                            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "apps/v1",
-                            "resources": [
-                                {"name": "deployments", "singularName": "", "namespaced": true,
-                                 "kind": "Deployment", "verbs": ["get", "list", "patch"]},
-                                {"name": "deployments/scale", "singularName": "", "namespaced": true,
-                                 "group": "autoscaling", "version": "v1", "kind": "Scale",
-                                 "verbs": ["get", "patch", "update"]}
-                            ]
-                        }),
-                    ),
-                    ("GET", "/apis/apps/v1/namespaces/ns/deployments/web/scale") => (200, scale),
-                    ("PATCH", "/apis/apps/v1/namespaces/ns/deployments/web/scale") => {
-                        if scale_write == 200 {
-                            (200, scale)
-                        } else {
-                            (
-                                scale_write,
-                                json!({
-                                    "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                    "reason": "Conflict", "code": scale_write,
-                                    "message": "Operation cannot be fulfilled on deployments.apps \
-                                                \"web\": the object has been modified"
-                                }),
-                            )
-                        }
-                    }
-                    ("GET", "/api/v1/namespaces/ns/pods") => (
-                        200,
-                        json!({
-                            "kind": "PodList", "apiVersion": "v1", "metadata": {},
-                            "items": [pod("p1"), pod("p2")]
-                        }),
-                    ),
-                    ("POST", "/api/v1/namespaces/ns/events") => (201, body),
-                    ("PATCH", "/apis/loadstar.io/v1alpha1/namespaces/ns/stepscalers/s/status") => {
-                        (200, scaler())
-                    }
-                    _ => (
-                        404,
-                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                      "reason": "NotFound", "code": 404, "message": "not found"}),
-                    ),
-                };
-                let reply = serde_json::to_vec(&reply).expect("reply");
-                let reply = http::Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(kube::client::Body::from(reply))?;
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(reply)
-            }
-        });
-        Client::new(svc, "default")
-    }
-
-    fn scaler() -> Value {
-        json!({
-            "apiVersion": "loadstar.io/v1alpha1", "kind": "StepScaler",
-            "metadata": {"name": "s", "namespace": "ns", "uid": "u-s", "generation": 1},
-            "spec": {
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                "targetUtilizationPercent": 60, "minReplicas": 2, "maxReplicas": 10, "step": 2,
-                "pollPeriodSeconds": 15, "scaleOutCooldownSeconds": 30
-            }
-        })
-    }
-
-    const NOW_S: f64 = 1_000.0;
-
-    /// A controller over the fake, both pods at 95 % of their request for the last 15 s, and
-    /// the stop flag's sender (the leadership is held).
-    fn controller(client: Client) -> (Controller, watch::Sender<bool>) {
-        let book: SharedBook = Arc::new(std::sync::Mutex::new(
-            loadstar_autoscale::usage::PodUsageBook::new(Default::default()),
-        ));
-        for uid in ["p1", "p2"] {
-            for t in 0..15 {
-                let r = loadstar_autoscale::usage::Reading::new(NOW_S - f64::from(t), 0.95, 1e6);
-                lock(&book).record("n1", 1.0, uid, r);
-            }
-        }
-        let (stop_tx, stop) = watch::channel(false);
-        let c = Controller {
-            targets: Targets::new(client.clone()),
-            client,
-            book,
-            config: ControllerConfig::new("test"),
-            metrics: Metrics::new(),
-            history: std::sync::Mutex::new(HashMap::new()),
-            writes: WriteGate {
-                stop,
-                leadership: loadstar_kube_client::leader::always_leader("test"),
-            },
-        };
-        (c, stop_tx)
-    }
-
-    fn obj() -> DynamicObject {
-        serde_json::from_value(scaler()).expect("StepScaler")
-    }
-
-    fn writes_to<'a>(seen: &'a [(String, String, Value)], suffix: &str) -> Vec<&'a Value> {
-        seen.iter()
-            .filter(|(m, u, _)| {
-                m == "PATCH" && u.split('?').next().is_some_and(|p| p.ends_with(suffix))
-            })
-            .map(|(_, _, b)| b)
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn a_scale_write_names_the_version_it_was_decided_from() {
-        let seen = Seen::default();
-        let (c, _stop) = controller(fake_api(seen.clone(), 200));
-        let (next, outcome) = c.reconcile(&obj(), NOW_S).await;
-        assert_eq!((next, outcome), (15.0, "scaled"));
-        let seen = seen.lock().expect("seen").clone();
-        let scale = writes_to(&seen, "/scale");
-        // 95 % of 2 × 1 CPU against 60 %: ceil(1.9 / 0.6 + 2) = 6.
-        assert_eq!(
-            scale,
-            [&json!({"metadata": {"resourceVersion": "41"}, "spec": {"replicas": 6}})]
-        );
-        // The scale-out's cool-down started.
-        assert_eq!(c.history("u-s").0, Some(NOW_S));
-        let status = writes_to(&seen, "/status");
-        assert_eq!(status.len(), 1);
-        assert_eq!(status[0]["status"]["lastDecision"]["applied"], json!(true));
-    }
-
-    #[tokio::test]
-    async fn a_conflicting_scale_write_starts_no_cool_down_and_is_retried_soon() {
-        let seen = Seen::default();
-        let (c, _stop) = controller(fake_api(seen.clone(), 409));
-        let (next, outcome) = c.reconcile(&obj(), NOW_S).await;
-        assert_eq!((next, outcome), (CONFLICT_RETRY_S, "conflict"));
-        assert_eq!(
-            c.history("u-s"),
-            (None, None),
-            "no cool-down after a refused write"
-        );
-        let seen = seen.lock().expect("seen").clone();
-        let status = writes_to(&seen, "/status");
-        assert_eq!(status.len(), 1);
-        let s = &status[0]["status"];
-        assert_eq!(s["lastDecision"]["applied"], json!(false));
-        assert_eq!(s["lastScaleOutTime"], Value::Null);
-        let able = s["conditions"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == ABLE_TO_SCALE))
-            .expect("AbleToScale");
-        assert_eq!(
-            (&able["status"], &able["reason"]),
-            (&json!("True"), &json!("ScaleChanged"))
-        );
-        // No Warning for it: a conflict is someone else's write, not a failure.
-        assert!(
-            !seen
-                .iter()
-                .any(|(m, _, b)| m == "POST" && b["type"] == "Warning")
-        );
-        // Any other refusal is a failure, with its Warning, and no cool-down either.
-        let seen = Seen::default();
-        let (c, _stop) = controller(fake_api(seen.clone(), 403));
-        assert_eq!(c.reconcile(&obj(), NOW_S).await, (15.0, "failed"));
-        assert_eq!(c.history("u-s"), (None, None));
-        let seen = seen.lock().expect("seen").clone();
-        assert!(
-            seen.iter()
-                .any(|(m, _, b)| m == "POST" && b["reason"] == "FailedRescale")
-        );
-    }
-
-    #[tokio::test]
-    async fn a_stopping_controller_writes_no_decision() {
-        let seen = Seen::default();
-        let (c, stop) = controller(fake_api(seen.clone(), 200));
-        stop.send_replace(true);
-        assert_eq!(c.reconcile(&obj(), NOW_S).await, (15.0, "stopped"));
-        let seen = seen.lock().expect("seen").clone();
-        // It read the target and its pods, and wrote nothing: no scale, no status.
-        assert!(
-            seen.iter()
-                .any(|(m, u, _)| m == "GET" && u.ends_with("/scale"))
-        );
-        assert!(!seen.iter().any(|(m, _, _)| m == "PATCH"), "{seen:?}");
-    }
-
-    #[test]
-    fn the_scale_patch_is_conditional_when_the_version_is_known() {
-        assert_eq!(
-            scale_patch(Some("7"), 3),
-            json!({"metadata": {"resourceVersion": "7"}, "spec": {"replicas": 3}})
-        );
-        assert_eq!(scale_patch(None, 3), json!({"spec": {"replicas": 3}}));
-        assert_eq!(scale_patch(Some(""), 3), json!({"spec": {"replicas": 3}}));
-    }
-
-    #[test]
-    fn finished_and_deleting_pods_do_not_count() {
-        let v = pod_view(&pod("Running", &["1"], false), "cpu").expect("counts");
-        assert!(v.running);
-        assert_eq!((v.name.as_str(), v.uid.as_str()), ("ns/p", "u1"));
-        assert!(
-            !pod_view(&pod("Pending", &["1"], false), "cpu")
-                .expect("counts")
-                .running
-        );
-        assert!(pod_view(&pod("Succeeded", &["1"], false), "cpu").is_none());
-        assert!(pod_view(&pod("Failed", &["1"], false), "cpu").is_none());
-        assert!(pod_view(&pod("Running", &["1"], true), "cpu").is_none());
-    }
-}
+mod tests;

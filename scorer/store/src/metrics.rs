@@ -92,7 +92,8 @@ pub const STALE_NODES: &str = "loadstar_scorer_stale_nodes";
 pub const DECISIONS: &str = "loadstar_scorer_decisions";
 /// The report interval asked of agents in acks (0: no preference); raised under load.
 pub const DESIRED_INTERVAL: &str = "loadstar_scorer_desired_interval_seconds";
-/// StepScaler polls, by outcome (`scaled`, `held`, `dry_run`, `invalid`, `unable`, `failed`).
+/// StepScaler polls, by outcome (`scaled`, `held`, `dry_run`, `invalid`, `unable`, `failed`,
+/// `conflict`, `stopped`).
 pub const STEPSCALER_POLLS: &str = "loadstar_scorer_stepscaler_polls";
 /// Pods whose recent usage the scorer keeps for the StepScaler and `metrics.k8s.io`.
 pub const POD_USAGE_PODS: &str = "loadstar_scorer_pod_usage_pods";
