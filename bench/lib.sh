@@ -48,7 +48,10 @@ H() { "$HELPER" --kubeconfig "$KC" "$@"; }
 # Lease until the start mark, then the Lease is deleted and they take it (kube-scheduler at its
 # next retry, every 0.2 s; Loadstar when its watch of the Lease sees it go, since 2026-12-01).
 placeholder_lease() {  # NAMESPACE NAME
-  cat <<EOF | "$K8S_BIN/kubectl" --kubeconfig "$KC" apply -f - >/dev/null
+  # Replaced, not applied: the previous round's scheduler wrote the Lease through the API, and
+  # `kubectl apply` warned about its missing last-applied annotation in every round.
+  "$K8S_BIN/kubectl" --kubeconfig "$KC" -n "$1" delete lease "$2" --ignore-not-found >/dev/null
+  cat <<EOF | "$K8S_BIN/kubectl" --kubeconfig "$KC" create -f - >/dev/null
 apiVersion: coordination.k8s.io/v1
 kind: Lease
 metadata: {name: $2, namespace: $1}
