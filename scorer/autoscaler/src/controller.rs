@@ -508,7 +508,15 @@ impl Controller {
                 outcome = "dry_run";
                 status.set_condition(ABLE_TO_SCALE, true, "DryRun", &msg, now_s);
             } else {
-                match self.write_scale(&target, &r.name, &scale, d.desired).await {
+                let written = match self.write_scale(&target, &r.name, &scale, d.desired).await {
+                    // A write that landed is recorded whatever came after it; anything else
+                    // is not, once the replica is stopping or has lost the Lease: its status
+                    // write could land over the next leader's (its cool-down times included).
+                    Written::Applied => Written::Applied,
+                    _ if !self.writes.open() => Written::Stopped,
+                    other => other,
+                };
+                match written {
                     Written::Applied => {
                         applied = true;
                         outcome = "scaled";
@@ -541,7 +549,7 @@ impl Controller {
                             d.current, d.desired
                         );
                         info!(target = %what, read = d.current, now, to = d.desired,
-                              "not rescaled: the replica count changed since it was read");
+                              "not rescaled: the replica count or selector changed since it was read");
                         outcome = "conflict";
                         moved_to = Some(now);
                         status.set_condition(ABLE_TO_SCALE, true, "ScaleChanged", &msg, now_s);
@@ -664,7 +672,14 @@ impl Controller {
                 attempt,
                 "the target was written since it was read, its count unchanged: writing again"
             );
-            version = now.metadata.resource_version;
+            version = now.metadata.resource_version.filter(|v| !v.is_empty());
+            if version.is_none() {
+                // Written again without it, the write would no longer be conditional.
+                return Written::Failed(format!(
+                    "{} ({}), and the scale read again carries no resourceVersion",
+                    e.message, e.code
+                ));
+            }
         }
         Written::Failed("no write was tried".into())
     }

@@ -55,7 +55,7 @@ fn requests_sum_over_containers() {
 /// each. A fake only to place writes by others between the controller's read and its
 /// write, which against the real API server is a race; `scale_patch`'s precondition is
 /// checked against the real one in the e2e suite (`a_stale_scale_write_is_refused`).
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Fake {
     /// The target's (resourceVersion, replicas) as each read of its scale finds it, the
     /// last repeated: after the n-th read the target is at entry n, as if someone wrote
@@ -66,6 +66,8 @@ struct Fake {
     refuse: Option<u16>,
     /// What it was asked: method, path and query, JSON body.
     seen: Vec<(String, String, Value)>,
+    /// Run when a `/scale` write is refused for its version (e.g. the controller stops).
+    on_conflict: Option<Box<dyn Fn() + Send>>,
 }
 
 type Shared = Arc<std::sync::Mutex<Fake>>;
@@ -129,7 +131,12 @@ fn answer(f: &mut Fake, method: &str, path: &str, body: Value) -> (u16, Value) {
             let asked = body["metadata"]["resourceVersion"].as_str();
             match f.refuse {
                 Some(code) => (code, status_reply(code, "Refused")),
-                None if asked.is_some_and(|v| v != current) => (409, status_reply(409, "Conflict")),
+                None if asked.is_some_and(|v| v != current) => {
+                    if let Some(hook) = &f.on_conflict {
+                        hook();
+                    }
+                    (409, status_reply(409, "Conflict"))
+                }
                 None => {
                     let replicas = body["spec"]["replicas"].as_i64().unwrap_or(0) as i32;
                     (200, scale((current, replicas)))
@@ -361,6 +368,22 @@ async fn a_stopping_controller_writes_no_decision() {
             .any(|(m, u, _)| m == "GET" && u.ends_with("/scale"))
     );
     assert!(!seen.iter().any(|(m, _, _)| m == "PATCH"), "{seen:?}");
+}
+
+#[tokio::test]
+async fn a_replica_that_stops_during_its_write_leaves_the_status_to_the_next_leader() {
+    // Its write is refused because the count moved (the next leader scaled), and it stopped
+    // (lost the Lease) meanwhile: it must not write its status over the next leader's.
+    let f = fake(vec![("41", 2), ("42", 4)], None);
+    let (c, stop) = controller(fake_api(f.clone()));
+    f.lock().expect("fake").on_conflict = Some(Box::new(move || {
+        stop.send_replace(true);
+    }));
+    assert_eq!(c.reconcile(&obj(), NOW_S).await, (15.0, "stopped"));
+    let seen = asked(&f);
+    assert_eq!(writes_to(&seen, "/scale").len(), 1);
+    assert!(writes_to(&seen, "/status").is_empty(), "{seen:?}");
+    assert!(warnings(&seen).is_empty(), "{seen:?}");
 }
 
 #[test]
