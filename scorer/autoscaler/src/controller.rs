@@ -388,12 +388,7 @@ impl Controller {
                 return (period, "unable");
             }
         };
-        let current = scale
-            .spec
-            .as_ref()
-            .and_then(|s| s.replicas)
-            .unwrap_or(0)
-            .max(0) as u32;
+        let current = replicas(&scale);
         let Some(selector) = scale
             .status
             .as_ref()
@@ -629,12 +624,13 @@ impl Controller {
                 s.status.as_ref().and_then(|s| s.selector.clone()),
             )
         };
-        let mut version = read.metadata.resource_version.clone();
+        let known = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+        let mut version = known(&read.metadata.resource_version);
         for attempt in 1..=SCALE_WRITE_ATTEMPTS {
             if !self.writes.open() {
                 return Written::Stopped;
             }
-            let conditional = version.as_deref().is_some_and(|v| !v.is_empty());
+            let conditional = version.is_some();
             let patch = scale_patch(version.as_deref(), desired);
             let e = match target
                 .patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -658,8 +654,7 @@ impl Controller {
                 }
             };
             if shape(&now) != shape(read) {
-                let count = now.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
-                return Written::Moved(count.max(0) as u32);
+                return Written::Moved(replicas(&now));
             }
             if attempt == SCALE_WRITE_ATTEMPTS {
                 return Written::Failed(format!(
@@ -672,7 +667,7 @@ impl Controller {
                 attempt,
                 "the target was written since it was read, its count unchanged: writing again"
             );
-            version = now.metadata.resource_version.filter(|v| !v.is_empty());
+            version = known(&now.metadata.resource_version);
             if version.is_none() {
                 // Written again without it, the write would no longer be conditional.
                 return Written::Failed(format!(
@@ -780,6 +775,16 @@ pub fn scale_patch(read_version: Option<&str>, replicas: u32) -> Value {
         patch["metadata"] = json!({"resourceVersion": rv});
     }
     patch
+}
+
+/// A scale's replica count (0 when it states none).
+fn replicas(scale: &Scale) -> u32 {
+    scale
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(0)
+        .max(0) as u32
 }
 
 /// A client error without the Debug dump kube's `Display` of an API error carries.
